@@ -1,0 +1,1 @@
+"""census: turns a Hugging Face config into a ModelSpec (no Prefect, no Hub)."""

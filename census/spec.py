@@ -1,0 +1,310 @@
+"""ModelSpec: what the census states about one architecture (DESIGN §2.3), and SpecError.
+
+A ModelSpec is an immutable mapping, validated when it is built: unknown keys, missing
+required fields, wrong types, non-positive sizes, inconsistent heads and a layer stack that
+does not add up are all refused with a SpecError that names the field and what was allowed.
+"Absent" is not "zero": an optional field that the model does not have is simply not there
+(a JSON null is refused). A spec round-trips through JSON exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from speccat.catalogue.ops import OPS, OTHER
+
+# Stable reason codes (DESIGN §2.6). The pipeline turns each into a failures row; the SQL
+# schema's ENUM of reasons is checked against this tuple by the tests.
+REASONS: tuple[str, ...] = (
+    "bad_json",
+    "remote_code",
+    "unknown_model_type",
+    "missing_field",
+    "bad_value",
+    "unsupported_layer",
+    "kind_conflict",
+    "too_large",
+    "timeout",
+    "census_failed",
+)
+
+
+class SpecError(ValueError):
+    """A refusal with a stable `reason` code and a message naming the field and what was allowed."""
+
+    def __init__(self, reason: str, message: str):
+        if reason not in REASONS:
+            raise ValueError(f"unknown SpecError reason {reason!r}; allowed: {', '.join(REASONS)}")
+        super().__init__(message)
+        self.reason = reason
+
+    def as_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": str(self)}
+
+    def __reduce__(self):  # survive pickling across process pools
+        return (SpecError, (self.reason, str(self)))
+
+
+REQUIRED_STR = ("name", "arch")
+REQUIRED_INT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+OPTIONAL_INT = (
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "num_experts",
+    "num_experts_per_tok",
+    "num_shared_experts",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "linear_num_key_heads",
+    "linear_key_head_dim",
+    "linear_num_value_heads",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "sliding_window",
+)
+# Counts that may legitimately be zero when present (every other size must be positive).
+NON_NEGATIVE_INT = frozenset({"first_k_dense_replace"})
+FLAGS = (
+    "qkv_bias",
+    "o_bias",
+    "mlp_bias",
+    "norm_bias",
+    "qk_norm",
+    "attn_output_gate",
+    "shared_expert_gate",
+    "tie_word_embeddings",
+    "layer_norms",  # true when the layer's norms are LayerNorm (mean-centred), false for RMSNorm
+)
+STRUCTURE_REQUIRED = ("layers", "ops")
+STRUCTURE_OPTIONAL = ("flavours", "params", "measured")
+
+KEYS = frozenset(
+    REQUIRED_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
+)
+
+ATTENTION_FLAVOURS = ("full", "linear")
+FFN_FLAVOURS = ("dense", "moe")
+
+# params: whole-model parts, then per-kind parts (one layer of that kind).
+MODEL_PARAM_PARTS = ("embedding", "output", "final_norm")
+KIND_PARAM_PARTS = ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")
+
+MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token"})
+MEASURED_OPS = OPS + (OTHER,)
+
+_KIND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _bad(field: str, what: str) -> SpecError:
+    return SpecError("bad_value", f"{field}: {what}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(field: str, value: Any, minimum: int) -> int:
+    if not _is_int(value):
+        raise _bad(field, f"must be an integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise _bad(field, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_mapping(field: str, value: Any) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise _bad(field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(field: str, mapping: Mapping, allowed, required=()) -> None:
+    unknown = sorted(set(mapping) - set(allowed))
+    if unknown:
+        raise _bad(field, f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    for key in required:
+        if key not in mapping:
+            raise SpecError("missing_field", f"{field}.{key}: required; needs all of {list(required)}")
+
+
+def _check_kind_name(field: str, kind: Any) -> str:
+    if not isinstance(kind, str) or not _KIND_NAME.match(kind):
+        raise _bad(field, f"kind name must match {_KIND_NAME.pattern}, got {kind!r}")
+    return kind
+
+
+def _validate_layers(spec: Mapping) -> tuple[str, ...]:
+    layers = spec["layers"]
+    if not isinstance(layers, (list, tuple)) or not layers:
+        raise _bad("layers", "must be a non-empty list of {kind, count} groups")
+    total = 0
+    previous = None
+    for i, group in enumerate(layers):
+        field = f"layers[{i}]"
+        _check_keys(field, _check_mapping(field, group), ("kind", "count"), ("kind", "count"))
+        kind = _check_kind_name(f"{field}.kind", group["kind"])
+        total += _check_int(f"{field}.count", group["count"], 1)
+        if kind == previous:
+            raise _bad(field, f"repeats kind {kind!r} of the group before it; run-length groups must be merged")
+        previous = kind
+    if total != spec["num_hidden_layers"]:
+        raise _bad("layers", f"counts sum to {total}, but num_hidden_layers is {spec['num_hidden_layers']}")
+    return tuple(dict.fromkeys(g["kind"] for g in layers))
+
+
+def _validate_per_kind(field: str, value: Any, kinds: tuple[str, ...]) -> Mapping:
+    mapping = _check_mapping(field, value)
+    if set(mapping) != set(kinds):
+        raise _bad(field, f"kinds {sorted(mapping)} must be exactly the stack's kinds {sorted(kinds)}")
+    return mapping
+
+
+def _validate_ops(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    for kind, counts in _validate_per_kind("ops", spec["ops"], kinds).items():
+        field = f"ops.{kind}"
+        _check_keys(field, _check_mapping(field, counts), OPS, OPS)
+        for op in OPS:
+            _check_int(f"{field}.{op}", counts[op], 0)
+
+
+def _validate_flavours(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    for kind, flav in _validate_per_kind("flavours", spec["flavours"], kinds).items():
+        field = f"flavours.{kind}"
+        _check_keys(field, _check_mapping(field, flav), ("attention", "ffn"), ("attention", "ffn"))
+        if flav["attention"] not in ATTENTION_FLAVOURS:
+            raise _bad(f"{field}.attention", f"{flav['attention']!r} is not one of {ATTENTION_FLAVOURS}")
+        if flav["ffn"] not in FFN_FLAVOURS:
+            raise _bad(f"{field}.ffn", f"{flav['ffn']!r} is not one of {FFN_FLAVOURS}")
+
+
+def _validate_params(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    params = _check_mapping("params", spec["params"])
+    _check_keys("params", params, MODEL_PARAM_PARTS + ("kinds",), MODEL_PARAM_PARTS + ("kinds",))
+    for part in MODEL_PARAM_PARTS:
+        _check_int(f"params.{part}", params[part], 0)
+    for kind, parts in _validate_per_kind("params.kinds", params["kinds"], kinds).items():
+        field = f"params.kinds.{kind}"
+        _check_keys(field, _check_mapping(field, parts), KIND_PARAM_PARTS, KIND_PARAM_PARTS)
+        for part in KIND_PARAM_PARTS:
+            _check_int(f"{field}.{part}", parts[part], 0)
+
+
+def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    for kind, entry in _validate_per_kind("measured", spec["measured"], kinds).items():
+        field = f"measured.{kind}"
+        required = ("seq_length", "attention_impl", "bytes_per_token")
+        _check_keys(field, _check_mapping(field, entry), MEASURED_KEYS, required)
+        _check_int(f"{field}.seq_length", entry["seq_length"], 1)
+        for key in ("attention_impl", "experts_impl"):
+            if key in entry and not (isinstance(entry[key], str) and entry[key]):
+                raise _bad(f"{field}.{key}", f"must be a non-empty string, got {entry[key]!r}")
+        per_op = _check_mapping(f"{field}.bytes_per_token", entry["bytes_per_token"])
+        _check_keys(f"{field}.bytes_per_token", per_op, MEASURED_OPS, MEASURED_OPS)
+        for op in MEASURED_OPS:
+            value = per_op[op]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _bad(f"{field}.bytes_per_token.{op}", f"must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise _bad(f"{field}.bytes_per_token.{op}", f"must be finite and >= 0, got {value!r}")
+
+
+def validate(spec: Mapping) -> None:
+    """Raise SpecError unless `spec` is a well-formed ModelSpec mapping."""
+    _check_mapping("spec", spec)
+    _check_keys("spec", spec, KEYS)
+    for key in REQUIRED_STR + REQUIRED_INT + STRUCTURE_REQUIRED:
+        if key not in spec:
+            raise SpecError("missing_field", f"{key}: required; a ModelSpec needs {list(REQUIRED_STR + REQUIRED_INT + STRUCTURE_REQUIRED)}")
+    for key in REQUIRED_STR:
+        if not isinstance(spec[key], str) or not spec[key]:
+            raise _bad(key, f"must be a non-empty string, got {spec[key]!r}")
+    for key in REQUIRED_INT:
+        _check_int(key, spec[key], 1)
+    for key in OPTIONAL_INT:
+        if key in spec:
+            if spec[key] is None:
+                raise _bad(key, "is null; leave an absent field out rather than setting it to null")
+            _check_int(key, spec[key], 0 if key in NON_NEGATIVE_INT else 1)
+    for key in FLAGS:
+        if key in spec and not isinstance(spec[key], bool):
+            raise _bad(key, f"must be true or false, got {spec[key]!r}")
+    heads = spec["num_attention_heads"]
+    kv_heads = spec.get("num_key_value_heads")
+    if kv_heads is not None and heads % kv_heads:
+        raise _bad(
+            "num_key_value_heads",
+            f"num_attention_heads {heads} is not divisible by num_key_value_heads {kv_heads}",
+        )
+    kinds = _validate_layers(spec)
+    _validate_ops(spec, kinds)
+    for key, check in (("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured)):
+        if key in spec:
+            check(spec, kinds)
+
+
+def _freeze(value: Any) -> Any:
+    """A deep copy through plain JSON types, so a spec never shares state with its input."""
+    if isinstance(value, Mapping):
+        return {str(k): _freeze(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_freeze(v) for v in value]
+    return value
+
+
+class ModelSpec(Mapping):
+    """A validated, read-only ModelSpec mapping (DESIGN §2.3)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping):
+        validate(data)
+        self._data = _freeze(data)
+
+    def __getitem__(self, key: str) -> Any:
+        return _freeze(self._data[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"ModelSpec(name={self._data['name']!r}, arch={self._data['arch']!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ModelSpec):
+            return self._data == other._data
+        return isinstance(other, Mapping) and self._data == _freeze(other)
+
+    __hash__ = None  # mutable-looking contents; compare, do not hash
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The stack's kinds in order of first appearance."""
+        return tuple(dict.fromkeys(g["kind"] for g in self._data["layers"]))
+
+    def to_dict(self) -> dict:
+        return _freeze(self._data)
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self._data, allow_nan=False, **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelSpec:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError("bad_json", f"spec JSON: {err}") from None
+        return cls(data)

@@ -1,0 +1,54 @@
+"""The `speccat` console script: one argparse parser, one module per command group.
+
+Each module in COMMAND_MODULES has `register(subparsers)`, which adds its commands and sets
+`run=callable(args) -> int` as the parser default. Heavy imports (torch, transformers,
+prefect, duckdb) stay inside the run functions so `speccat --help` is fast.
+
+Errors print one line, never a traceback, and exit non-zero. A SpecError exits 2; with
+`--json` it is printed on stdout as {"error": {"reason": CODE, "message": TEXT}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from speccat.census.spec import SpecError
+
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speccat",
+        description="Activation-memory catalogue of Hugging Face architectures.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"speccat.flows.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except SpecError as err:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": err.as_dict()}))
+        else:
+            print(f"speccat: {err.reason}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("speccat: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # one clear line for the operator, not a traceback
+        print(f"speccat: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The catalogue SQL: schema, views and analysts' example queries, shipped as package data."""
