@@ -1,0 +1,238 @@
+"""Where the configs come from: the Hugging Face Hub, or the snapshot the project ships.
+
+Both sources have one interface (`Source`): `list(limit)` gives `Listing`s (one repo each,
+with what the source knows about it) and `fetch(listing)` gives the local path of that
+repo's `config.json`, or raises `FetchError` with a stable reason code.
+
+HubSource uses huggingface_hub as its authors intend: `HfApi.list_models` for the most
+downloaded transformers text-generation models, and `hf_hub_download` pinned to the listed
+commit sha, through the standard cache (a pinned file already cached costs no request, and
+`HF_HUB_OFFLINE=1` serves from the cache only). The endpoint, the cache and the token all come
+from huggingface_hub's own environment (`HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`, `HF_TOKEN` or
+the token file); speccat never reads, logs or stores the token.
+
+huggingface_hub already retries the listing and the file's metadata request on 429 (honouring
+`Retry-After`), 5xx and timeouts; what is still transient after that (say a 503 on the
+download itself) is marked `transient` here so the flow's task retries it with backoff.
+
+SnapshotSource reads the configs shipped in `flows/snapshot/<org>__<name>/config.json`. Its
+listings are honest snapshot rows: no sha, downloads, likes or licence are invented.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+SNAPSHOT_DIR = Path(__file__).with_name("snapshot")
+CONFIG_FILE = "config.json"
+
+# Fetch-stage failure reasons (the census adds its own SpecError reasons).
+GATED = "gated"
+NOT_FOUND = "not_found"
+RATE_LIMITED = "rate_limited"
+FETCH_FAILED = "fetch_failed"
+FETCH_REASONS = (GATED, NOT_FOUND, RATE_LIMITED, FETCH_FAILED)
+
+# Statuses worth another try, as huggingface_hub itself retries them.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+# What the Hub is asked to return for each listed model (DESIGN §5).
+LIST_EXPAND = ("sha", "gated", "downloads", "likes", "lastModified", "pipeline_tag", "tags")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One repo as its source lists it. A field the source does not know stays None."""
+
+    repo_id: str
+    source: str  # "hub" or "snapshot"
+    sha: str | None = None
+    last_modified: str | None = None  # ISO 8601, UTC
+    downloads: int | None = None
+    likes: int | None = None
+    gated: str | None = None  # "no", "auto" or "manual" (the Hub's own values; False is "no")
+    license: str | None = None
+    pipeline_tag: str | None = None
+
+
+class FetchError(Exception):
+    """A config that could not be fetched: a stable `reason`, and whether trying again may help."""
+
+    def __init__(self, reason: str, message: str, *, transient: bool = False):
+        if reason not in FETCH_REASONS:
+            raise ValueError(f"unknown fetch reason {reason!r}; allowed: {', '.join(FETCH_REASONS)}")
+        super().__init__(message)
+        self.reason = reason
+        self.transient = transient
+
+    def __reduce__(self):  # survive pickling across process pools and Dask workers
+        return (_rebuild_fetch_error, (self.reason, str(self), self.transient))
+
+
+def _rebuild_fetch_error(reason: str, message: str, transient: bool) -> FetchError:
+    return FetchError(reason, message, transient=transient)
+
+
+class Source(Protocol):
+    name: str
+
+    def list(self, limit: int | None = None) -> list[Listing]: ...
+
+    def fetch(self, listing: Listing) -> Path: ...
+
+
+def _causes(err: BaseException) -> Iterator[BaseException]:
+    """The error and the chain of errors behind it (huggingface_hub wraps the HTTP error of a
+    failed metadata request in a LocalEntryNotFoundError)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def classify(err: BaseException, repo_id: str) -> FetchError:
+    """Map a huggingface_hub / HTTP error to a FetchError (gated before not-found: a
+    GatedRepoError is a RepositoryNotFoundError)."""
+    import httpx2
+    from huggingface_hub import errors
+
+    if isinstance(err, FetchError):
+        return err
+    for cause in _causes(err):
+        where = f"{repo_id}: {type(cause).__name__}: {_first_line(cause)}"
+        if isinstance(cause, errors.GatedRepoError):
+            return FetchError(GATED, f"{repo_id}: gated repo; the token in the environment has no access")
+        if isinstance(cause, errors.DisabledRepoError):
+            return FetchError(NOT_FOUND, f"{repo_id}: repo disabled")
+        if isinstance(cause, errors.RepositoryNotFoundError):
+            return FetchError(NOT_FOUND, f"{repo_id}: repo not found (or private)")
+        if isinstance(cause, errors.RevisionNotFoundError):
+            return FetchError(NOT_FOUND, f"{repo_id}: the listed revision is not on the Hub")
+        if isinstance(cause, errors.RemoteEntryNotFoundError):
+            return FetchError(NOT_FOUND, f"{repo_id}: the repo has no {CONFIG_FILE}")
+        if isinstance(cause, errors.OfflineModeIsEnabled):
+            return FetchError(FETCH_FAILED, f"{repo_id}: not in the local cache and HF_HUB_OFFLINE is set")
+        if isinstance(cause, errors.HfHubHTTPError) and cause.response is not None:
+            status = cause.response.status_code
+            if status == 429:
+                return FetchError(RATE_LIMITED, f"{repo_id}: rate limited (HTTP 429)", transient=True)
+            if status in (401, 403):
+                return FetchError(GATED, f"{repo_id}: access refused (HTTP {status})")
+            if status == 404:
+                return FetchError(NOT_FOUND, f"{repo_id}: not found (HTTP 404)")
+            return FetchError(FETCH_FAILED, f"{repo_id}: HTTP {status}", transient=status in TRANSIENT_STATUSES)
+        if isinstance(cause, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)):
+            return FetchError(FETCH_FAILED, where, transient=True)
+    return FetchError(FETCH_FAILED, f"{repo_id}: {type(err).__name__}: {_first_line(err)}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _license_of(tags: list[str] | None) -> str | None:
+    for tag in tags or ():
+        if tag.startswith("license:"):
+            return tag.split(":", 1)[1]
+    return None
+
+
+def _gated_of(value: object) -> str | None:
+    if value is None:
+        return None
+    if value is False or value == "false":
+        return "no"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """The Hub's most downloaded transformers text-generation models.
+
+    `endpoint` and `cache_dir` default to huggingface_hub's own (HF_ENDPOINT, HF_HUB_CACHE),
+    resolved where the source runs; pass them only to override.
+    """
+
+    endpoint: str | None = None
+    cache_dir: str | None = None
+    name: str = field(default="hub", init=False)
+
+    def list(self, limit: int | None = None) -> list[Listing]:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=self.endpoint)
+        models = api.list_models(
+            filter="transformers",
+            pipeline_tag="text-generation",
+            sort="downloads",
+            limit=limit,
+            expand=list(LIST_EXPAND),
+        )
+        return [
+            Listing(
+                repo_id=m.id,
+                source=self.name,
+                sha=m.sha,
+                last_modified=m.last_modified.isoformat() if m.last_modified else None,
+                downloads=m.downloads,
+                likes=m.likes,
+                gated=_gated_of(m.gated),
+                license=_license_of(m.tags),
+                pipeline_tag=m.pipeline_tag,
+            )
+            for m in models
+        ]
+
+    def fetch(self, listing: Listing) -> Path:
+        from huggingface_hub import hf_hub_download
+
+        try:
+            return Path(
+                hf_hub_download(
+                    listing.repo_id,
+                    CONFIG_FILE,
+                    revision=listing.sha,
+                    endpoint=self.endpoint,
+                    cache_dir=self.cache_dir,
+                )
+            )
+        except Exception as err:  # every failure becomes a reasoned FetchError
+            raise classify(err, listing.repo_id) from None
+
+
+@dataclass(frozen=True)
+class SnapshotSource:
+    """The configs shipped in the project (or any folder laid out the same way)."""
+
+    directory: str = str(SNAPSHOT_DIR)
+    name: str = field(default="snapshot", init=False)
+
+    def _path(self, repo_id: str) -> Path:
+        return Path(self.directory) / repo_id.replace("/", "__", 1) / CONFIG_FILE
+
+    def list(self, limit: int | None = None) -> list[Listing]:
+        folders = sorted(p.parent.name for p in Path(self.directory).glob(f"*/{CONFIG_FILE}"))
+        repo_ids = [name.replace("__", "/", 1) for name in folders]
+        return [Listing(repo_id=r, source=self.name) for r in repo_ids[:limit]]
+
+    def fetch(self, listing: Listing) -> Path:
+        path = self._path(listing.repo_id)
+        if not path.is_file():
+            raise FetchError(NOT_FOUND, f"{listing.repo_id}: no {CONFIG_FILE} in the snapshot at {path.parent}")
+        return path
+
+
+def make_source(name: str, *, snapshot_dir: str | os.PathLike | None = None) -> Source:
+    """The source named on the command line or in the deployment's parameters."""
+    if name == "hub":
+        return HubSource()
+    if name == "snapshot":
+        return SnapshotSource(str(snapshot_dir or SNAPSHOT_DIR))
+    raise ValueError(f"unknown source {name!r}; allowed: hub, snapshot")
