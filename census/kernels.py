@@ -1,0 +1,393 @@
+"""speccat's attention kernels as torch.library custom ops (DESIGN §2.4 step 3).
+
+The census runs layers on fake tensors, so what autograd keeps for backward is decided by the
+ops' autograd formulas. These two ops keep what the production kernels keep:
+
+- `speccat::flash_attention` keeps q, k and v (grouped K/V heads unexpanded), the output and
+  the fp32 log-sum-exp of each score row, as FlashAttention does; never the s×s scores.
+- `speccat::chunk_gated_delta_rule` keeps the l2-normalised q and k with their fp32 inverse
+  norms, v, the chunk-local cumulative decay (fp32), beta and the per-chunk WY matrix A, as
+  flash-linear-attention's chunked gated delta rule does.
+
+Each op has a fake implementation (shapes only; that is all the census runs) and a real CPU
+implementation in plain fp32 torch, with a backward that recomputes from what was kept, so the
+ops are correct on real tensors too (the tests compare them with reference math).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+LIB = "speccat"
+DELTA_CHUNK = 64  # flash-linear-attention's chunk length; A holds one row of this width per token
+
+
+# --------------------------------------------------------------------------- flash attention
+
+
+def _acc(x: Tensor) -> Tensor:
+    """x in the accumulation dtype: fp32 for half types, as kernels accumulate (fp64 stays fp64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _expand_kv(x: Tensor, heads: int) -> Tensor:
+    """(b, kv_heads, t, d) → (b, heads, t, d): query head i reads kv head i // (heads // kv_heads)."""
+    return x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def _fold_kv(grad: Tensor, kv_heads: int) -> Tensor:
+    """Sum the gradient of expanded heads back onto their kv head."""
+    b, heads, t, d = grad.shape
+    return grad.view(b, kv_heads, heads // kv_heads, t, d).sum(dim=2)
+
+
+def _allowed(q: Tensor, k: Tensor, causal: bool, window: int, indices: Tensor | None) -> Tensor:
+    """Which keys each query may see, (b, 1, s, t); queries are aligned to the last keys."""
+    s, t = q.shape[2], k.shape[2]
+    rows = torch.arange(s).unsqueeze(1) + (t - s)
+    cols = torch.arange(t).unsqueeze(0)
+    ok = torch.ones(s, t, dtype=torch.bool)
+    if causal:
+        ok &= cols <= rows
+    if window > 0:
+        ok &= (rows - cols) < window
+    ok = ok.expand(q.shape[0], 1, s, t)
+    if indices is not None:
+        chosen = torch.zeros(q.shape[0], s, t, dtype=torch.bool).scatter_(-1, indices.long(), True)
+        ok = ok & chosen.unsqueeze(1)
+    return ok
+
+
+def _logits(q: Tensor, k: Tensor, scale: float, softcap: float) -> tuple[Tensor, Tensor]:
+    """fp32 raw scores and the (optionally soft-capped) logits the softmax sees."""
+    raw = torch.matmul(_acc(q), _acc(_expand_kv(k, q.shape[1])).transpose(-1, -2)) * scale
+    return raw, (softcap * torch.tanh(raw / softcap) if softcap > 0 else raw)
+
+
+def _dropout_keep(shape, dropout_p: float, seed: int) -> Tensor | None:
+    """The keep-mask of attention dropout, regenerated from the seed (no mask is stored)."""
+    if dropout_p <= 0:
+        return None
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=generator) >= dropout_p) / (1.0 - dropout_p)
+
+
+def _probabilities(q, k, sinks, scale, causal, window, softcap, indices) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Softmax probabilities, fp32 log-sum-exp per row, and the raw/capped logits."""
+    raw, logits = _logits(q, k, scale, softcap)
+    logits = logits.masked_fill(~_allowed(q, k, causal, window, indices), float("-inf"))
+    if sinks is not None:
+        sink = _acc(sinks).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        lse = torch.logsumexp(torch.cat([logits, sink], dim=-1), dim=-1)
+    else:
+        lse = torch.logsumexp(logits, dim=-1)
+    probs = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)  # a row with no key gives zeros
+    return probs, lse, raw, logits
+
+
+@torch.library.custom_op(f"{LIB}::flash_attention", mutates_args=())
+def flash_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    sinks: Tensor | None,
+    indices: Tensor | None,
+    scale: float,
+    causal: bool,
+    window: int,
+    softcap: float,
+    dropout_p: float,
+    seed: int,
+) -> tuple[Tensor, Tensor]:
+    """Attention of q (b, h, s, d) over k, v (b, kv_heads, t, d|dv) → (out (b, s, h, dv), lse (b, h, s) fp32).
+
+    `sinks` are per-head logits that take probability mass without a value (gpt-oss);
+    `indices` (b, s, topk) restrict each query to chosen keys (DeepSeek sparse attention);
+    `window` > 0 limits each query to that many most recent keys; `softcap` > 0 caps logits
+    with softcap·tanh(x/softcap); dropout regenerates its mask from `seed`.
+    """
+    probs, lse, _, _ = _probabilities(q, k, sinks, scale, causal, window, softcap, indices)
+    keep = _dropout_keep(probs.shape, dropout_p, seed)
+    if keep is not None:
+        probs = probs * keep
+    out = torch.matmul(probs, _acc(_expand_kv(v, q.shape[1])))
+    return out.transpose(1, 2).contiguous().to(q.dtype), lse
+
+
+@flash_attention.register_fake
+def _flash_attention_fake(q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed):
+    b, heads, s, _ = q.shape
+    out = q.new_empty(b, s, heads, v.shape[-1])
+    lse = q.new_empty(b, heads, s, dtype=torch.promote_types(q.dtype, torch.float32))
+    return out, lse
+
+
+@torch.library.custom_op(f"{LIB}::flash_attention_backward", mutates_args=())
+def flash_attention_backward(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    sinks: Tensor | None,
+    indices: Tensor | None,
+    scale: float,
+    causal: bool,
+    window: int,
+    softcap: float,
+    dropout_p: float,
+    seed: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients (dq, dk, dv, dsinks) recomputed from what the forward kept (dsinks is empty without sinks)."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    raw, logits = _logits(q, k, scale, softcap)
+    logits = logits.masked_fill(~_allowed(q, k, causal, window, indices), float("-inf"))
+    probs = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)
+    keep = _dropout_keep(probs.shape, dropout_p, seed)
+    dout = _acc(grad_out.transpose(1, 2))  # (b, h, s, dv)
+    v_full = _acc(_expand_kv(v, heads))
+    dropped = probs * keep if keep is not None else probs
+    dv = _fold_kv(torch.matmul(dropped.transpose(-1, -2), dout), kv_heads)
+    dprobs = torch.matmul(dout, v_full.transpose(-1, -2))
+    if keep is not None:
+        dprobs = dprobs * keep
+    row = (probs * dprobs).sum(dim=-1, keepdim=True)
+    dlogits = probs * (dprobs - row)
+    if softcap > 0:
+        dlogits = dlogits * (1.0 - torch.tanh(raw / softcap) ** 2)
+    dq = torch.matmul(dlogits, _acc(_expand_kv(k, heads))) * scale
+    dk = _fold_kv(torch.matmul(dlogits.transpose(-1, -2), _acc(q)) * scale, kv_heads)
+    if sinks is not None:
+        sink_probs = torch.exp(_acc(sinks).view(1, -1, 1) - lse)
+        dsinks = -(sink_probs * row.squeeze(-1)).sum(dim=(0, 2)).to(sinks.dtype)
+    else:
+        dsinks = q.new_empty(0)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsinks
+
+
+@flash_attention_backward.register_fake
+def _flash_attention_backward_fake(grad_out, q, k, v, out, lse, sinks, indices, *rest):
+    dsinks = torch.empty_like(sinks) if sinks is not None else q.new_empty(0)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+
+
+def _flash_setup(ctx, inputs, output):
+    q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, sinks, indices)
+    ctx.options = (scale, causal, window, softcap, dropout_p, seed)
+    ctx.mark_non_differentiable(lse)
+
+
+def _flash_backward(ctx, grad_out, _grad_lse):
+    q, k, v, out, lse, sinks, indices = ctx.saved_tensors
+    dq, dk, dv, dsinks = flash_attention_backward(grad_out, q, k, v, out, lse, sinks, indices, *ctx.options)
+    return dq, dk, dv, (dsinks if sinks is not None else None), None, None, None, None, None, None, None
+
+
+flash_attention.register_autograd(_flash_backward, setup_context=_flash_setup)
+
+
+# --------------------------------------------------------------------------- gated delta rule
+
+
+def _l2norm(x: Tensor) -> tuple[Tensor, Tensor]:
+    """x / sqrt(sum(x²) + 1e-6) over the last dim in fp32, and the fp32 inverse norm (no last dim)."""
+    xf = _acc(x)
+    rstd = torch.rsqrt((xf * xf).sum(dim=-1) + 1e-6)
+    return (xf * rstd.unsqueeze(-1)).to(x.dtype), rstd
+
+
+def _l2norm_backward(y: Tensor, rstd: Tensor, dy: Tensor) -> Tensor:
+    """dx of y = x·r, r = (Σx² + eps)^-½: r·(dy − y·(dy·y))."""
+    y, dy = _acc(y), _acc(dy)
+    return rstd.unsqueeze(-1) * (dy - y * (dy * y).sum(dim=-1, keepdim=True))
+
+
+def _chunk_cumsum(x: Tensor, chunk: int) -> Tensor:
+    """Cumulative sum along dim 1 restarted at every chunk of `chunk` positions (x is (b, s, h))."""
+    b, s, h = x.shape
+    pad = (-s) % chunk
+    xs = torch.nn.functional.pad(x, (0, 0, 0, pad)).view(b, -1, chunk, h).cumsum(2)
+    return xs.reshape(b, -1, h)[:, :s]
+
+
+def _chunk_uncumsum(g_cum: Tensor, chunk: int) -> Tensor:
+    """The per-token decay back from its chunk-local cumulative sum."""
+    s = g_cum.shape[1]
+    previous = torch.nn.functional.pad(g_cum, (0, 0, 1, 0))[:, :-1]
+    starts = (torch.arange(s) % chunk == 0).view(1, s, 1)
+    return torch.where(starts, g_cum, g_cum - previous)
+
+
+def _per_head(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """q, k repeated to v's heads (each key head serves consecutive value heads), all in the accumulation dtype."""
+    groups = v.shape[2] // k.shape[2]
+    return (
+        _acc(q).repeat_interleave(groups, dim=2) * scale,
+        _acc(k).repeat_interleave(groups, dim=2),
+        _acc(v),
+        _acc(beta),
+    )
+
+
+def _delta_states(q, k, v, decay, beta) -> tuple[Tensor, list[Tensor]]:
+    """The gated delta rule token by token (q already scaled, all per value head).
+
+    State S (dk×dv) per head: S ← e^{g_t}·S; S ← S + k_t ⊗ β_t(v_t − Sᵀk_t); o_t = Sᵀq_t.
+    Returns the outputs (b, s, h, dv) and the states after each token (the first is the zero state).
+    """
+    b, s, heads, _ = v.shape
+    states = [q.new_zeros(b, heads, k.shape[-1], v.shape[-1])]
+    outputs = []
+    for t in range(s):
+        state = states[-1] * torch.exp(decay[:, t]).view(b, heads, 1, 1)
+        delta = (v[:, t] - torch.einsum("bhkv,bhk->bhv", state, k[:, t])) * beta[:, t].unsqueeze(-1)
+        state = state + torch.einsum("bhk,bhv->bhkv", k[:, t], delta)
+        states.append(state)
+        outputs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+    return torch.stack(outputs, dim=1), states
+
+
+def _delta_grads(q, k, v, decay, beta, grad_out) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Reverse-time gradients of `_delta_states`' outputs for (q, k, v, decay, beta), per value head."""
+    b, s, heads, _ = v.shape
+    _, states = _delta_states(q, k, v, decay, beta)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    ddecay, dbeta = torch.zeros_like(decay), torch.zeros_like(beta)
+    dstate = torch.zeros_like(states[0])
+    for t in reversed(range(s)):
+        kt, qt, do = k[:, t], q[:, t], grad_out[:, t]
+        gate = torch.exp(decay[:, t]).view(b, heads, 1, 1)
+        decayed = states[t] * gate
+        delta_in = v[:, t] - torch.einsum("bhkv,bhk->bhv", decayed, kt)
+        delta = delta_in * beta[:, t].unsqueeze(-1)
+        # o_t = S_tᵀ q_t
+        dq[:, t] = torch.einsum("bhkv,bhv->bhk", states[t + 1], do)
+        dstate = dstate + torch.einsum("bhk,bhv->bhkv", qt, do)
+        # S_t = S' + k_t ⊗ δ_t
+        ddelta = torch.einsum("bhkv,bhk->bhv", dstate, kt)
+        dk[:, t] = torch.einsum("bhkv,bhv->bhk", dstate, delta)
+        # δ_t = β_t (v_t − S'ᵀ k_t)
+        dv[:, t] = ddelta * beta[:, t].unsqueeze(-1)
+        dbeta[:, t] = (ddelta * delta_in).sum(-1)
+        dpred = -dv[:, t]
+        dstate = dstate + torch.einsum("bhk,bhv->bhkv", kt, dpred)
+        dk[:, t] += torch.einsum("bhkv,bhv->bhk", decayed, dpred)
+        # S' = e^{g_t} S_{t-1}
+        ddecay[:, t] = (dstate * decayed).sum(dim=(-1, -2))
+        dstate = dstate * gate
+    return dq, dk, dv, ddecay, dbeta
+
+
+def _fold_heads(grad: Tensor, kv_heads: int) -> Tensor:
+    """Sum the gradients of value heads back onto the key head they share."""
+    b, s, heads, d = grad.shape
+    return grad.view(b, s, kv_heads, heads // kv_heads, d).sum(dim=3)
+
+
+def _wy_matrix(k: Tensor, g_cum: Tensor, beta: Tensor, heads: int, chunk: int) -> Tensor:
+    """Per chunk, A = (I + strictly-lower(β_i·k_i·k_j·e^{g_i − g_j}))⁻¹, laid out (b, s, h, chunk)."""
+    b, s, _, _ = k.shape
+    pad = (-s) % chunk
+    kf = torch.nn.functional.pad(_acc(k).repeat_interleave(heads // k.shape[2], dim=2), (0, 0, 0, 0, 0, pad))
+    gf = torch.nn.functional.pad(g_cum, (0, 0, 0, pad))
+    bf = torch.nn.functional.pad(_acc(beta), (0, 0, 0, pad))
+    n = kf.shape[1] // chunk
+    kc = kf.view(b, n, chunk, heads, -1).permute(0, 1, 3, 2, 4)  # (b, n, h, c, dk)
+    gc = gf.view(b, n, chunk, heads).permute(0, 1, 3, 2)
+    bc = bf.view(b, n, chunk, heads).permute(0, 1, 3, 2)
+    lower = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool), diagonal=-1)
+    gram = bc.unsqueeze(-1) * (kc @ kc.transpose(-1, -2)) * torch.exp((gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~lower, 0.0))
+    eye = torch.eye(chunk, dtype=gram.dtype)
+    system = eye + gram.masked_fill(~lower, 0.0)
+    inverse = torch.linalg.solve_triangular(system, eye.expand_as(system), upper=False, unitriangular=True)
+    return inverse.permute(0, 1, 3, 2, 4).reshape(b, n * chunk, heads, chunk)[:, :s]
+
+
+@torch.library.custom_op(f"{LIB}::chunk_gated_delta_rule", mutates_args=())
+def chunk_gated_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float, l2norm_qk: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Gated delta rule over q, k (b, s, kv_heads, dk), v (b, s, heads, dv), decay g and beta (b, s, heads).
+
+    Returns the output (b, s, heads, dv) in v's dtype, then what backward keeps: q and k
+    (normalised when `l2norm_qk`), their fp32 inverse norms (b, s, kv_heads), the fp32
+    chunk-local cumulative decay and the WY matrix A (b, s, heads, 64) in k's dtype.
+    """
+    if l2norm_qk:
+        qn, q_rstd = _l2norm(q)
+        kn, k_rstd = _l2norm(k)
+    else:
+        qn, kn = q.clone(), k.clone()
+        q_rstd = _acc(q.new_ones(q.shape[:-1]))
+        k_rstd = _acc(k.new_ones(k.shape[:-1]))
+    g_cum = _chunk_cumsum(_acc(g), DELTA_CHUNK)
+    out = _delta_states(*_per_head(qn, kn, v, beta, scale)[:3], _acc(g), _acc(beta))[0].to(v.dtype)
+    wy = _wy_matrix(kn, g_cum, beta, v.shape[2], DELTA_CHUNK).to(k.dtype)
+    return out, qn, kn, q_rstd, k_rstd, g_cum, wy
+
+
+@chunk_gated_delta_rule.register_fake
+def _chunk_gated_delta_rule_fake(q, k, v, g, beta, scale, l2norm_qk):
+    b, s, heads, _ = v.shape
+    return (
+        torch.empty_like(v),
+        torch.empty_like(q),
+        torch.empty_like(k),
+        q.new_empty(q.shape[:-1], dtype=torch.promote_types(q.dtype, torch.float32)),
+        k.new_empty(k.shape[:-1], dtype=torch.promote_types(k.dtype, torch.float32)),
+        g.new_empty(b, s, heads, dtype=torch.promote_types(g.dtype, torch.float32)),
+        k.new_empty(b, s, heads, DELTA_CHUNK),
+    )
+
+
+@torch.library.custom_op(f"{LIB}::chunk_gated_delta_rule_backward", mutates_args=())
+def chunk_gated_delta_rule_backward(
+    grad_out: Tensor,
+    qn: Tensor,
+    kn: Tensor,
+    q_rstd: Tensor,
+    k_rstd: Tensor,
+    v: Tensor,
+    g_cum: Tensor,
+    beta: Tensor,
+    wy: Tensor,
+    scale: float,
+    l2norm_qk: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, dg, dbeta), recomputing the rule from the kept tensors (A is kept for parity with fla)."""
+    q, k, v_acc, beta_acc = _per_head(qn, kn, v, beta, scale)
+    dq, dk, dv, dg, dbeta = _delta_grads(q, k, v_acc, _chunk_uncumsum(g_cum, DELTA_CHUNK), beta_acc, _acc(grad_out))
+    kv_heads = kn.shape[2]
+    dqn, dkn = _fold_heads(dq, kv_heads) * scale, _fold_heads(dk, kv_heads)
+    if l2norm_qk:
+        dq, dk = _l2norm_backward(qn, q_rstd, dqn), _l2norm_backward(kn, k_rstd, dkn)
+    else:
+        dq, dk = dqn, dkn
+    return dq.to(qn.dtype), dk.to(kn.dtype), dv.to(v.dtype), dg, dbeta.to(beta.dtype)
+
+
+@chunk_gated_delta_rule_backward.register_fake
+def _chunk_gated_delta_rule_backward_fake(grad_out, qn, kn, q_rstd, k_rstd, v, g_cum, beta, *rest):
+    return torch.empty_like(qn), torch.empty_like(kn), torch.empty_like(v), torch.empty_like(g_cum), torch.empty_like(beta)
+
+
+def _delta_setup(ctx, inputs, output):
+    q, k, v, g, beta, scale, l2norm_qk = inputs
+    _, qn, kn, q_rstd, k_rstd, g_cum, wy = output
+    ctx.save_for_backward(qn, kn, q_rstd, k_rstd, v, g_cum, beta, wy)
+    ctx.options = (scale, l2norm_qk)
+    ctx.g_dtype = g.dtype
+    ctx.mark_non_differentiable(qn, kn, q_rstd, k_rstd, g_cum, wy)
+
+
+def _delta_backward(ctx, grad_out, *_unused):
+    qn, kn, q_rstd, k_rstd, v, g_cum, beta, wy = ctx.saved_tensors
+    dq, dk, dv, dg, dbeta = chunk_gated_delta_rule_backward(grad_out, qn, kn, q_rstd, k_rstd, v, g_cum, beta, wy, *ctx.options)
+    return dq, dk, dv, dg.to(ctx.g_dtype), dbeta, None, None
+
+
+chunk_gated_delta_rule.register_autograd(_delta_backward, setup_context=_delta_setup)
