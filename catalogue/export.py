@@ -1,0 +1,73 @@
+"""`speccat export DIR`: the planners' tables as Parquet, partitioned by setting.
+
+Tables and views with a setting_id are written as hive partitions (DIR/NAME/setting_id=ID/
+data_0.parquet); the small ones as one file each (DIR/NAME.parquet). A manifest
+(DIR/_speccat_export.json) names the run, the versions and each table's row count. The export
+is built in a sibling folder and swapped in, so DIR never holds half of two exports; an
+existing DIR that has no manifest is refused rather than overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from speccat.catalogue.rundata import StoreError
+from speccat.catalogue.store import open_readonly
+
+MANIFEST = "_speccat_export.json"
+# Partitioned by setting: the prices a planner reads for its own setting.
+PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "model_prices", "model_full_prices")
+# One file each: what a planner joins the prices with.
+WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs")
+
+
+def export(db_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+    """Write the planners' tables of the catalogue at `db_path` into `out_dir`; return the manifest."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
+        raise StoreError("bad_run", f"{out} exists and is not a speccat export (no {MANIFEST}); choose another folder")
+    building = out.with_name(f".{out.name}.export-{uuid.uuid4().hex[:8]}")
+    building.mkdir(parents=True)
+    try:
+        with contextlib.closing(open_readonly(db_path)) as con:
+            tables = {}
+            for name in PARTITIONED:
+                target = building / name
+                con.execute(f"COPY (SELECT * FROM {name}) TO {_literal(str(target))} (FORMAT parquet, PARTITION_BY (setting_id))")
+                tables[name] = _count(con, name)
+            for name in WHOLE:
+                con.execute(f"COPY (SELECT * FROM {name}) TO {_literal(str(building / (name + '.parquet')))} (FORMAT parquet)")
+                tables[name] = _count(con, name)
+            latest = con.execute("SELECT run_id, census_version, records_version, settings_version FROM latest_run").fetchone()
+        manifest = {
+            "catalogue": str(Path(db_path).resolve()),
+            "latest_run": None if latest is None else dict(zip(("run_id", "census_version", "records_version", "settings_version"), latest)),
+            "partitioned_by": "setting_id",
+            "tables": tables,
+        }
+        (building / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _swap_in(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return manifest
+
+
+def _swap_in(building: Path, out: Path) -> None:
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(building, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _count(con, name: str) -> int:
+    return con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -1,0 +1,206 @@
+"""Publishing into a DuckLake: the scale-out path (DESIGN §4).
+
+A lake is a SQL catalog (SQLite locally, PostgreSQL in production, or a DuckDB file) plus
+Parquet data files under a path. Several flow workers may publish into one lake at once: each
+publish is one DuckLake transaction, which is one snapshot, so a reader sees a run whole or not
+at all. The lake holds the catalogue's tables (sql/schema.sql with ENUM columns as VARCHAR and
+keys unenforced, as DuckLake has neither; sql/checks.sql checks the keys) and its views.
+
+Concurrency: DuckLake retries a commit whose changes do not conflict, and two appends to one
+table never do, so two writers adding the same config could both add it. Every publish
+therefore also increments the one row of `lake_epoch`: two overlapping publishes then conflict
+(both rewrite that row), the later one fails to commit, and this module runs it again from a
+fresh snapshot, where the merge sees what the other writer stored. The merge is the single
+file's (sql/merge.sql), so a reader of the lake sees the same rows as the single file.
+
+The extensions come from PyPI packages (duckdb-extension-ducklake, and
+duckdb-extension-sqlite-scanner for a SQLite catalog) and are loaded from their files: no
+download, no network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import random
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from speccat import sql
+from speccat.catalogue.rundata import RunData, StoreError
+from speccat.catalogue.store import INCOMING, TABLES, merge, schema_signature, stage
+
+LAKE = "lake"
+# Extension name -> the PyPI package that ships its binary for this DuckDB version.
+EXTENSION_PACKAGES = {
+    "ducklake": "duckdb_extension_ducklake",
+    "sqlite_scanner": "duckdb_extension_sqlite_scanner",
+    "postgres_scanner": "duckdb_extension_postgres_scanner",
+}
+# DuckLake's own retry of non-conflicting commits, then ours of whole publishes.
+ATTEMPTS = 30
+FIRST_WAIT_S = 0.05
+
+
+@dataclass(frozen=True)
+class Lake:
+    """Where a lake lives: `catalog` as DuckLake takes it after `ducklake:` (`sqlite:PATH`,
+    `postgres:CONNINFO`, or a DuckDB file path) and the data path for its Parquet files."""
+
+    catalog: str
+    data_path: str
+
+    @property
+    def backend(self) -> str:
+        head = self.catalog.split(":", 1)[0]
+        return head if head in ("sqlite", "postgres") else "duckdb"
+
+
+@dataclass(frozen=True)
+class LakePublished:
+    run_id: str
+    attempts: int
+    rows: dict[str, int]
+
+
+def extension_path(name: str) -> Path:
+    """The binary of extension `name` shipped by its PyPI package for the running DuckDB."""
+    package = EXTENSION_PACKAGES[name]
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        pip_name = package.replace("_", "-")
+        raise StoreError("lake", f"the {name} extension needs the PyPI package {pip_name}=={duckdb.__version__}") from None
+    path = Path(str(resources.files(package))) / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise StoreError("lake", f"{path} is missing: {package} must match duckdb {duckdb.__version__}")
+    return path
+
+
+def connect(lake: Lake, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the lake attached as `lake` (extensions loaded offline)."""
+    con = duckdb.connect()
+    con.execute(f"LOAD {_literal(str(extension_path('ducklake')))}")
+    if lake.backend == "sqlite":
+        _prepare_sqlite(Path(lake.catalog.split(":", 1)[1]))
+        con.execute(f"LOAD {_literal(str(extension_path('sqlite_scanner')))}")
+    elif lake.backend == "postgres":
+        con.execute(f"LOAD {_literal(str(extension_path('postgres_scanner')))}")
+    options = [f"DATA_PATH {_literal(lake.data_path)}"]
+    if read_only:
+        options.append("READ_ONLY")
+    else:
+        # Rows go to Parquet files, not into the catalog database, so a writer holds the
+        # catalog only while it commits.
+        options.append("DATA_INLINING_ROW_LIMIT 0")
+    try:
+        con.execute(f"ATTACH {_literal('ducklake:' + lake.catalog)} AS {LAKE} ({', '.join(options)})")
+    except duckdb.Error as err:
+        con.close()
+        raise StoreError("lake", f"cannot attach the lake {lake.catalog}: {_first_line(err)}") from None
+    return con
+
+
+def publish_lake(lake: Lake, run: RunData) -> LakePublished:
+    """Store `run` into the lake in one transaction, retried while another writer wins."""
+    run.validate()
+    tables = run.arrow_tables()
+    with contextlib.closing(connect(lake)) as con:
+        stage(con, run, tables)
+        _retrying(con, lambda: _create_tables(con))
+        attempts = _retrying(con, lambda: _merge_and_commit(con))
+        con.execute(f"USE {LAKE}")
+        rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    return LakePublished(run.run_id, attempts, rows)
+
+
+@contextlib.contextmanager
+def open_lake(lake: Lake) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection whose default catalog is the lake (tables and views)."""
+    con = connect(lake, read_only=True)
+    try:
+        con.execute(f"USE {LAKE}")
+        yield con
+    finally:
+        con.close()
+
+
+def lake_ddl(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """CREATE TABLE statements for the lake, from the staged schema: ENUMs become VARCHAR,
+    keys are left to sql/checks.sql, NOT NULL is kept."""
+    columns: dict[str, list[str]] = {}
+    for table, _, column, data_type, nullable in schema_signature(con, INCOMING):
+        if table not in TABLES:
+            continue
+        kind = "VARCHAR" if data_type.startswith("ENUM(") else data_type
+        columns.setdefault(table, []).append(f'"{column}" {kind}{"" if nullable else " NOT NULL"}')
+    statements = [f"CREATE TABLE IF NOT EXISTS {t} ({', '.join(columns[t])})" for t in TABLES]
+    statements.append("CREATE TABLE IF NOT EXISTS lake_epoch (epoch BIGINT NOT NULL)")
+    return statements
+
+
+def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("BEGIN")
+    con.execute(f"USE {LAKE}")
+    for statement in lake_ddl(con):
+        con.execute(statement)
+    if con.execute("SELECT count(*) FROM lake_epoch").fetchone()[0] == 0:
+        con.execute("INSERT INTO lake_epoch VALUES (0)")
+    con.execute(sql.load("views"))
+    con.execute("COMMIT")
+
+
+def _merge_and_commit(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("BEGIN")
+    con.execute(f"USE {LAKE}")
+    merge(con)
+    con.execute("UPDATE lake_epoch SET epoch = epoch + 1")
+    con.execute("COMMIT")
+
+
+def _retrying(con: duckdb.DuckDBPyConnection, attempt) -> int:
+    """Run `attempt` (one transaction) until it commits; returns how many tries it took.
+
+    A lost race (another writer committed first: a conflict, or a catalog that is busy for a
+    moment) rolls back and runs again, with a growing, jittered wait. Anything else is raised."""
+    wait = FIRST_WAIT_S
+    for n in range(1, ATTEMPTS + 1):
+        try:
+            attempt()
+            return n
+        except (duckdb.TransactionException, duckdb.IOException) as err:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            text = str(err)
+            if n == ATTEMPTS or not ("conflict" in text.lower() or "locked" in text or "busy" in text):
+                raise StoreError("lake", f"commit failed after {n} attempt(s): {_first_line(err)}") from None
+            time.sleep(wait * (1 + random.random()))
+            wait = min(wait * 1.5, 2.0)
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+    raise AssertionError("unreachable")
+
+
+def _prepare_sqlite(path: Path) -> None:
+    """Create the SQLite catalog in WAL mode: readers then never block the committing writer
+    (in the default rollback journal, one writer's open read fails another's commit)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            db.execute("PRAGMA journal_mode=WAL")
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0]

@@ -1,0 +1,265 @@
+"""RunData: everything one night of the pipeline hands the store, and its Arrow staging.
+
+The flow fills a RunData with plain values (mappings, sequences, pyarrow tables) and calls
+`speccat.catalogue.store.publish(db_path, run)`. Only what is new tonight needs to be in
+`configs`, `specs` and `prices`: whatever the published catalogue already holds at the same
+census and records versions is carried over. `repos` lists every repo the source listed
+tonight (including those whose fetch failed, with config_hash None) and `failures` says why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from speccat.catalogue.reasons import GATING, RUN_STATUSES, SOURCES
+
+# runs.<key>_version columns, in order (DESIGN §4: speccat, transformers, torch, records,
+# profiles, settings; plus the census version every spec is keyed by).
+VERSION_KEYS: tuple[str, ...] = (
+    "speccat",
+    "transformers",
+    "torch",
+    "census",
+    "records",
+    "profiles",
+    "settings",
+)
+REPO_FIELDS: tuple[str, ...] = (
+    "repo_id",
+    "sha",
+    "last_modified",
+    "downloads",
+    "likes",
+    "gated",
+    "license",
+    "pipeline_tag",
+    "config_hash",
+)
+FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
+LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
+FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
+
+
+class StoreError(ValueError):
+    """A refusal of the store, with a stable `reason` code.
+
+    bad_run: the RunData is malformed (the message names the field);
+    schema: the run does not fit the catalogue's schema (a setting field or switch without a column);
+    conflict: a row already stored under the same key differs from tonight's (a version not bumped);
+    check_failed: the built catalogue failed a consistency check (sql/checks.sql);
+    lake: the DuckLake could not be attached or committed.
+    """
+
+    REASONS = ("bad_run", "schema", "conflict", "check_failed", "lake")
+
+    def __init__(self, reason: str, message: str):
+        if reason not in self.REASONS:
+            raise ValueError(f"unknown StoreError reason {reason!r}; allowed: {self.REASONS}")
+        super().__init__(message)
+        self.reason = reason
+
+    def as_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": str(self)}
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run of the pipeline, as the store ingests it.
+
+    versions: {speccat, transformers, torch, census, records, profiles, settings} -> str.
+    settings: the grid rows (catalogue/settings.py `Grid.settings`), each with setting_id.
+    switches: the records' switch names in mask-bit order (`Records.switches`).
+    repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual").
+    configs: config_hash -> the config mapping (its model_type is stored as a column).
+    specs: config_hash -> ModelSpec mapping, censused at versions["census"].
+    prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`:
+        pyarrow tables with LAYER_PRICE_COLUMNS and FULL_PRICE_COLUMNS), at versions["records"].
+    failures: mappings with FAILURE_FIELDS; stage and reason are codes of catalogue/reasons.py
+        and census/spec.py REASONS.
+    """
+
+    run_id: str
+    started: datetime
+    ended: datetime
+    status: str
+    source: str
+    versions: Mapping[str, str]
+    settings: Sequence[Mapping[str, Any]]
+    switches: Sequence[str]
+    repos: Sequence[Mapping[str, Any]] = ()
+    configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    prices: Mapping[str, Any] = field(default_factory=dict)
+    failures: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def census_version(self) -> str:
+        return self.versions["census"]
+
+    @property
+    def records_version(self) -> str:
+        return self.versions["records"]
+
+    def validate(self) -> None:
+        """Raise StoreError("bad_run") naming the first malformed field."""
+        if not isinstance(self.run_id, str) or not self.run_id:
+            _bad("run_id", f"must be a non-empty string, got {self.run_id!r}")
+        for name in ("started", "ended"):
+            value = getattr(self, name)
+            if not isinstance(value, datetime) or value.tzinfo is None:
+                _bad(name, f"must be a timezone-aware datetime, got {value!r}")
+        if self.ended < self.started:
+            _bad("ended", f"{self.ended} is before started {self.started}")
+        if self.status not in RUN_STATUSES:
+            _bad("status", f"{self.status!r} is not one of {RUN_STATUSES}")
+        if self.source not in SOURCES:
+            _bad("source", f"{self.source!r} is not one of {SOURCES}")
+        missing = [k for k in VERSION_KEYS if not isinstance(self.versions.get(k), str) or not self.versions[k]]
+        unknown = sorted(set(self.versions) - set(VERSION_KEYS))
+        if missing or unknown:
+            _bad("versions", f"needs non-empty strings for {list(VERSION_KEYS)}; missing {missing}, unknown {unknown}")
+        if not self.switches or len(set(self.switches)) != len(self.switches):
+            _bad("switches", f"must be distinct switch names in mask-bit order, got {list(self.switches)}")
+        for i, setting in enumerate(self.settings):
+            if not isinstance(setting, Mapping) or not setting.get("setting_id"):
+                _bad(f"settings[{i}]", "must be a mapping with a setting_id")
+        for i, repo in enumerate(self.repos):
+            _check_row(f"repos[{i}]", repo, REPO_FIELDS, required=("repo_id",))
+            if repo.get("gated") is not None and repo["gated"] not in GATING:
+                _bad(f"repos[{i}].gated", f"{repo['gated']!r} is not one of False, 'auto', 'manual' or None")
+        for i, failure in enumerate(self.failures):
+            _check_row(f"failures[{i}]", failure, FAILURE_FIELDS, required=FAILURE_FIELDS)
+        for config_hash, spec in self.specs.items():
+            if not isinstance(spec, Mapping) or "layers" not in spec:
+                _bad(f"specs[{config_hash!r}]", "must be a ModelSpec mapping")
+
+    def arrow_tables(self) -> dict[str, pa.Table]:
+        """The run as Arrow tables named like the `incoming` staging tables of the store."""
+        versions = {f"{k}_version": self.versions[k] for k in VERSION_KEYS}
+        config_hashes = {r.get("config_hash") for r in self.repos} - {None}
+        runs = [
+            {
+                "run_id": self.run_id,
+                "started": self.started,
+                "ended": self.ended,
+                "status": self.status,
+                "source": self.source,
+                **versions,
+                "n_repos": len(self.repos),
+                "n_configs": len(config_hashes),
+                "n_specs": len(self.specs),
+                "n_failures": len(self.failures),
+            }
+        ]
+        history = [
+            {
+                **{k: repo.get(k) for k in REPO_FIELDS},
+                "run_id": self.run_id,
+                "gated": None if repo.get("gated") is None else GATING[repo["gated"]],
+            }
+            for repo in self.repos
+        ]
+        failures = [{**{k: f[k] for k in FAILURE_FIELDS}, "run_id": self.run_id} for f in self.failures]
+        tables = {
+            "runs": pa.Table.from_pylist(runs),
+            "repo_history": _table(history, ("run_id",) + REPO_FIELDS),
+            "failures": _table(failures, ("run_id",) + FAILURE_FIELDS),
+            "settings": pa.Table.from_pylist([dict(s) for s in self.settings]),
+            "switch_sets": pa.Table.from_pylist(switch_set_rows(self.switches)),
+            "raw_configs": _table(
+                [{"config_hash": h, "config": _canonical(c)} for h, c in sorted(self.configs.items())],
+                ("config_hash", "config"),
+            ),
+            "raw_specs": _table(
+                [
+                    {"config_hash": h, "census_version": self.census_version, "spec": _canonical(s)}
+                    for h, s in sorted(self.specs.items())
+                ],
+                ("config_hash", "census_version", "spec"),
+            ),
+        }
+        tables["layer_prices"], tables["full_prices"] = self._price_tables()
+        return tables
+
+    def _price_tables(self) -> tuple[pa.Table, pa.Table]:
+        layer, full = [], []
+        for config_hash, tables in sorted(self.prices.items()):
+            for columns, part, out in (
+                (LAYER_PRICE_COLUMNS, "layer_prices", layer),
+                (FULL_PRICE_COLUMNS, "full_prices", full),
+            ):
+                table = tables[part] if isinstance(tables, Mapping) else getattr(tables, part)
+                if not isinstance(table, pa.Table):
+                    _bad(f"prices[{config_hash!r}].{part}", f"must be a pyarrow Table, got {type(table).__name__}")
+                lacking = [c for c in columns if c not in table.column_names]
+                if lacking:
+                    _bad(f"prices[{config_hash!r}].{part}", f"lacks column(s) {lacking}; needs {list(columns)}")
+                n = table.num_rows
+                keyed = pa.table(
+                    {
+                        "config_hash": pa.repeat(config_hash, n),
+                        "census_version": pa.repeat(self.census_version, n),
+                        "records_version": pa.repeat(self.records_version, n),
+                        **{c: table.column(c) for c in columns},
+                    }
+                )
+                out.append(keyed)
+        return _concat(layer), _concat(full)
+
+
+def switch_set_rows(switches: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per mask: a boolean per switch (bit i = switch i recomputed), count, list, name."""
+    rows = []
+    everything = (1 << len(switches)) - 1
+    for mask in range(everything + 1):
+        chosen = [s for i, s in enumerate(switches) if mask >> i & 1]
+        name = "none" if mask == 0 else "all" if mask == everything else ",".join(chosen)
+        rows.append(
+            {
+                "mask": mask,
+                **{s: bool(mask >> i & 1) for i, s in enumerate(switches)},
+                "n_recomputed": len(chosen),
+                "switches": chosen,
+                "name": name,
+            }
+        )
+    return rows
+
+
+def _canonical(mapping: Mapping[str, Any]) -> str:
+    """JSON text that is the same for equal mappings, so a re-stored run compares equal."""
+    return json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> pa.Table:
+    """An Arrow table with these columns even when there are no rows (types come from SQL)."""
+    if rows:
+        return pa.Table.from_pylist(rows)
+    return pa.table({c: pa.array([], pa.null()) for c in columns})
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table | None:
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _check_row(where: str, row: Any, allowed: Sequence[str], required: Sequence[str]) -> None:
+    if not isinstance(row, Mapping):
+        _bad(where, f"must be a mapping, got {type(row).__name__}")
+    unknown = sorted(set(row) - set(allowed))
+    if unknown:
+        _bad(where, f"unknown field(s) {unknown}; allowed: {list(allowed)}")
+    for key in required:
+        if row.get(key) in (None, ""):
+            _bad(f"{where}.{key}", "is required")
+
+
+def _bad(where: str, what: str) -> None:
+    raise StoreError("bad_run", f"{where}: {what}")

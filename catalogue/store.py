@@ -1,0 +1,337 @@
+"""The DuckDB catalogue: publish a run atomically, open the published file for reading.
+
+`publish(db_path, run)` never writes the published file. Under a writer lock it builds the
+next catalogue in a new file beside it (`.NAME.publish-PID-ID.tmp`): a copy of the published
+file (or a rebuild into sql/schema.sql when the schema changed), plus tonight's rows merged
+by sql/merge.sql. It then runs sql/checks.sql, checkpoints, fsyncs and renames the new file over
+the old one. A reader that has the old file open keeps reading the old inode; a new reader sees
+the whole new run; a writer killed at any point leaves the published file as it was, and the
+next publish removes the leftover. Carried rows are never recomputed: the flow only censuses
+configs the catalogue lacks (`stored()` tells which).
+
+DuckDB lets one process write a file or many read it, never both: readers use
+`open_readonly()`, and in one process a connection to the published path must be closed before
+the same process opens the new file (DuckDB caches open instances by path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from speccat import sql
+from speccat.catalogue.rundata import RunData, StoreError
+
+DEFAULT_DB = "catalogue.duckdb"
+
+# Tables in the order the store rebuilds them; the same as sql/schema.sql declares.
+TABLES: tuple[str, ...] = (
+    "runs",
+    "repo_history",
+    "repos",
+    "configs",
+    "specs",
+    "kinds",
+    "stack",
+    "measured",
+    "settings",
+    "switch_sets",
+    "layer_prices",
+    "full_prices",
+    "failures",
+)
+# switch_sets columns that are not a switch.
+SWITCH_SET_FIXED = ("mask", "n_recomputed", "switches", "name")
+INCOMING = "incoming"
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a publish did: the path, the run, and the rows each table holds afterwards."""
+
+    path: Path
+    run_id: str
+    rebuilt: bool
+    rows: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the published catalogue already holds at one census and records version."""
+
+    specs: frozenset[str]  # config_hashes with a spec at the census version
+    priced: frozenset[str]  # config_hashes with prices at both versions
+
+
+def publish(db_path: str | os.PathLike, run: RunData) -> Published:
+    """Store `run` into the catalogue at `db_path` and publish it atomically (module docstring)."""
+    run.validate()
+    tables = run.arrow_tables()
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(db_path):
+        remove_leftovers(db_path)
+        tmp = db_path.with_name(f".{db_path.name}.publish-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            rebuilt = _start(db_path, tmp)
+            con = duckdb.connect(str(tmp))
+            try:
+                if rebuilt and db_path.exists():
+                    _carry_into_new_schema(con, db_path)
+                stage(con, run, tables)
+                merge(con)
+                con.execute(sql.load("views"))
+                rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+                con.execute(f"DETACH {INCOMING}")
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            _fsync(tmp)
+            os.replace(tmp, db_path)
+            _fsync(db_path.parent)
+        finally:
+            _remove_with_wal(tmp)
+    return Published(path=db_path, run_id=run.run_id, rebuilt=rebuilt, rows=rows)
+
+
+def open_readonly(db_path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the published catalogue (many readers may hold one at once)."""
+    path = Path(db_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no catalogue at {path}; run `speccat refresh --db {path}` first")
+    return duckdb.connect(str(path), read_only=True)
+
+
+def stored(db_path: str | os.PathLike, census_version: str, records_version: str) -> Stored:
+    """Which config_hashes the published catalogue has specced and priced at these versions."""
+    if not Path(db_path).is_file():
+        return Stored(frozenset(), frozenset())
+    with contextlib.closing(open_readonly(db_path)) as con:
+        specs = con.execute(
+            "SELECT config_hash FROM specs WHERE census_version = ?", [census_version]
+        ).fetchall()
+        priced = con.execute(
+            "SELECT DISTINCT config_hash FROM full_prices WHERE census_version = ? AND records_version = ?",
+            [census_version, records_version],
+        ).fetchall()
+    return Stored(frozenset(r[0] for r in specs), frozenset(r[0] for r in priced))
+
+
+def load_specs(
+    db_path: str | os.PathLike, census_version: str, config_hashes: Iterable[str] | None = None
+) -> dict[str, dict]:
+    """Stored specs at a census version (all, or those named), as plain mappings.
+
+    For repricing under a new records version without censusing again."""
+    import json
+
+    with contextlib.closing(open_readonly(db_path)) as con:
+        rows = con.execute(
+            "SELECT config_hash, spec::VARCHAR FROM specs WHERE census_version = ? ORDER BY config_hash",
+            [census_version],
+        ).fetchall()
+    wanted = None if config_hashes is None else set(config_hashes)
+    return {h: json.loads(s) for h, s in rows if wanted is None or h in wanted}
+
+
+@contextlib.contextmanager
+def writer_lock(db_path: Path) -> Iterator[None]:
+    """One publisher per catalogue at a time: an flock on NAME.lock beside it.
+
+    The kernel drops the lock when its holder dies, even by SIGKILL."""
+    lock_path = db_path.with_name(db_path.name + ".lock")
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_leftovers(db_path: Path) -> list[Path]:
+    """Remove the files of publishes that died (call only while holding the writer lock)."""
+    leftovers = sorted(db_path.parent.glob(f".{db_path.name}.publish-*.tmp*"))
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
+def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Table | None]) -> None:
+    """Attach an in-memory `incoming` catalog with the schema and fill it with the run's rows.
+
+    Every table is ingested from Arrow in one statement; the spec tables are derived from the
+    staged spec JSON by sql/derive.sql. Types, ENUM codes and keys are enforced here, so a bad
+    code or a duplicate key in the run is refused before anything is merged."""
+    home = _database_name(con)
+    con.execute(f"ATTACH ':memory:' AS {INCOMING}")
+    con.execute(f"USE {INCOMING}")
+    try:
+        con.execute(sql.load("schema"))
+        _check_fits_schema(con, run)
+        con.execute("CREATE TABLE raw_configs (config_hash VARCHAR PRIMARY KEY, config VARCHAR NOT NULL)")
+        con.execute(
+            "CREATE TABLE raw_specs (config_hash VARCHAR, census_version VARCHAR, spec VARCHAR NOT NULL,"
+            " PRIMARY KEY (config_hash, census_version))"
+        )
+        for name, table in tables.items():
+            if table is None or table.num_rows == 0:
+                continue
+            con.register("arrow_rows", table)
+            try:
+                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM arrow_rows")
+            except (duckdb.ConstraintException, duckdb.ConversionException, duckdb.BinderException) as err:
+                raise StoreError("bad_run", f"{name}: {_first_line(err)}") from None
+            finally:
+                con.unregister("arrow_rows")
+        try:
+            con.execute(sql.load("derive"))
+        except (duckdb.ConstraintException, duckdb.ConversionException) as err:
+            raise StoreError("bad_run", f"specs: {_first_line(err)}") from None
+    finally:
+        con.execute(f"USE {_quote(home)}")
+
+
+def merge(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse conflicting rows, merge `incoming` into the default catalog, then check it."""
+    conflicts = con.execute(sql.load("conflicts")).fetchall()
+    if conflicts:
+        listed = "; ".join(f"{t} {k}" for t, k in conflicts[:10])
+        raise StoreError(
+            "conflict",
+            f"{len(conflicts)} stored row group(s) differ from this run's under the same key "
+            f"(bump the census, records or settings version): {listed}",
+        )
+    con.execute(sql.load("merge"))
+    problems = con.execute(sql.load("checks")).fetchall()
+    if problems:
+        listed = "; ".join(f"{c}: {d}" for c, d in problems[:10])
+        raise StoreError("check_failed", f"{len(problems)} problem(s): {listed}")
+
+
+def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:
+    """Every column of every table of `database` with its type (an ENUM's type lists its codes)."""
+    return con.execute(
+        "SELECT table_name, column_index, column_name, data_type, is_nullable FROM duckdb_columns()"
+        " WHERE database_name = $db AND schema_name = 'main' AND table_name IN"
+        " (SELECT table_name FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main')"
+        " ORDER BY table_name, column_index",
+        {"db": database},
+    ).fetchall()
+
+
+def _start(db_path: Path, tmp: Path) -> bool:
+    """Create `tmp` as a copy of the published catalogue when its schema is current.
+
+    Returns True when the new file must be rebuilt instead (a first publish, or a schema change:
+    a new column, a new ENUM code), leaving `tmp` a fresh catalogue with the current schema."""
+    if db_path.exists():
+        shutil.copyfile(db_path, tmp)
+        con = duckdb.connect(str(tmp))
+        try:
+            home = _database_name(con)
+            con.execute("ATTACH ':memory:' AS fresh")
+            con.execute("USE fresh")
+            con.execute(sql.load("schema"))
+            current = schema_signature(con, "fresh") == schema_signature(con, home)
+            con.execute(f"USE {_quote(home)}")
+            con.execute("DETACH fresh")
+        finally:
+            con.close()
+        if current:
+            return False
+        _remove_with_wal(tmp)
+    con = duckdb.connect(str(tmp))
+    try:
+        con.execute(sql.load("schema"))
+    finally:
+        con.close()
+    return True
+
+
+def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> None:
+    """Copy every row of the published catalogue into the new schema, column by column name.
+
+    A column the new schema dropped, or a code an ENUM no longer has, is refused: nothing stored
+    may be lost silently."""
+    con.execute(f"ATTACH {_literal(str(old_path))} AS old (READ_ONLY)")
+    try:
+        new = _columns(con, _database_name(con))
+        old = _columns(con, "old")
+        for table in TABLES:
+            if table not in old:
+                continue
+            dropped = [c for c in old[table] if c not in new[table]]
+            if dropped:
+                raise StoreError("schema", f"{table}: the new schema drops column(s) {dropped}; stored values would be lost")
+            columns = ", ".join(_quote(c) for c in old[table])
+            try:
+                con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM old.{table}")
+            except (duckdb.ConversionException, duckdb.ConstraintException) as err:
+                raise StoreError("schema", f"{table}: stored rows do not fit the new schema: {_first_line(err)}") from None
+    finally:
+        con.execute("DETACH old")
+
+
+def _check_fits_schema(con: duckdb.DuckDBPyConnection, run: RunData) -> None:
+    """Settings fields and switches must each have their column (run inside `incoming`)."""
+    columns = _columns(con, INCOMING)
+    setting_columns = set(columns["settings"])
+    for i, setting in enumerate(run.settings):
+        if set(setting) != setting_columns:
+            raise StoreError(
+                "schema",
+                f"settings[{i}] fields {sorted(setting)} are not the settings table's columns "
+                f"{sorted(setting_columns)} (sql/schema.sql)",
+            )
+    switch_columns = [c for c in columns["switch_sets"] if c not in SWITCH_SET_FIXED]
+    if sorted(run.switches) != sorted(switch_columns):
+        raise StoreError(
+            "schema",
+            f"switches {list(run.switches)} are not the switch_sets table's switch columns "
+            f"{switch_columns} (sql/schema.sql)",
+        )
+
+
+def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for table, _, column, *_ in schema_signature(con, database):
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def _database_name(con: duckdb.DuckDBPyConnection) -> str:
+    return con.execute("SELECT current_database()").fetchone()[0]
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0]
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_with_wal(path: Path) -> None:
+    for p in (path, path.with_name(path.name + ".wal")):
+        p.unlink(missing_ok=True)

@@ -1,0 +1,47 @@
+-- Rows of tonight's run whose key is already stored with different content. The store refuses
+-- such a run (StoreError "conflict"): same key, different content means a version that should
+-- have been bumped was not (a census change without a new census_version, a records or grid
+-- change without a new hash), and silently keeping either row would be wrong.
+-- Same catalogs as sql/merge.sql: the target is the default catalog, tonight's rows `incoming`.
+SELECT 'configs' AS tbl, config_hash AS key
+FROM (SELECT * FROM incoming.configs EXCEPT SELECT * FROM configs) AS n
+WHERE config_hash IN (SELECT config_hash FROM configs)
+UNION ALL
+SELECT 'specs', config_hash || ' @ ' || census_version
+FROM (SELECT * FROM incoming.specs EXCEPT SELECT * FROM specs) AS n
+WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM specs)
+UNION ALL
+SELECT DISTINCT 'kinds', config_hash || ' @ ' || census_version
+FROM (SELECT * FROM incoming.kinds EXCEPT SELECT * FROM kinds) AS n
+WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM kinds)
+UNION ALL
+SELECT DISTINCT 'stack', config_hash || ' @ ' || census_version
+FROM (SELECT * FROM incoming.stack EXCEPT SELECT * FROM stack) AS n
+WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM stack)
+UNION ALL
+SELECT DISTINCT 'measured', config_hash || ' @ ' || census_version
+FROM (SELECT * FROM incoming.measured EXCEPT SELECT * FROM measured) AS n
+WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM measured)
+UNION ALL
+SELECT 'settings', setting_id
+FROM (SELECT * FROM incoming.settings EXCEPT SELECT * FROM settings) AS n
+WHERE setting_id IN (SELECT setting_id FROM settings)
+UNION ALL
+SELECT 'switch_sets', mask::VARCHAR
+FROM (SELECT * FROM incoming.switch_sets EXCEPT SELECT * FROM switch_sets) AS n
+WHERE mask IN (SELECT mask FROM switch_sets)
+UNION ALL
+SELECT DISTINCT 'layer_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
+FROM (SELECT * FROM incoming.layer_prices
+      EXCEPT SELECT * FROM layer_prices WHERE config_hash IN (SELECT config_hash FROM incoming.layer_prices)) AS n
+WHERE (config_hash, census_version, records_version)
+      IN (SELECT (config_hash, census_version, records_version) FROM layer_prices
+          WHERE config_hash IN (SELECT config_hash FROM incoming.layer_prices))
+UNION ALL
+SELECT DISTINCT 'full_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
+FROM (SELECT * FROM incoming.full_prices
+      EXCEPT SELECT * FROM full_prices WHERE config_hash IN (SELECT config_hash FROM incoming.full_prices)) AS n
+WHERE (config_hash, census_version, records_version)
+      IN (SELECT (config_hash, census_version, records_version) FROM full_prices
+          WHERE config_hash IN (SELECT config_hash FROM incoming.full_prices))
+ORDER BY tbl, key;

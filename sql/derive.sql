@@ -1,0 +1,55 @@
+-- Derive the night's spec tables from the staged JSON documents. Runs with `USE incoming`,
+-- where the store has created this file's two inputs from Arrow:
+--   raw_configs(config_hash, config VARCHAR)          the config JSON of each new config
+--   raw_specs(config_hash, census_version, spec VARCHAR)  each new ModelSpec as JSON
+-- The column names of a spec are the ModelSpec field names (DESIGN §2.3); a field the spec
+-- leaves absent becomes NULL, never zero.
+
+INSERT INTO configs
+SELECT config_hash, config::JSON ->> 'model_type', config::JSON
+FROM raw_configs;
+
+INSERT INTO specs
+SELECT config_hash, census_version,
+       s ->> 'name', s ->> 'arch',
+       (s ->> 'hidden_size')::INTEGER, (s ->> 'num_hidden_layers')::INTEGER,
+       (s ->> 'num_attention_heads')::INTEGER, (s ->> 'num_key_value_heads')::INTEGER,
+       (s ->> 'head_dim')::INTEGER, (s ->> 'intermediate_size')::INTEGER,
+       (s ->> 'vocab_size')::INTEGER, (s ->> 'max_position_embeddings')::INTEGER,
+       (s ->> 'num_experts')::INTEGER, (s ->> 'num_experts_per_tok')::INTEGER,
+       (s ->> 'moe_intermediate_size')::INTEGER, (s ->> 'kv_lora_rank')::INTEGER,
+       (s ->> 'q_lora_rank')::INTEGER, (s ->> 'sliding_window')::INTEGER,
+       (s ->> 'tie_word_embeddings')::BOOLEAN,
+       s
+FROM (SELECT config_hash, census_version, spec::JSON AS s FROM raw_specs);
+
+INSERT INTO stack
+SELECT config_hash, census_version, g.key::SMALLINT, g.value ->> 'kind', (g.value ->> 'count')::INTEGER
+FROM raw_specs, json_each(spec::JSON -> 'layers') AS g;
+
+INSERT INTO kinds
+SELECT r.config_hash, r.census_version, o.key,
+       s -> 'flavours' -> o.key ->> 'attention',
+       s -> 'flavours' -> o.key ->> 'ffn',
+       (SELECT sum(count) FROM stack t
+         WHERE t.config_hash = r.config_hash AND t.census_version = r.census_version AND t.kind = o.key),
+       (o.value ->> 'attMM')::SMALLINT, (o.value ->> 'attBMM')::SMALLINT, (o.value ->> 'ffMM')::SMALLINT,
+       (o.value ->> 'softmax')::SMALLINT, (o.value ->> 'dropout')::SMALLINT, (o.value ->> 'normOp')::SMALLINT,
+       (o.value ->> 'gather')::SMALLINT, (o.value ->> 'headCast')::SMALLINT, (o.value ->> 'ffAct')::SMALLINT,
+       (o.value ->> 'linrec')::SMALLINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'attention')::BIGINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'ffn_routed')::BIGINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'ffn_shared')::BIGINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'ffn_router')::BIGINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'ffn_dense')::BIGINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'norm')::BIGINT,
+       (s -> 'params' -> 'kinds' -> o.key ->> 'other')::BIGINT
+FROM (SELECT config_hash, census_version, spec::JSON AS s FROM raw_specs) AS r,
+     json_each(s -> 'ops') AS o;
+
+INSERT INTO measured
+SELECT r.config_hash, r.census_version, m.key, b.key, b.value::DOUBLE,
+       (m.value ->> 'seq_length')::INTEGER, m.value ->> 'attention_impl', m.value ->> 'experts_impl'
+FROM raw_specs AS r,
+     json_each(r.spec::JSON -> 'measured') AS m,
+     json_each(m.value -> 'bytes_per_token') AS b;

@@ -1,0 +1,117 @@
+-- Merge the night's rows (catalog `incoming`, filled by the store from a RunData) into the
+-- catalogue being built: a copy of the published file, or the DuckLake, made the default
+-- catalog with USE. Every statement is a no-op when its rows are already there, so storing the
+-- same run twice changes nothing.
+--
+-- Carried tables keep what is stored: a row whose key is already present is not inserted again
+-- (sql/conflicts.sql has refused the run first if tonight's row differs). Spec-derived tables
+-- and prices are carried as whole groups: (config_hash, census_version) for a spec's tables,
+-- (config_hash, census_version, records_version) for its prices.
+
+INSERT INTO configs BY NAME
+SELECT * FROM incoming.configs AS n
+WHERE NOT EXISTS (SELECT 1 FROM configs AS o WHERE o.config_hash = n.config_hash)
+ORDER BY config_hash;
+
+INSERT INTO specs BY NAME
+SELECT * FROM incoming.specs AS n
+WHERE NOT EXISTS (SELECT 1 FROM specs AS o
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
+ORDER BY config_hash, census_version;
+
+INSERT INTO kinds BY NAME
+SELECT * FROM incoming.kinds AS n
+WHERE NOT EXISTS (SELECT 1 FROM kinds AS o
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
+ORDER BY config_hash, census_version, kind;
+
+INSERT INTO stack BY NAME
+SELECT * FROM incoming.stack AS n
+WHERE NOT EXISTS (SELECT 1 FROM stack AS o
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
+ORDER BY config_hash, census_version, position;
+
+INSERT INTO measured BY NAME
+SELECT * FROM incoming.measured AS n
+WHERE NOT EXISTS (SELECT 1 FROM measured AS o
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
+ORDER BY config_hash, census_version, kind, op;
+
+INSERT INTO settings BY NAME
+SELECT * FROM incoming.settings AS n
+WHERE NOT EXISTS (SELECT 1 FROM settings AS o WHERE o.setting_id = n.setting_id)
+ORDER BY setting_id;
+
+INSERT INTO switch_sets BY NAME
+SELECT * FROM incoming.switch_sets AS n
+WHERE NOT EXISTS (SELECT 1 FROM switch_sets AS o WHERE o.mask = n.mask)
+ORDER BY mask;
+
+INSERT INTO layer_prices BY NAME
+SELECT * FROM incoming.layer_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM layer_prices AS o
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version
+                    AND o.records_version = n.records_version)
+ORDER BY config_hash, census_version, records_version, kind, setting_id, mask;
+
+INSERT INTO full_prices BY NAME
+SELECT * FROM incoming.full_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM full_prices AS o
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version
+                    AND o.records_version = n.records_version)
+ORDER BY config_hash, census_version, records_version, kind, setting_id;
+
+-- Run-scoped tables: tonight's rows replace whatever an earlier store of the same run left.
+-- Only rows that differ are deleted and inserted.
+
+DELETE FROM runs
+WHERE run_id IN (SELECT run_id FROM (SELECT * FROM runs WHERE run_id IN (SELECT run_id FROM incoming.runs)
+                                     EXCEPT SELECT * FROM incoming.runs));
+INSERT INTO runs BY NAME
+SELECT * FROM (SELECT * FROM incoming.runs EXCEPT SELECT * FROM runs);
+
+DELETE FROM repo_history
+WHERE run_id IN (SELECT run_id FROM incoming.runs)
+  AND repo_id IN (SELECT repo_id FROM (
+        SELECT * FROM repo_history WHERE run_id IN (SELECT run_id FROM incoming.runs)
+        EXCEPT SELECT * FROM incoming.repo_history));
+INSERT INTO repo_history BY NAME
+SELECT * FROM (SELECT * FROM incoming.repo_history EXCEPT SELECT * FROM repo_history)
+ORDER BY repo_id, run_id;
+
+DELETE FROM failures
+WHERE run_id IN (SELECT run_id FROM incoming.runs)
+  AND repo_id IN (SELECT repo_id FROM (
+        SELECT * FROM failures WHERE run_id IN (SELECT run_id FROM incoming.runs)
+        EXCEPT SELECT * FROM incoming.failures));
+INSERT INTO failures BY NAME
+SELECT * FROM (SELECT * FROM incoming.failures EXCEPT SELECT * FROM failures)
+ORDER BY run_id, repo_id;
+
+-- repos: the latest history row of every repo, by the start of its run (so runs stored out of
+-- order still leave the newest metadata). When that row has no config_hash (the fetch failed)
+-- but its sha is known, the config at that pinned sha is the one an earlier run fetched.
+CREATE OR REPLACE TEMP TABLE fresh_repos AS
+WITH ranked AS (
+    SELECT h.*, r.started
+    FROM repo_history AS h JOIN runs AS r USING (run_id)
+),
+latest AS (
+    SELECT * FROM ranked
+    QUALIFY row_number() OVER (PARTITION BY repo_id ORDER BY started DESC, run_id DESC) = 1
+),
+known AS (
+    SELECT repo_id, sha, arg_max(config_hash, started) AS config_hash
+    FROM ranked WHERE sha IS NOT NULL AND config_hash IS NOT NULL
+    GROUP BY repo_id, sha
+)
+SELECT l.repo_id, l.sha, l.last_modified, l.downloads, l.likes, l.gated, l.license, l.pipeline_tag,
+       coalesce(l.config_hash, k.config_hash) AS config_hash
+FROM latest AS l LEFT JOIN known AS k ON k.repo_id = l.repo_id AND k.sha = l.sha;
+
+DELETE FROM repos
+WHERE repo_id IN (SELECT repo_id FROM (SELECT * FROM repos EXCEPT SELECT * FROM temp.fresh_repos));
+INSERT INTO repos BY NAME
+SELECT * FROM (SELECT * FROM temp.fresh_repos EXCEPT SELECT * FROM repos)
+ORDER BY repo_id;
+DROP TABLE temp.fresh_repos;
