@@ -1,0 +1,237 @@
+"""The names a layer's record expressions read (DESIGN §3.3).
+
+Every value is a Python float (counts and flags included), so all pricing arithmetic is IEEE
+double arithmetic; that is what lets the fast path evaluate expressions over numpy arrays and
+still agree with the direct evaluator bit for bit.
+
+A name's value comes from the spec (a plain ModelSpec mapping), the kind (its op counts and
+flavours), the setting (one grid row) or the family's pricing defaults. `layer_names` builds
+them as a `LayerNames` mapping. A name the layer cannot supply is left out of the mapping with
+the reason why; reading it falls back to the records file's `defaults`, and failing that
+raises PricingError("missing_field") naming the spec field that is absent. It is never zero
+by accident. Names derived in the records file (its `names:` section) are evaluated on first
+read and kept.
+
+The work is split so pricing can reuse it: `kind_values` once per kind, `setting_values` once
+per (kind, setting), combined by `bind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.ops import OPS
+
+# Every name a layer can supply, in the order of DESIGN §3.3's table.
+SETTING_NAMES: tuple[str, ...] = (
+    "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "s_fa",
+    "bytes_compute", "n_attParamCast", "n_ffParamCast", "micro_factor", "kv_shards",
+)  # fmt: skip
+KIND_NAMES: tuple[str, ...] = (
+    "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
+    "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
+    *(f"n_{op}" for op in OPS), "n_qknorm",
+)  # fmt: skip
+LAYER_NAMES: frozenset[str] = frozenset(SETTING_NAMES + KIND_NAMES)
+
+# The name a slot formula's element sum is bound to; no layer supplies it.
+TOTAL = "total"
+
+# The reasons pricing refuses with: the same codes the census uses for a spec (DESIGN §2.6),
+# so the pipeline books them as failures rows alike.
+PRICING_REASONS = ("missing_field", "bad_value")
+
+
+class PricingError(ReasonError):
+    """A spec or setting that cannot be priced: reason `missing_field` or `bad_value`."""
+
+
+class LayerNames(dict):
+    """The names of one (kind, setting): a dict of the values the layer supplies.
+
+    A miss is answered by the records' derived names (evaluated and kept), then by the records'
+    `defaults`; a name the layer knows it lacks raises PricingError naming the absent field;
+    any other name raises KeyError (the expression language reports it as unknown). With
+    `arrays` set, some values are numpy arrays and derived names are evaluated with Expr.map.
+    """
+
+    __slots__ = ("absent", "derived", "defaults", "arrays")
+
+    def __init__(self, values: Mapping[str, Any], absent: Mapping[str, str], derived: Mapping, defaults: Mapping, arrays: bool = False):
+        super().__init__(values)
+        self.absent = absent
+        self.derived = derived
+        self.defaults = defaults
+        self.arrays = arrays
+
+    def __missing__(self, name: str) -> Any:
+        expr = self.derived.get(name)
+        if expr is not None:
+            value = self[name] = expr.map(self) if self.arrays else expr(self)
+            return value
+        if name in self.defaults:
+            return _number(name, self.defaults[name])
+        why = self.absent.get(name)
+        if why is not None:
+            raise PricingError("missing_field", f"name {name!r}: {why}")
+        raise KeyError(name)
+
+
+def _number(name: str, value: Any) -> float:
+    """Names are Python floats (bools as 1.0/0.0): pricing is IEEE double arithmetic throughout."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise PricingError("bad_value", f"name {name!r}: {value!r:.40} is beyond float range") from None
+
+
+def _floats(values: Mapping[str, Any]) -> dict[str, float]:
+    return {name: _number(name, value) for name, value in values.items()}
+
+
+def _flavours(spec: Mapping, kind: str) -> tuple[bool, bool]:
+    """(linear attention, MoE ffn) for `kind`, from the spec's census-stated flavours."""
+    flavours = spec.get("flavours")
+    if not isinstance(flavours, Mapping) or kind not in flavours:
+        raise PricingError("missing_field", f"flavours.{kind}: the spec must state each kind's flavours to be priced")
+    flav = flavours[kind]
+    return flav.get("attention") == "linear", flav.get("ffn") == "moe"
+
+
+@dataclass(frozen=True)
+class KindValues:
+    """The names that depend on the spec and the kind only, and those the kind lacks (with why)."""
+
+    kind: str
+    values: Mapping[str, Any]
+    absent: Mapping[str, str]
+    linear: bool  # the kind runs a recurrence (linear attention)
+
+
+def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
+    """The spec-and-kind rows of DESIGN §3.3 for `kind`; `defaults` = Family.pricing_defaults()."""
+    ops = spec.get("ops", {}).get(kind)
+    if ops is None:
+        raise PricingError("missing_field", f"ops.{kind}: the spec has no op counts for kind {kind!r}")
+    linear, moe = _flavours(spec, kind)
+    run = defaults["run"]
+    model_defaults = defaults.get("model", {})
+    values: dict[str, Any] = {}
+    absent: dict[str, str] = {}
+
+    def need(name: str, *fields: str) -> bool:
+        missing = [f for f in fields if f not in spec]
+        if missing:
+            absent[name] = f"kind {kind!r} needs {' and '.join(missing)}, which the spec does not have"
+        return not missing
+
+    h = values["h"] = spec["hidden_size"]
+    if linear:
+        if need("a", "linear_num_value_heads"):
+            values["a"] = spec["linear_num_value_heads"]
+        if need("n_kv", "linear_num_key_heads", "linear_key_head_dim", "linear_value_head_dim"):
+            values["n_kv"] = spec["linear_num_key_heads"] * spec["linear_key_head_dim"] / spec["linear_value_head_dim"]
+        if need("dh", "linear_value_head_dim"):
+            values["dh"] = spec["linear_value_head_dim"]
+    else:
+        a = values["a"] = spec["num_attention_heads"]
+        values["n_kv"] = spec.get("num_key_value_heads", a)
+        if "kv_lora_rank" in spec:  # multi-head latent attention
+            v_head_dim = spec.get("v_head_dim", model_defaults.get("v_head_dim"))
+            if v_head_dim is None:
+                absent["dh"] = f"kind {kind!r} is MLA but neither the spec nor the family states v_head_dim"
+            else:
+                values["dh"] = v_head_dim
+        else:
+            values["dh"] = spec.get("head_dim", h / a)
+    if "a" in absent:
+        absent["s_fa"] = absent["a"]
+    for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")):
+        if need(name, field):
+            values[name] = spec[field]
+
+    if "moe_intermediate_size" in spec:
+        values["hff_exp"] = spec["moe_intermediate_size"]
+    elif need("hff_exp", "intermediate_size"):
+        values["hff_exp"] = spec["intermediate_size"]
+    if moe:
+        if "hff_exp" in values:
+            values["hff"] = values["hff_exp"]
+        else:
+            absent["hff"] = absent["hff_exp"]
+        if need("n_exp", "num_experts"):
+            values["n_exp"] = spec["num_experts"]
+        if need("n_chosen_exp", "num_experts_per_tok"):
+            values["n_chosen_exp"] = spec["num_experts_per_tok"]
+        if "shared_expert_intermediate_size" in spec:  # the shared width, in routed widths
+            if "hff_exp" in values:
+                values["n_shared_exp"] = spec["shared_expert_intermediate_size"] / values["hff_exp"]
+            else:
+                absent["n_shared_exp"] = absent["hff_exp"]
+        else:  # shared experts of routed width (DeepSeek), or none
+            values["n_shared_exp"] = spec.get("num_shared_experts", 0)
+    else:
+        if need("hff", "intermediate_size"):
+            values["hff"] = spec["intermediate_size"]
+        values["n_exp"], values["n_chosen_exp"], values["n_shared_exp"] = 1, 1, 0
+
+    values["bytes_softmax"] = run["softmax_bytes"]
+    values["bytes_norm"] = run["norm_bytes"]
+    values["bytes_dropout"] = run["dropout_bytes"]
+    for op in OPS:
+        values[f"n_{op}"] = ops[op]
+    values["n_qknorm"] = 1 if spec.get("qk_norm") and not linear else 0
+    return KindValues(kind, _floats(values), absent, linear)
+
+
+def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
+    """The names that depend on the setting (and on the kind's heads, op counts, recurrence)."""
+    s, t, cp = setting["seq_length"], setting["tp"], setting["cp"]
+    param_casts = setting["param_casts"]
+    values: dict[str, Any] = {
+        "s": s,
+        "b": setting["micro_batch"],
+        "t": t,
+        "cp": cp,
+        "sp": t if setting["sequence_parallel"] else 1,
+        "cap_fact": setting["capacity_factor"],
+        "gmm": setting["grouped_gemm"],
+        "dropless_tok_factor": setting["dropless_tok_factor"],
+        "micro_factor": setting["in_flight"],
+        "n_attParamCast": kv.values["n_attMM"] if param_casts else 0,
+        "n_ffParamCast": kv.values["n_ffMM"] if param_casts else 0,
+        "kv_shards": cp if setting["cp_algo"] == "ulysses" or kv.linear else 1,
+    }
+    dtype = setting["dtype"]
+    if dtype not in dtype_bytes:
+        raise PricingError("bad_value", f"setting dtype {dtype!r} has no byte width; known: {sorted(dtype_bytes)}")
+    values["bytes_compute"] = dtype_bytes[dtype]
+    if not setting["flash_attention"]:
+        values["s_fa"] = s
+    elif "a" in kv.values:
+        values["s_fa"] = s / kv.values["a"]
+    return _floats(values)
+
+
+def bind(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int], records: Any) -> LayerNames:
+    """One kind's values plus one setting's, as the mapping expressions read.
+
+    `records` supplies the derived names and the defaults (`.derived`, `.defaults`).
+    """
+    names = LayerNames(kv.values, kv.absent, records.derived, records.defaults)
+    names.update(setting_values(kv, setting, dtype_bytes))
+    return names
+
+
+def layer_names(
+    spec: Mapping, kind: str, setting: Mapping, defaults: Mapping, records: Any, dtype_bytes: Mapping[str, int]
+) -> LayerNames:
+    """Every name one layer of `kind` reads at `setting` (DESIGN §3.3), as one mapping.
+
+    `defaults` is the family's pricing defaults (`run`, `model`); `records` a loaded Records
+    (its derived names and defaults); `dtype_bytes` the settings grid's byte widths.
+    """
+    return bind(kind_values(spec, kind, defaults), setting, dtype_bytes, records)

@@ -1,0 +1,65 @@
+"""Pricing a spec: bytes per part for every switch mask, kind and setting (DESIGN §3.3–3.5).
+
+The input is plain mappings: a ModelSpec mapping (with `flavours` per kind), the family's
+pricing defaults (Family.pricing_defaults()), a Records and a settings Grid. Two evaluators
+give the same prices bit for bit: `fast` (catalogue/fastpath.py, the default) and `direct`
+(catalogue/direct.py, the reference). `model_totals` adds the kinds up through the stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from speccat.catalogue.direct import price_direct
+from speccat.catalogue.fastpath import price_fast
+from speccat.catalogue.names import PricingError
+from speccat.catalogue.priced import COLUMNS, LayerPrices, PriceTables, stack_counts
+from speccat.catalogue.records import Records
+from speccat.catalogue.settings import Grid
+
+METHODS = {"fast": price_fast, "direct": price_direct}
+
+__all__ = ["METHODS", "LayerPrices", "PriceTables", "PricingError", "model_totals", "price_layers", "price_spec", "stack_counts"]
+
+
+def price_layers(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, method: str = "fast") -> LayerPrices:
+    """All (kind, setting, mask) prices of `spec` as arrays; `method` is fast or direct."""
+    if method not in METHODS:
+        raise ValueError(f"unknown pricing method {method!r}; methods: {', '.join(METHODS)}")
+    return METHODS[method](spec, defaults, records, grid)
+
+
+def price_spec(spec: Mapping, defaults: Mapping, records: Records, settings: Grid, method: str = "fast") -> PriceTables:
+    """Price every mask × kind × setting of `spec` (a plain ModelSpec mapping with flavours).
+
+    `defaults` is Family.pricing_defaults() for the spec's family; `settings` a Grid.
+    """
+    return price_layers(spec, defaults, records, settings, method).to_tables()
+
+
+def model_totals(spec: Mapping, tables: PriceTables) -> PriceTables:
+    """Whole-model prices through the layer stack: the sum over kinds of count × layer bytes,
+    one mask for every layer (DESIGN §3.5). The same tables as `tables` without `kind`, in
+    the order of their first rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts = stack_counts(spec)
+    kinds = pa.array(list(counts), pa.string())
+    weights = pa.array(list(counts.values()), pa.float64())
+
+    def weighted_sum(table: pa.Table, columns: Sequence[str], keys: Sequence[str]) -> pa.Table:
+        present = set(table["kind"].unique().to_pylist())
+        if present != set(counts):
+            raise PricingError(
+                "bad_value", f"priced kinds {sorted(present)} are not the stack's kinds {sorted(counts)}"
+            )
+        count = weights.take(pc.index_in(table["kind"], value_set=kinds))
+        scaled = pa.table({**{k: table[k] for k in keys}, **{c: pc.multiply(table[c], count) for c in columns}})
+        summed = scaled.group_by(list(keys), use_threads=False).aggregate([(c, "sum") for c in columns])
+        return summed.rename_columns({f"{c}_sum": c for c in columns}).select([*keys, *columns])
+
+    return PriceTables(
+        weighted_sum(tables.layer_prices, COLUMNS, ("setting_id", "mask")),
+        weighted_sum(tables.full_prices, ("kept",), ("setting_id",)),
+    )

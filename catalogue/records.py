@@ -1,0 +1,374 @@
+"""The op records file (catalogue/records.yaml, DESIGN §3.1): loader, slot evaluation, masks.
+
+`load_records()` parses and validates the file into a `Records`. Every refusal is a
+RecordsError whose message names the file and the key (`records.yaml: slots.qkv.ops.attMX:
+...`) and whose `reason` is stable. Expressions are compiled once (catalogue/expr.py); the
+loader also checks that every name they read is one a layer supplies (catalogue/names.py), a
+derived name defined above it, or `total` in a slot formula.
+
+A switch mask has bit i set when switch i (in `Records.switches` order) is recomputed. An op
+or part is dropped by a mask when its own switch bit is set (a part also when its op is);
+ops without a switch are kept by every selective mask. Full recompute is the `full` formula.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from speccat.catalogue.datafile import read_yaml, version_of
+from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.expr import FUNCTIONS, Expr, ExprError
+from speccat.catalogue.names import LAYER_NAMES, TOTAL
+from speccat.catalogue.ops import OPS, PARTS
+
+RECORDS_PATH = Path(__file__).with_name("records.yaml")
+MAX_SWITCHES = 15  # masks are stored as int16
+
+TOP_KEYS = ("label", "switches", "ops", "parts", "names", "defaults", "full", "slots")
+REQUIRED_TOP = ("switches", "ops", "full", "slots")
+OP_KEYS = ("switch", "needs", "comm")
+PART_KEYS = ("part_of", "switch", "needs")
+SLOT_KEYS = ("part", "formula", "ops", "when")
+REQUIRED_SLOT = ("part", "formula", "ops")
+
+REASONS = (
+    "not_found",
+    "not_yaml",
+    "unknown_key",
+    "missing_key",
+    "missing_op",
+    "unknown_op",
+    "unknown_switch",
+    "unknown_name",
+    "bad_part",
+    "formula_without_total",
+    "bad_value",
+    "bad_expression",
+)
+
+
+class RecordsError(ReasonError):
+    """A records file (or a switch name) refused; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op's or part's record. `part_of` is set for parts only."""
+
+    name: str
+    switch: str | None
+    needs: tuple[str, ...]
+    comm: bool
+    part_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An activation formula over `total`, the sum of the kept ops' elements."""
+
+    name: str
+    part: str
+    formula: Expr
+    elements: tuple[tuple[str, Expr], ...]  # (op or part, its elements), in file order
+    when: Expr | None
+
+    def applies(self, names: Mapping[str, Any]) -> bool:
+        return self.when is None or bool(self.when(names))
+
+    def total(self, names: Mapping[str, Any], kept: Collection[str]) -> int | float:
+        """The sum, in file order, of the elements of the ops and parts in `kept`.
+
+        Dropped ops' expressions are not evaluated. The sum starts from 0.0, so it is a float.
+        """
+        total = 0.0
+        for name, expr in self.elements:
+            if name in kept:
+                total = total + expr(names)
+        return total
+
+    def value(self, names: MutableMapping[str, Any], kept: Collection[str]) -> int | float:
+        """The formula at the kept elements' total. Binds `total` in `names`."""
+        return self.at_total(names, self.total(names, kept))
+
+    def at_total(self, names: MutableMapping[str, Any], total: int | float) -> int | float:
+        names[TOTAL] = total
+        return self.formula(names)
+
+
+@dataclass(frozen=True, eq=False)
+class Records:
+    """A validated records file. `version` is a short hash of its canonical content."""
+
+    version: str
+    path: str
+    label: str | None
+    switches: tuple[str, ...]
+    ops: Mapping[str, OpRecord]
+    parts: Mapping[str, OpRecord]
+    derived: Mapping[str, Expr]
+    defaults: Mapping[str, int | float]
+    full: Expr
+    slots: tuple[Slot, ...]
+
+    @property
+    def n_masks(self) -> int:
+        return 1 << len(self.switches)
+
+    def bit_of(self, name: str) -> int | None:
+        """The mask bit that drops op or part `name` by its own switch (None: no switch)."""
+        record = self.ops.get(name) or self.parts[name]
+        return None if record.switch is None else self.switches.index(record.switch)
+
+    def mask_of(self, names: Iterable[str]) -> int:
+        """The mask recomputing exactly the switches named. An unknown name is refused."""
+        mask = 0
+        for name in names:
+            if name not in self.switches:
+                raise RecordsError(
+                    "unknown_switch", f"unknown switch {name!r}; the switches are {', '.join(self.switches)}"
+                )
+            mask |= 1 << self.switches.index(name)
+        return mask
+
+    def switches_of(self, mask: int) -> tuple[str, ...]:
+        """The switch names a mask recomputes, in mask-bit order."""
+        if not 0 <= mask < self.n_masks:
+            raise RecordsError("bad_value", f"mask {mask} is outside 0..{self.n_masks - 1}")
+        return tuple(s for i, s in enumerate(self.switches) if mask >> i & 1)
+
+    def kept(self, mask: int) -> frozenset[str]:
+        """The ops and parts whose saves a selective mask keeps."""
+        return self._kept[mask]
+
+    @cached_property
+    def _kept(self) -> tuple[frozenset[str], ...]:
+        return tuple(self._compute_kept(mask) for mask in range(self.n_masks))
+
+    def _compute_kept(self, mask: int) -> frozenset[str]:
+        def dropped(record: OpRecord) -> bool:
+            return record.switch is not None and bool(mask >> self.switches.index(record.switch) & 1)
+
+        ops = {name for name, rec in self.ops.items() if not dropped(rec)}
+        parts = {name for name, rec in self.parts.items() if rec.part_of in ops and not dropped(rec)}
+        return frozenset(ops | parts)
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+class _Loader:
+    """Validation of one parsed records file; every refusal names the file and the key."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, reason: str, key: str, what: str) -> RecordsError:
+        return RecordsError(reason, f"{self.source}: {key or '(top level)'}: {what}")
+
+    def mapping(self, key: str, value: Any, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> Mapping:
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", key, f"must be a mapping, got {type(value).__name__}")
+        for name in value:
+            if name not in allowed:
+                where = f"{key}.{name}" if key else str(name)
+                raise self.fail("unknown_key", where, f"unknown key; allowed: {', '.join(allowed)}")
+        for name in required:
+            if name not in value:
+                where = f"{key}.{name}" if key else name
+                raise self.fail("missing_key", where, f"required; needs {', '.join(required)}")
+        return value
+
+    def identifier(self, key: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.isidentifier() or value.startswith("_"):
+            raise self.fail("bad_value", key, f"must be an identifier not starting with '_', got {value!r}")
+        return value
+
+    def expr(self, key: str, value: Any, known: Collection[str]) -> Expr:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise self.fail("bad_expression", key, f"must be an expression (text or a number), got {value!r}")
+        try:
+            expr = Expr(str(value))
+        except ExprError as err:
+            raise self.fail("bad_expression", key, f"{err} [{err.reason}]") from None
+        unknown = sorted(expr.names - set(known))
+        if unknown:
+            raise self.fail("unknown_name", key, f"unknown name(s) {', '.join(unknown)} in {value!r}")
+        return expr
+
+    def switches(self, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise self.fail("bad_value", "switches", "must be a non-empty list of switch names in mask-bit order")
+        if len(value) > MAX_SWITCHES:
+            raise self.fail("bad_value", "switches", f"at most {MAX_SWITCHES} switches, got {len(value)}")
+        names = tuple(self.identifier(f"switches[{i}]", s) for i, s in enumerate(value))
+        if len(set(names)) != len(names):
+            raise self.fail("bad_value", "switches", f"names a switch twice: {list(names)}")
+        return names
+
+    def record(self, key: str, name: str, body: Any, switches, known, is_part: bool) -> OpRecord:
+        keys = PART_KEYS if is_part else OP_KEYS
+        body = self.mapping(key, body, keys, keys)
+        switch = body["switch"]
+        if switch is not None and switch not in switches:
+            raise self.fail("unknown_switch", f"{key}.switch", f"unknown switch {switch!r}; switches: {', '.join(switches)}")
+        needs = body["needs"]
+        if not isinstance(needs, list):
+            raise self.fail("bad_value", f"{key}.needs", "must be a list of op names")
+        for i, need in enumerate(needs):
+            if need not in known:
+                raise self.fail("unknown_op", f"{key}.needs[{i}]", f"unknown op {need!r}; ops: {', '.join(known)}")
+        if is_part:
+            if switch is None:
+                raise self.fail("bad_value", f"{key}.switch", "a part needs a switch of its own")
+            if body["part_of"] not in OPS:
+                raise self.fail("unknown_op", f"{key}.part_of", f"unknown op {body['part_of']!r}; ops: {', '.join(OPS)}")
+            return OpRecord(name, switch, tuple(needs), False, body["part_of"])
+        if not isinstance(body["comm"], bool):
+            raise self.fail("bad_value", f"{key}.comm", f"must be true or false, got {body['comm']!r}")
+        return OpRecord(name, switch, tuple(needs), body["comm"])
+
+    def ops(self, value: Any, switches) -> dict[str, OpRecord]:
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", "ops", "must map each op to its record")
+        for name in value:
+            if name not in OPS:
+                raise self.fail("unknown_op", f"ops.{name}", f"unknown op; the ops are {', '.join(OPS)}")
+        for name in OPS:
+            if name not in value:
+                raise self.fail("missing_op", f"ops.{name}", f"missing; every op of {', '.join(OPS)} needs a record")
+        return {name: self.record(f"ops.{name}", name, value[name], switches, OPS, False) for name in OPS}
+
+    def parts(self, value: Any, switches) -> dict[str, OpRecord]:
+        value = {} if value is None else value
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", "parts", "must map each part to its record")
+        parts = {}
+        for name, body in value.items():
+            key = f"parts.{name}"
+            self.identifier(key, name)
+            if name in OPS:
+                raise self.fail("bad_value", key, "a part may not share an op's name")
+            parts[name] = self.record(key, name, body, switches, OPS, True)
+        return parts
+
+    def claims(self, switches, records: Iterable[OpRecord]) -> None:
+        owner: dict[str, str] = {}
+        for rec in records:
+            if rec.switch is None:
+                continue
+            where = f"{'parts' if rec.part_of else 'ops'}.{rec.name}.switch"
+            if rec.switch in owner:
+                raise self.fail("bad_value", where, f"switch {rec.switch!r} already drops {owner[rec.switch]!r}")
+            owner[rec.switch] = rec.name
+        for i, switch in enumerate(switches):
+            if switch not in owner:
+                raise self.fail("unknown_switch", f"switches[{i}]", f"switch {switch!r} drops no op or part")
+
+    def derived(self, value: Any) -> dict[str, Expr]:
+        value = {} if value is None else value
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", "names", "must map each derived name to its expression")
+        known = set(LAYER_NAMES)
+        derived = {}
+        for name, text in value.items():
+            key = f"names.{name}"
+            self.identifier(key, name)
+            if name in LAYER_NAMES or name in (TOTAL, *FUNCTIONS):
+                raise self.fail("bad_value", key, f"{name!r} is a name a layer supplies (or reserved)")
+            derived[name] = self.expr(key, text, known)
+            known.add(name)
+        return derived
+
+    def defaults(self, value: Any) -> dict[str, int | float]:
+        value = {} if value is None else value
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", "defaults", "must map layer names to numbers")
+        for name, number in value.items():
+            if name not in LAYER_NAMES:
+                raise self.fail("unknown_name", f"defaults.{name}", f"not a name a layer may hold; names: {', '.join(sorted(LAYER_NAMES))}")
+            if isinstance(number, bool) or not isinstance(number, (int, float)):
+                raise self.fail("bad_value", f"defaults.{name}", f"must be a number, got {number!r}")
+        return dict(value)
+
+    def slot(self, name: str, body: Any, known, elements_allowed) -> Slot:
+        key = f"slots.{name}"
+        self.identifier(key, name)
+        body = self.mapping(key, body, SLOT_KEYS, REQUIRED_SLOT)
+        if body["part"] not in PARTS:
+            raise self.fail("bad_part", f"{key}.part", f"{body['part']!r} is not one of {', '.join(PARTS)}")
+        formula = self.expr(f"{key}.formula", body["formula"], known | {TOTAL})
+        if TOTAL not in formula.names:
+            raise self.fail("formula_without_total", f"{key}.formula", f"must read `{TOTAL}`, the kept elements' sum")
+        when = None if body.get("when") is None else self.expr(f"{key}.when", body["when"], known)
+        ops = body["ops"]
+        if not isinstance(ops, Mapping) or not ops:
+            raise self.fail("bad_value", f"{key}.ops", "must map at least one op or part to its elements")
+        elements = []
+        for op, text in ops.items():
+            if op not in elements_allowed:
+                raise self.fail("unknown_op", f"{key}.ops.{op}", f"unknown op or part; allowed: {', '.join(elements_allowed)}")
+            elements.append((op, self.expr(f"{key}.ops.{op}", text, known)))
+        return Slot(name, body["part"], formula, tuple(elements), when)
+
+    def slots(self, value: Any, known, elements_allowed) -> tuple[Slot, ...]:
+        if not isinstance(value, Mapping) or not value:
+            raise self.fail("bad_value", "slots", "must map at least one slot name to its slot")
+        return tuple(self.slot(name, body, known, elements_allowed) for name, body in value.items())
+
+    def load(self, data: Any, version: str) -> Records:
+        data = self.mapping("", data, TOP_KEYS, REQUIRED_TOP)
+        label = data.get("label")
+        if label is not None and not isinstance(label, str):
+            raise self.fail("bad_value", "label", f"must be text, got {label!r}")
+        switches = self.switches(data["switches"])
+        ops = self.ops(data["ops"], switches)
+        parts = self.parts(data.get("parts"), switches)
+        self.claims(switches, [*ops.values(), *parts.values()])
+        derived = self.derived(data.get("names"))
+        defaults = self.defaults(data.get("defaults"))
+        known = set(LAYER_NAMES) | set(derived)
+        full = self.expr("full", data["full"], known)
+        slots = self.slots(data["slots"], known, (*OPS, *parts))
+        return Records(
+            version=version,
+            path=self.source,
+            label=label,
+            switches=switches,
+            ops=MappingProxyType(ops),
+            parts=MappingProxyType(parts),
+            derived=MappingProxyType(derived),
+            defaults=MappingProxyType(defaults),
+            full=full,
+            slots=slots,
+        )
+
+
+def _canonical(value: Any) -> Any:
+    """Parsed content with expressions normalised, so layout and comments never matter."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, str):
+        try:
+            return Expr(value).canonical()
+        except ExprError:
+            return value
+    return value
+
+
+def parse_records(data: Any, source: str = "<records>") -> Records:
+    """Validate already-parsed records content (e.g. a mapping built in a test)."""
+    return _Loader(source).load(data, version_of(_canonical(data)))
+
+
+def load_records(path: str | Path | None = None) -> Records:
+    """Load and validate a records file (catalogue/records.yaml by default)."""
+    path = Path(path) if path is not None else RECORDS_PATH
+    data = read_yaml(path, lambda reason, what: RecordsError(reason, f"{path.name}: {what}"))
+    return parse_records(data, path.name)

@@ -1,0 +1,210 @@
+"""The settings grid (catalogue/settings.yaml, DESIGN §3.4): loader, expansion, setting ids.
+
+`load_settings()` returns a `Grid`: every combination of the fields' values, in field order,
+each a read-only mapping with a stable `setting_id` (a hash of its canonical mapping: field
+values normalised by type, keys sorted) and every field. `Grid.setting(overrides)` builds one
+setting from the fields' defaults (each field's first value) and overrides, refusing an
+unknown field or a bad value; `Grid.with_settings` makes a grid of chosen settings (what the
+CLI prices). The grid's `version` hashes the file's parsed content, like records_version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from speccat.catalogue.datafile import read_yaml, version_of
+from speccat.catalogue.errors import ReasonError
+
+SETTINGS_PATH = Path(__file__).with_name("settings.yaml")
+
+# The fields pricing reads (catalogue/names.py); the file must define exactly these.
+FIELDS = (
+    "seq_length", "micro_batch", "tp", "cp", "sequence_parallel", "flash_attention", "cp_algo",
+    "dtype", "in_flight", "param_casts", "grouped_gemm", "dropless_tok_factor", "capacity_factor",
+)  # fmt: skip
+TYPES = ("int", "number", "bool", "choice", "dtype")
+FIELD_KEYS = ("type", "min", "choices", "values")
+REASONS = ("not_found", "not_yaml", "unknown_key", "missing_key", "unknown_field", "bad_value")
+
+
+class SettingsError(ReasonError):
+    """A settings file, or a setting built from overrides, refused."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    min: int | None
+    choices: tuple[str, ...]
+    values: tuple[Any, ...]
+
+    def check(self, value: Any, where: str) -> Any:
+        """`value` normalised to the field's type, or SettingsError naming `where`."""
+        def bad(what: str) -> SettingsError:
+            return SettingsError("bad_value", f"{where}: {what}, got {value!r}")
+
+        if self.type == "bool":
+            if not isinstance(value, bool):
+                raise bad("must be true or false")
+            return value
+        if self.type in ("choice", "dtype"):
+            if value not in self.choices:
+                raise bad(f"must be one of {', '.join(self.choices)}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("must be a number")
+        if self.type == "int":
+            if not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
+                raise bad("must be an integer")
+            value = int(value)
+            if value < (1 if self.min is None else self.min):
+                raise bad(f"must be >= {1 if self.min is None else self.min}")
+            return value
+        value = float(value)
+        above = value > 0 if self.min is None else value >= self.min
+        if not (math.isfinite(value) and above):
+            raise bad("must be a finite number > 0" if self.min is None else f"must be finite and >= {self.min}")
+        return value
+
+    @property
+    def default(self) -> Any:
+        return self.values[0]
+
+
+def setting_id(fields: Mapping[str, Any]) -> str:
+    """The stable id of a setting: a hash of its field mapping, keys sorted."""
+    blob = json.dumps({k: fields[k] for k in sorted(fields)}, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _freeze(fields: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType({"setting_id": setting_id(fields), **fields})
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The expanded grid. `fields` orders the settings table's columns after `setting_id`."""
+
+    version: str
+    fields: tuple[str, ...]
+    settings: tuple[Mapping[str, Any], ...]
+    dtype_bytes: Mapping[str, int]
+    spec: Mapping[str, Field]
+
+    def setting(self, overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+        """One setting: each field's default, with `overrides` (validated) on top."""
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(self.fields))
+        if unknown:
+            raise SettingsError("unknown_field", f"unknown setting field(s) {unknown}; fields: {', '.join(self.fields)}")
+        values = {}
+        for name in self.fields:
+            field = self.spec[name]
+            values[name] = field.check(overrides[name], f"setting {name}") if name in overrides else field.default
+        return _freeze(values)
+
+    def with_settings(self, settings: Iterable[Mapping[str, Any]]) -> Grid:
+        """A grid holding just `settings` (each as built by `setting`)."""
+        return replace(self, settings=tuple(settings))
+
+    def to_arrow(self):
+        """The settings table: setting_id, then one typed column per field."""
+        import pyarrow as pa
+
+        types = {"int": pa.int64(), "number": pa.float64(), "bool": pa.bool_(), "choice": pa.string(), "dtype": pa.string()}
+        columns = {"setting_id": pa.array([s["setting_id"] for s in self.settings], pa.string())}
+        for name in self.fields:
+            columns[name] = pa.array([s[name] for s in self.settings], types[self.spec[name].type])
+        return pa.table(columns)
+
+
+class _Loader:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, reason: str, key: str, what: str) -> SettingsError:
+        return SettingsError(reason, f"{self.source}: {key}: {what}")
+
+    def keys(self, key: str, value: Any, allowed, required=()) -> Mapping:
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", key, f"must be a mapping, got {type(value).__name__}")
+        for name in value:
+            if name not in allowed:
+                raise self.fail("unknown_key", f"{key}.{name}", f"unknown key; allowed: {', '.join(allowed)}")
+        for name in required:
+            if name not in value:
+                raise self.fail("missing_key", f"{key}.{name}", f"required; needs {', '.join(required)}")
+        return value
+
+    def dtypes(self, value: Any) -> dict[str, int]:
+        if not isinstance(value, Mapping) or not value:
+            raise self.fail("bad_value", "dtypes", "must map each dtype name to its bytes per element")
+        for name, size in value.items():
+            if not isinstance(name, str) or isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise self.fail("bad_value", f"dtypes.{name}", f"must be a positive integer byte width, got {size!r}")
+        return dict(value)
+
+    def field(self, name: str, body: Any, dtypes: Mapping[str, int]) -> Field:
+        key = f"fields.{name}"
+        body = self.keys(key, body, FIELD_KEYS, ("type", "values"))
+        kind = body["type"]
+        if kind not in TYPES:
+            raise self.fail("bad_value", f"{key}.type", f"{kind!r} is not one of {', '.join(TYPES)}")
+        minimum = body.get("min")
+        if minimum is not None and (kind not in ("int", "number") or isinstance(minimum, bool) or not isinstance(minimum, (int, float))):
+            raise self.fail("bad_value", f"{key}.min", "only int and number fields take a numeric min")
+        choices = body.get("choices")
+        if kind == "choice":
+            if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+                raise self.fail("bad_value", f"{key}.choices", "a choice field lists its choices as text")
+        elif choices is not None:
+            raise self.fail("bad_value", f"{key}.choices", "only choice fields take choices")
+        choices = tuple(dtypes) if kind == "dtype" else tuple(choices or ())
+        values = body["values"]
+        if not isinstance(values, list) or not values:
+            raise self.fail("bad_value", f"{key}.values", "must be a non-empty list")
+        field = Field(name, kind, minimum, choices, ())
+        checked = tuple(field.check(v, f"{self.source}: {key}.values[{i}]") for i, v in enumerate(values))
+        if len(set(checked)) != len(checked):
+            raise self.fail("bad_value", f"{key}.values", f"lists a value twice: {values}")
+        return replace(field, values=checked)
+
+    def load(self, data: Any) -> Grid:
+        data = self.keys("(top level)", data, ("dtypes", "fields"), ("dtypes", "fields"))
+        dtypes = self.dtypes(data["dtypes"])
+        raw = data["fields"]
+        if not isinstance(raw, Mapping):
+            raise self.fail("bad_value", "fields", "must map each field to its spec")
+        for name in raw:
+            if name not in FIELDS:
+                raise self.fail("unknown_field", f"fields.{name}", f"unknown field; fields: {', '.join(FIELDS)}")
+        for name in FIELDS:
+            if name not in raw:
+                raise self.fail("missing_key", f"fields.{name}", "missing; pricing reads every field")
+        fields = {name: self.field(name, body, dtypes) for name, body in raw.items()}
+        names = tuple(fields)
+        settings = tuple(
+            _freeze(dict(zip(names, combo))) for combo in itertools.product(*(f.values for f in fields.values()))
+        )
+        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields))
+
+
+def parse_settings(data: Any, source: str = "<settings>") -> Grid:
+    """Validate already-parsed settings content."""
+    return _Loader(source).load(data)
+
+
+def load_settings(path: str | Path | None = None) -> Grid:
+    """Load and expand a settings grid file (catalogue/settings.yaml by default)."""
+    path = Path(path) if path is not None else SETTINGS_PATH
+    data = read_yaml(path, lambda reason, what: SettingsError(reason, f"{path.name}: {what}"))
+    return parse_settings(data, path.name)
