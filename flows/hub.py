@@ -54,7 +54,7 @@ class Listing:
     last_modified: str | None = None  # ISO 8601, UTC
     downloads: int | None = None
     likes: int | None = None
-    gated: str | None = None  # "no", "auto" or "manual" (the Hub's own values; False is "no")
+    gated: bool | str | None = None  # the Hub's own value: False, "auto" or "manual"
     license: str | None = None
     pipeline_tag: str | None = None
 
@@ -144,14 +144,6 @@ def _license_of(tags: list[str] | None) -> str | None:
     return None
 
 
-def _gated_of(value: object) -> str | None:
-    if value is None:
-        return None
-    if value is False or value == "false":
-        return "no"
-    return str(value)
-
-
 @dataclass(frozen=True)
 class HubSource:
     """The Hub's most downloaded transformers text-generation models.
@@ -183,7 +175,7 @@ class HubSource:
                 last_modified=m.last_modified.isoformat() if m.last_modified else None,
                 downloads=m.downloads,
                 likes=m.likes,
-                gated=_gated_of(m.gated),
+                gated=m.gated,
                 license=_license_of(m.tags),
                 pipeline_tag=m.pipeline_tag,
             )

@@ -90,7 +90,7 @@ def test_list_keeps_transformers_text_generation_sorted_by_downloads_with_metada
         license="apache-2.0",
         pipeline_tag="text-generation",
     )
-    assert listed[1].gated == "no"
+    assert listed[1].gated is False
     assert len(hub.requests_to("/api/models")) == 2  # two pages of three
     query = hub.requests_to("/api/models")[0].query
     assert query["filter"] == ["transformers"]

@@ -1,0 +1,38 @@
+"""What one census child does with one config: the census, then the pricing of its spec.
+
+This module is the fork server's preload (flows/isolate.py): importing it imports torch,
+transformers, the census and the pricing once, so every forked child starts warm. Its
+functions run only in those children.
+"""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  (preloaded for the forked children)
+import transformers  # noqa: F401
+
+from speccat.catalogue.pricing import price_spec
+from speccat.catalogue.records import load_records
+from speccat.catalogue.settings import load_settings
+from speccat.census import run_census
+from speccat.census.family import family_for
+from speccat.census.spec import ModelSpec
+
+
+def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
+    """Census `config` and price its spec. Returns {"spec": JSON text, "prices": tables}.
+
+    With `spec_json` (a spec the catalogue already holds, under records it has not been
+    priced with) the census is skipped and the spec is only priced. A census refusal raises
+    SpecError (its reason is kept by the parent); a pricing refusal returns the spec with
+    {"price_error": (reason, message)} instead of prices, so the spec is stored and the
+    failure is a `price` failures row.
+    """
+    if spec_json is None:
+        spec = run_census(config, name=name, seq_length=seq_length)
+    else:
+        spec = ModelSpec.from_json(spec_json)
+    try:
+        prices = price_spec(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
+    except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
+        return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
+    return {"spec": spec.to_json(), "prices": prices}

@@ -1,0 +1,156 @@
+"""`speccat refresh` (run the nightly flow now) and `speccat serve` (serve its deployment).
+
+`refresh` runs the Prefect flow in this process, against PREFECT_API_URL if one is set, else
+Prefect's ephemeral local API (no server to start). It shows each stage's progress on
+stderr, then the night's counts and how to query the catalogue.
+
+`serve` serves the deployment written in prefect.yaml (`nightly-refresh`, cron `0 3 * * *`)
+with `flow.serve`. Prefect schedules only against a running server, so `serve` refuses to
+start without PREFECT_API_URL; `--check` prints what it would serve and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+# Prefect settings speccat needs unless the operator chose otherwise (read at prefect import).
+PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",  # a fresh ephemeral DB takes ~20 s
+    "PREFECT_LOGGING_LEVEL": "WARNING",  # the progress lines say what matters
+}
+DEPLOYMENT = "nightly-refresh"
+PREFECT_YAML = "prefect.yaml"
+
+
+def register(subparsers) -> None:
+    run = subparsers.add_parser("refresh", help="run the nightly refresh flow now")
+    run.add_argument("--source", choices=("snapshot", "hub"), default="snapshot")
+    run.add_argument("--limit", type=int, default=None, help="the top N repos by downloads (hub)")
+    run.add_argument("--db", default="catalogue.duckdb", help="the catalogue file to publish")
+    run.add_argument("--task-runner", choices=("local", "dask"), default="local")
+    run.add_argument("--dask-address", default=None, help="a running Dask scheduler, e.g. tcp://host:8786")
+    run.add_argument("--workers", type=int, default=None, help="local census processes (default: cores)")
+    run.add_argument("--snapshot-dir", default=None, help="a folder laid out like flows/snapshot")
+    run.add_argument("--time-limit", type=float, default=600.0, help="seconds one census may take")
+    run.add_argument("--rebuild", action="store_true", help="census everything again, ignoring the cache")
+    run.add_argument("--json", action="store_true", help="print the night's counts as JSON")
+    run.set_defaults(run=run_refresh)
+
+    serve = subparsers.add_parser("serve", help=f"serve the {DEPLOYMENT} deployment (needs a Prefect server)")
+    serve.add_argument("--file", default=None, help=f"the {PREFECT_YAML} to read (default: the project's)")
+    serve.add_argument("--deployment", default=DEPLOYMENT)
+    serve.add_argument("--check", action="store_true", help="print the deployment and exit")
+    serve.set_defaults(run=run_serve)
+
+
+def _prefect_environment() -> None:
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    if args.task_runner == "dask" and not args.dask_address:
+        raise ValueError("--task-runner dask needs --dask-address")
+    _prefect_environment()
+    from speccat.flows import progress
+    from speccat.flows.refresh import refresh
+
+    progress.enable(sys.stderr)
+    counts = refresh(
+        source=args.source,
+        limit=args.limit,
+        db=args.db,
+        task_runner=args.task_runner,
+        dask_address=args.dask_address,
+        workers=args.workers,
+        snapshot_dir=args.snapshot_dir,
+        time_limit=args.time_limit,
+        rebuild=args.rebuild,
+    )
+    if args.json:
+        print(json.dumps(counts, sort_keys=True))
+    else:
+        print(format_counts(counts))
+    return 0
+
+
+def format_counts(counts: dict[str, Any]) -> str:
+    failures = ", ".join(f"{reason} {n}" for reason, n in counts["failures"].items()) or "none"
+    db = counts["db"]
+    return "\n".join(
+        [
+            f"refresh {counts['run_id']} published {db} in {counts['seconds']} s",
+            f"  repos {counts['repos']}, configs {counts['configs']} ({counts['stored']} already stored, "
+            f"{counts['new_configs']} new: {counts['censused']} censused, {counts['cached']} from the cache)",
+            f"  failures: {failures}",
+            "query it:",
+            f"  speccat query \"SELECT reason, count(*) FROM failures GROUP BY ALL\" --db {db}",
+            f"  duckdb -readonly {db} \"SELECT name, arch, num_hidden_layers FROM specs\"",
+        ]
+    )
+
+
+def find_prefect_yaml(explicit: str | None) -> Path:
+    """The given file, else ./prefect.yaml, else the one at the project root."""
+    candidates = [Path(explicit)] if explicit else [Path.cwd() / PREFECT_YAML, Path(__file__).parent.parent / PREFECT_YAML]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"no {PREFECT_YAML} at {', '.join(map(str, candidates))}")
+
+
+def load_deployment(path: Path, name: str) -> dict[str, Any]:
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    for deployment in data.get("deployments") or ():
+        if deployment.get("name") == name:
+            return deployment
+    names = [d.get("name") for d in data.get("deployments") or ()]
+    raise ValueError(f"{path}: no deployment named {name!r}; it has {names}")
+
+
+def serve_options(deployment: dict[str, Any]) -> dict[str, Any]:
+    """prefect.yaml's deployment as `Flow.serve` keyword arguments."""
+    from prefect.schedules import Cron
+
+    schedules = [
+        Cron(s["cron"], timezone=s.get("timezone"), active=s.get("active", True))
+        for s in deployment.get("schedules") or ()
+    ]
+    return {
+        "name": deployment["name"],
+        "schedules": schedules,
+        "parameters": deployment.get("parameters") or {},
+        "description": deployment.get("description"),
+        "tags": deployment.get("tags") or [],
+        "global_limit": deployment.get("concurrency_limit"),
+    }
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    _prefect_environment()
+    path = find_prefect_yaml(args.file)
+    options = serve_options(load_deployment(path, args.deployment))
+    if args.check:
+        crons = [f"{s.cron} ({s.timezone or 'UTC'})" for s in options["schedules"]]
+        print(f"deployment {options['name']} from {path}")
+        print(f"  schedules: {', '.join(crons) or 'none'}")
+        print(f"  parameters: {json.dumps(options['parameters'], sort_keys=True)}")
+        return 0
+    if not os.environ.get("PREFECT_API_URL"):
+        raise RuntimeError(
+            "serve needs a running Prefect server to schedule against: start one with "
+            "`prefect server start` and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
+        )
+    from prefect.types.entrypoint import EntrypointType
+
+    from speccat.flows.refresh import refresh
+
+    refresh.serve(**options, entrypoint_type=EntrypointType.MODULE_PATH)
+    return 0

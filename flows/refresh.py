@@ -1,0 +1,334 @@
+"""The nightly Prefect flow `refresh`: list → fetch → dedupe → census and price → publish.
+
+One function per stage; the stages hand plain values to each other:
+
+1. `list_repos` asks the source (the Hub or the shipped snapshot) for its repos.
+2. `fetch_config` (a thread pool: it is I/O) fetches and parses each repo's config.json and
+   hashes it. Transient source errors are retried; the rest become failures rows.
+3. `plan_jobs` groups the repos by config_hash (fine-tunes and re-uploads such as DeepSeek-V3
+   and R1 share one) and keeps the configs the published catalogue does not hold yet at the
+   current census and records versions.
+4. `analyse_config` censuses and prices each new config in a child process of its own, on the
+   chosen task runner: local threads (the default; each drives one census process) or a Dask
+   cluster. Results are cached by config_hash and versions (flows/tasks.py).
+5. The flow process alone writes: it builds a RunData and `store.publish`es it atomically.
+6. A table artifact `refresh-summary` records the night's counts; the flow returns them too.
+
+A bad config never fails the flow: every refusal, timeout or crash is a failures row. Only a
+listing that fails (after its retries) fails the run; that run is still published, as failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib.metadata import version as dist_version
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.futures import as_completed
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from speccat.flows import isolate, progress
+from speccat.flows.hub import FetchError, Listing, make_source
+from speccat.flows.tasks import (
+    Analysis,
+    AnalysisError,
+    Failure,
+    Fetched,
+    Job,
+    analyse_config,
+    fetch_config,
+    list_repos,
+    versions_key,
+)
+
+FETCH_THREADS = 8
+TASK_RUNNERS = ("local", "dask")
+DEFAULT_RETRY_DELAYS = (5.0, 30.0, 120.0)
+SUMMARY_ARTIFACT = "refresh-summary"
+
+
+@dataclass
+class Night:
+    """What the stages found, gathered for the store and the summary."""
+
+    listings: list[Listing] = field(default_factory=list)
+    fetched: dict[str, Fetched] = field(default_factory=dict)  # repo_id -> fetched
+    failures: dict[str, Failure] = field(default_factory=dict)  # repo_id -> its failure
+    analyses: dict[str, Analysis] = field(default_factory=dict)  # config_hash -> analysis
+    stored: int = 0  # configs the catalogue already held, specced and priced
+    new_hashes: set[str] = field(default_factory=set)  # configs it held no spec of
+    priced: int = 0  # stored specs priced again (new records or settings)
+    cached: int = 0
+    censused: int = 0
+
+    def fail(self, repo_ids, stage: str, reason: str, message: str) -> None:
+        for repo_id in repo_ids:
+            self.failures[repo_id] = Failure(repo_id, stage, reason, message)
+
+
+def current_versions() -> dict[str, str]:
+    """Every version a stored result depends on (the runs table's version columns)."""
+    from speccat.catalogue.records import load_records
+    from speccat.catalogue.settings import load_settings
+    from speccat.census import CENSUS_VERSION
+    from speccat.census.family import profiles_version
+
+    return {
+        "speccat": dist_version("speccat"),
+        "transformers": dist_version("transformers"),
+        "torch": dist_version("torch"),
+        "census": CENSUS_VERSION,
+        "records": load_records().version,
+        "profiles": profiles_version(),
+        "settings": load_settings().version,
+    }
+
+
+def make_task_runner(kind: str, dask_address: str | None, workers: int | None):
+    """The runner of the census stage: local threads (each drives one census process), or an
+    existing Dask cluster through prefect-dask."""
+    if kind == "local":
+        return ThreadPoolTaskRunner(max_workers=workers or os.cpu_count() or 1)
+    if kind == "dask":
+        if not dask_address:
+            raise ValueError("--task-runner dask needs --dask-address (the scheduler's address)")
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(address=dask_address)
+    raise ValueError(f"unknown task runner {kind!r}; allowed: {', '.join(TASK_RUNNERS)}")
+
+
+# -- stages -------------------------------------------------------------------------------
+
+
+def fetch_stage(night: Night, source, retry_delays: list[float]) -> None:
+    fetch = fetch_config.with_options(retry_delay_seconds=list(retry_delays), retries=len(retry_delays))
+    futures = {fetch.submit(source, listing): listing for listing in night.listings}
+    for done, future in enumerate(as_completed(list(futures)), 1):
+        listing = futures[future]
+        result = future.result(raise_on_failure=False)
+        if isinstance(result, Fetched):
+            night.fetched[listing.repo_id] = result
+        else:
+            stage_reason = _fetch_failure(result)
+            night.fail([listing.repo_id], "fetch", *stage_reason)
+        progress.step("fetch", done, len(futures))
+
+
+def _fetch_failure(err: BaseException) -> tuple[str, str]:
+    from speccat.census.spec import SpecError
+
+    if isinstance(err, (FetchError, SpecError)):
+        return err.reason, str(err)
+    return "fetch_failed", f"{type(err).__name__}: {err}"
+
+
+def plan_jobs(night: Night, db: str, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
+    """One job per distinct config the catalogue does not hold at these versions: a census,
+    or only a pricing when the spec is stored but not priced under tonight's records."""
+    from speccat.catalogue.store import load_specs, stored
+
+    by_hash: dict[str, list[Fetched]] = defaultdict(list)
+    for fetched in night.fetched.values():
+        by_hash[fetched.config_hash].append(fetched)
+    held = stored(db, versions["census"], versions["records"])
+    specced = set() if rebuild else held.specs & set(by_hash)
+    done = specced & held.priced
+    to_price = sorted(specced - done)
+    specs = load_specs(db, versions["census"], to_price) if to_price else {}
+    night.stored = len(done)
+    night.new_hashes = set(by_hash) - specced
+    jobs = []
+    for config_hash in sorted(set(by_hash) - done):
+        first = min(by_hash[config_hash], key=lambda f: f.listing.repo_id)
+        spec = json.dumps(specs[config_hash]) if config_hash in specs else None
+        jobs.append(Job(config_hash, first.config, first.listing.repo_id, seq_length, spec))
+    return jobs
+
+
+def analyse_stage(night: Night, jobs: list[Job], runner, versions: str, time_limit: float, rebuild: bool) -> None:
+    if not jobs:
+        return
+    if isinstance(runner, ThreadPoolTaskRunner):
+        isolate.warm_up()  # the fork server imports torch while the first tasks start
+    task = analyse_config.with_options(refresh_cache=True) if rebuild else analyse_config
+    repos_of = defaultdict(list)
+    for fetched in night.fetched.values():
+        repos_of[fetched.config_hash].append(fetched.listing.repo_id)
+    with _api_for(runner), runner:
+        futures = {
+            runner.submit(task, {"job": job, "versions": versions, "time_limit": time_limit}): job for job in jobs
+        }
+        for done, future in enumerate(as_completed(list(futures)), 1):
+            job = futures[future]
+            result = future.result(raise_on_failure=False)
+            if isinstance(result, Analysis):
+                night.analyses[job.config_hash] = result
+                if future.state.name == "Cached":
+                    night.cached += 1
+                elif job.spec is not None:
+                    night.priced += 1
+                elif result.spec is not None:
+                    night.censused += 1
+                if result.failure is not None:
+                    night.fail(repos_of[job.config_hash], *result.failure)
+            elif isinstance(result, AnalysisError):
+                night.fail(repos_of[job.config_hash], result.stage, result.reason, str(result))
+            else:
+                night.fail(repos_of[job.config_hash], "census", "census_failed", f"{type(result).__name__}: {result}")
+            progress.step("census", done, len(jobs))
+
+
+def _api_for(runner):
+    """Tell remote workers where the API is. Prefect ships its settings with each task, but
+    an ephemeral API is not in them (each process would start its own), so on Dask the
+    flow's API URL is set explicitly for the stage. A Dask cluster on other machines needs a
+    Prefect server they can reach (PREFECT_API_URL), since the ephemeral one binds 127.0.0.1."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if isinstance(runner, ThreadPoolTaskRunner) or PREFECT_API_URL.value():
+        return contextlib.nullcontext()
+    return temporary_settings({PREFECT_API_URL: str(get_client(sync_client=True).api_url)})
+
+
+def run_data(night: Night, run_id: str, started: datetime, status: str, source: str, versions: dict[str, str]):
+    """The night as the store ingests it: only tonight's new specs and prices."""
+    from speccat.catalogue.records import load_records
+    from speccat.catalogue.rundata import RunData
+    from speccat.catalogue.settings import load_settings
+
+    repos = []
+    for listing in night.listings:
+        fetched = night.fetched.get(listing.repo_id)
+        repos.append(
+            {
+                "repo_id": listing.repo_id,
+                "sha": listing.sha,
+                "last_modified": listing.last_modified,
+                "downloads": listing.downloads,
+                "likes": listing.likes,
+                "gated": listing.gated,
+                "license": listing.license,
+                "pipeline_tag": listing.pipeline_tag,
+                "config_hash": fetched.config_hash if fetched else None,
+            }
+        )
+    configs = {f.config_hash: f.config for f in night.fetched.values() if f.config_hash in night.new_hashes}
+    specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}
+    prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
+    return RunData(
+        run_id=run_id,
+        started=started,
+        ended=datetime.now(timezone.utc),
+        status=status,
+        source=source,
+        versions=versions,
+        settings=load_settings().settings,
+        switches=load_records().switches,
+        repos=repos,
+        configs=configs,
+        specs=specs,
+        prices=prices,
+        failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
+    )
+
+
+def summary(night: Night, run_id: str, db: str, seconds: float) -> dict[str, Any]:
+    by_reason: dict[str, int] = defaultdict(int)
+    for failure in night.failures.values():
+        by_reason[failure.reason] += 1
+    return {
+        "run_id": run_id,
+        "db": db,
+        "repos": len(night.listings),
+        "configs": len({f.config_hash for f in night.fetched.values()}),
+        "stored": night.stored,
+        "new_configs": len(night.new_hashes),
+        "cached": night.cached,
+        "censused": night.censused,
+        "repriced": night.priced,
+        "failures": dict(sorted(by_reason.items())),
+        "seconds": round(seconds, 1),
+    }
+
+
+def publish_summary(counts: dict[str, Any]) -> None:
+    rows = [
+        {"measure": "repos seen", "value": counts["repos"]},
+        {"measure": "distinct configs", "value": counts["configs"]},
+        {"measure": "already in the catalogue", "value": counts["stored"]},
+        {"measure": "new configs", "value": counts["new_configs"]},
+        {"measure": "answered from the cache", "value": counts["cached"]},
+        {"measure": "censused", "value": counts["censused"]},
+        {"measure": "stored specs priced again", "value": counts["repriced"]},
+        *({"measure": f"failures: {reason}", "value": n} for reason, n in counts["failures"].items()),
+        {"measure": "duration (s)", "value": counts["seconds"]},
+    ]
+    create_table_artifact(key=SUMMARY_ARTIFACT, table=rows, description=f"speccat refresh into {counts['db']}")
+
+
+# -- the flow -----------------------------------------------------------------------------
+
+
+@flow(name="refresh", task_runner=ThreadPoolTaskRunner(max_workers=FETCH_THREADS))
+def refresh(
+    source: str = "snapshot",
+    limit: int | None = None,
+    db: str = "catalogue.duckdb",
+    task_runner: str = "local",
+    dask_address: str | None = None,
+    workers: int | None = None,
+    snapshot_dir: str | None = None,
+    time_limit: float = 600.0,
+    seq_length: int = 4096,
+    rebuild: bool = False,
+    retry_delays: list[float] = list(DEFAULT_RETRY_DELAYS),
+) -> dict[str, Any]:
+    """Refresh the catalogue at `db` from `source` ("snapshot" or "hub", the top `limit` repos).
+
+    `task_runner` "local" censuses on `workers` local processes (default: one per core);
+    "dask" on the cluster at `dask_address`. `time_limit` stops one config's census;
+    `rebuild` ignores what the catalogue and the cache hold. `retry_delays` are the waits
+    between tries of a transient fetch error.
+    """
+    from speccat.catalogue.store import publish
+
+    log = get_run_logger()
+    clock, started = time.monotonic(), datetime.now(timezone.utc)
+    run_id = str(flow_run.id)
+    runner = make_task_runner(task_runner, dask_address, workers)
+    src = make_source(source, snapshot_dir=snapshot_dir)
+    versions = current_versions()
+    night = Night()
+
+    try:
+        lister = list_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
+        night.listings = lister(src, limit)
+    except FetchError as err:
+        night.fail(["(listing)"], "list", err.reason, str(err))
+        publish(db, run_data(night, run_id, started, "failed", source, versions))
+        raise
+    progress.note(f"list: {len(night.listings)} repos from {source}")
+
+    fetch_stage(night, src, retry_delays)
+    jobs = plan_jobs(night, db, versions, seq_length, rebuild)
+    progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} new")
+    analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild)
+
+    status = "partial" if night.failures else "completed"
+    publish(db, run_data(night, run_id, started, status, source, versions))
+    counts = summary(night, run_id, db, time.monotonic() - clock)
+    publish_summary(counts)
+    progress.note(f"published {db}")
+    log.info("refresh %s: %s", run_id, counts)
+    return counts

@@ -1,0 +1,158 @@
+"""The refresh flow's Prefect tasks, one per stage: list, fetch, census-and-price.
+
+- `list_repos` and `fetch_config` talk to the source. A transient error (429, 5xx, timeout,
+  see flows/hub.py) is retried with backoff through `retry_condition_fn`; anything else fails
+  the task at once and becomes a failures row.
+- `analyse_config` censuses and prices one distinct config in a killable child process
+  (flows/isolate.py). Its result is persisted and cached under the config_hash plus every
+  version that could change it, so an unchanged night finds every config in the cache. A
+  refusal of the config (a SpecError) is a deterministic answer and is cached like a spec;
+  a timeout or a crashed child is not (the task fails, and the next night tries again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from prefect import task
+from prefect.states import Failed, State
+
+from speccat.flows import isolate
+from speccat.flows.hub import FetchError, Listing, Source
+
+# What a census child runs (flows/analysis.py; named, so only the children import torch).
+ANALYSE = "speccat.flows.analysis:analyse"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failures row: which repo, at which stage, and why."""
+
+    repo_id: str
+    stage: str  # list, fetch, census or price
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Fetched:
+    listing: Listing
+    config: dict
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """One distinct config to census: the repos sharing it are censused once, as `name`.
+
+    `spec` (JSON) is set when the catalogue already holds the spec and it only needs pricing.
+    """
+
+    config_hash: str
+    config: dict
+    name: str
+    seq_length: int
+    spec: str | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the census and pricing of one config gave.
+
+    `spec` is the ModelSpec as JSON (None when the census refused); `prices` the price
+    tables (None when there is no spec or pricing refused); `failure` is (stage, reason,
+    message) when either refused.
+    """
+
+    config_hash: str
+    spec: str | None = None
+    prices: Any = None
+    failure: tuple[str, str, str] | None = None
+
+
+class AnalysisError(Exception):
+    """A census that did not answer (timeout, crash): not cached, becomes a failures row."""
+
+    def __init__(self, stage: str, reason: str, message: str):
+        super().__init__(message)
+        self.stage, self.reason = stage, reason
+
+    def __reduce__(self):
+        return (AnalysisError, (self.stage, self.reason, str(self)))
+
+
+def is_transient(task, task_run, state) -> bool:
+    """retry_condition_fn: retry only what may succeed on another try."""
+    err = state.result(raise_on_failure=False)
+    return isinstance(err, FetchError) and err.transient
+
+
+# Retries and their delays are set by the flow (`with_options`), from its `retry_delays`;
+# huggingface_hub has already retried within each try.
+@task(name="list-repos", retry_condition_fn=is_transient)
+def list_repos(source: Source, limit: int | None) -> list[Listing]:
+    from speccat.flows.hub import classify
+
+    try:
+        return source.list(limit)
+    except FetchError:
+        raise
+    except Exception as err:
+        raise classify(err, "(listing)") from None
+
+
+@task(name="fetch-config", retry_condition_fn=is_transient, task_run_name="fetch {listing.repo_id}")
+def fetch_config(source: Source, listing: Listing) -> Fetched | State:
+    """Fetch and parse one repo's config.json. A transient error raises (and is retried); a
+    final one (gated, not found, not JSON: SpecError bad_json) ends the task Failed with the
+    error as its data, without a traceback in the logs."""
+    from speccat.census import config_hash, load_config_file
+    from speccat.census.spec import SpecError
+
+    try:
+        config = load_config_file(source.fetch(listing))
+        return Fetched(listing, config, config_hash(config))
+    except FetchError as err:
+        if err.transient:
+            raise
+        return Failed(message=str(err), data=err)
+    except SpecError as err:
+        return Failed(message=str(err), data=err)
+
+
+def versions_key(versions: dict[str, str], seq_length: int) -> str:
+    """A short digest of every version the census and pricing results depend on."""
+    canonical = json.dumps({**versions, "seq_length": seq_length}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def analysis_cache_key(context, parameters: dict) -> str:
+    job: Job = parameters["job"]
+    return f"speccat-analysis-{job.config_hash}-{parameters['versions']}"
+
+
+@task(
+    name="census-and-price",
+    cache_key_fn=analysis_cache_key,
+    persist_result=True,
+    task_run_name="census {job.name}",
+)
+def analyse_config(job: Job, versions: str, time_limit: float) -> Analysis | State:
+    """Census and price one config in a child process (`versions` is `versions_key(...)`).
+
+    A timeout or a crash ends the task Failed (so it is not cached) with an AnalysisError."""
+    outcome = isolate.run(ANALYSE, (job.config, job.name, job.seq_length, job.spec), time_limit)
+    if outcome.error == "spec_error":
+        return Analysis(job.config_hash, failure=("census", outcome.reason, outcome.message))
+    if outcome.error is not None:
+        reason = "timeout" if outcome.error == "timeout" else "census_failed"
+        err = AnalysisError("census", reason, f"{job.name}: census {outcome.message}")
+        return Failed(message=str(err), data=err)
+    value = outcome.value
+    if "price_error" in value:
+        reason, message = value["price_error"]
+        return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
+    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"])
