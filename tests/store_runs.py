@@ -1,0 +1,267 @@
+"""Runs for the store's tests: shipped configs censused and priced for real, as RunData.
+
+`censused(repo_ids)` censuses shipped configs once per process (run_census, the family's
+pricing defaults, the real records and settings grid); `make_run(...)` wraps any subset of
+them, plus failures, into a RunData the store can publish.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from conftest import load_shipped
+
+from speccat.catalogue.pricing import PriceTables, price_spec
+from speccat.catalogue.records import load_records
+from speccat.catalogue.rundata import RunData
+from speccat.catalogue.settings import load_settings
+from speccat.census.family import family_for, profiles_version
+
+# Five shipped configs of different shapes: dense GQA, tied small, MoE, MLA dense+MoE, hybrid
+# linear/full attention. DeepSeek-R1 shares DeepSeek-V3's architecture (one config_hash).
+REPOS: tuple[str, ...] = (
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "Qwen/Qwen3-0.6B",
+    "mistralai/Mixtral-8x7B-v0.1",
+    "deepseek-ai/DeepSeek-V3",
+    "deepseek-ai/DeepSeek-R1",
+    "Qwen/Qwen3-Next-80B-A3B-Thinking",
+)
+CENSUS_VERSION_FALLBACK = "test"
+
+
+@dataclass(frozen=True)
+class Censused:
+    repo_id: str
+    config: dict
+    config_hash: str
+    spec: dict
+    prices: PriceTables
+
+
+@cache
+def records():
+    return load_records()
+
+
+@cache
+def grid():
+    return load_settings()
+
+
+def census_version() -> str:
+    from speccat import census
+
+    return getattr(census, "CENSUS_VERSION", CENSUS_VERSION_FALLBACK)
+
+
+def _spec_of(config: dict, repo_id: str) -> dict:
+    try:
+        from speccat.census import run_census
+    except ImportError:  # TEMPORARY until census/run.py lands: a dense spec from the config's dims
+        return _dense_spec(config, repo_id)
+    return run_census(config, name=repo_id).to_dict()
+
+
+def _dense_spec(config: dict, name: str) -> dict:
+    from speccat.catalogue.ops import OPS, OTHER
+    from speccat.census import language_config
+
+    c = language_config(config)
+    h, n, a = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
+    ff, v = c.get("intermediate_size") or 4 * h, c["vocab_size"]
+    ops = dict(family_for("llama").kinds["decoder"].ops)
+    return {
+        "name": name, "arch": "llama", "hidden_size": h, "num_hidden_layers": n, "num_attention_heads": a,
+        "num_key_value_heads": c.get("num_key_value_heads") or a, "intermediate_size": ff, "vocab_size": v,
+        "layers": [{"kind": "decoder", "count": n}], "ops": {"decoder": ops},
+        "flavours": {"decoder": {"attention": "full", "ffn": "dense"}},
+        "params": {"embedding": v * h, "output": v * h, "final_norm": h,
+                   "kinds": {"decoder": {"attention": 4 * h * h, "ffn_routed": 0, "ffn_shared": 0, "ffn_router": 0,
+                                         "ffn_dense": 3 * h * ff, "norm": 2 * h, "other": 0}}},
+        "measured": {"decoder": {"seq_length": 4096, "attention_impl": "fallback",
+                                 "bytes_per_token": {o: float(10 * i + h % 7) for i, o in enumerate(OPS + (OTHER,))}}},
+    }
+
+
+@cache
+def censused(repo_id: str) -> Censused:
+    from speccat.census import config_hash
+
+    config = load_shipped(repo_id)
+    spec = _spec_of(config, repo_id)
+    defaults = family_for(spec["arch"]).pricing_defaults()
+    return Censused(repo_id, config, config_hash(config), spec, price_spec(spec, defaults, records(), grid()))
+
+
+def versions(**overrides: str) -> dict[str, str]:
+    out = {
+        "speccat": "0.1.0",
+        "transformers": "5.24.0",
+        "torch": "2.13.0",
+        "census": census_version(),
+        "records": records().version,
+        "profiles": profiles_version(),
+        "settings": grid().version,
+    }
+    out.update(overrides)
+    return out
+
+
+def repo_row(item: Censused, **fields: Any) -> dict[str, Any]:
+    return {"repo_id": item.repo_id, "config_hash": item.config_hash, **fields}
+
+
+def make_run(
+    run_id: str,
+    items: Sequence[Censused],
+    *,
+    day: int = 1,
+    repos: Iterable[Mapping[str, Any]] | None = None,
+    failures: Sequence[Mapping[str, Any]] = (),
+    new: Iterable[str] | None = None,
+    status: str | None = None,
+    source: str = "hub",
+    **version_overrides: str,
+) -> RunData:
+    """A run that lists `items` (or the given repo rows) and stores the specs and prices of
+    `new` config hashes (all of the items' by default)."""
+    started = datetime(2026, 11, day, 3, 0, tzinfo=timezone.utc)
+    fresh = {i.config_hash for i in items} if new is None else set(new)
+    by_hash = {i.config_hash: i for i in items}
+    return RunData(
+        run_id=run_id,
+        started=started,
+        ended=started + timedelta(minutes=5),
+        status=status or ("partial" if failures else "completed"),
+        source=source,
+        versions=versions(**version_overrides),
+        settings=grid().settings,
+        switches=records().switches,
+        repos=list(repos) if repos is not None else [repo_row(i) for i in items],
+        configs={h: by_hash[h].config for h in sorted(fresh)},
+        specs={h: by_hash[h].spec for h in sorted(fresh)},
+        prices={h: by_hash[h].prices for h in sorted(fresh)},
+        failures=list(failures),
+    )
+
+
+def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
+    """`copies` distinct configs per item: the same spec and prices under new config hashes
+    (a synthetic catalogue of many configs built from the shipped specs)."""
+    out = []
+    for i in range(copies):
+        for item in items:
+            suffix = f"{i:08x}"
+            out.append(
+                Censused(
+                    repo_id=f"synthetic/{item.repo_id.split('/')[1]}-{suffix}",
+                    config={**item.config, "_copy": i},
+                    config_hash=item.config_hash[: -len(suffix)] + suffix,
+                    spec=item.spec,
+                    prices=item.prices,
+                )
+            )
+    return out
+
+
+def dump(con) -> dict[str, list[tuple]]:
+    """Every table's rows, sorted: a catalogue's whole content, comparable across files."""
+    from speccat.catalogue.store import TABLES
+
+    def hashable(row: tuple) -> tuple:
+        return tuple(tuple(v) if isinstance(v, list) else v for v in row)
+
+    return {t: [hashable(r) for r in con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()] for t in TABLES}
+
+
+# The two runs most tests share. Night 1 lists the six REPOS and a gated repo; night 2 drops
+# Qwen3-0.6B, moves Llama to a new sha (same config), points Mixtral-8x7B at a new config
+# (Mixtral-8x22B's), adds Qwen3-8B, fails to fetch DeepSeek-V3 at its known sha, and meets a
+# repo whose config is not JSON.
+DOWNLOADS = {
+    "meta-llama/Llama-3.1-8B-Instruct": 5_000_000,
+    "Qwen/Qwen3-0.6B": 3_000_000,
+    "mistralai/Mixtral-8x7B-v0.1": 400_000,
+    "deepseek-ai/DeepSeek-V3": 900_000,
+    "deepseek-ai/DeepSeek-R1": 1_200_000,
+    "Qwen/Qwen3-Next-80B-A3B-Thinking": 250_000,
+    "Qwen/Qwen3-8B": 2_000_000,
+    "acme/gated-model": 10,
+    "acme/broken-config": 5,
+}
+NEW_CONFIG = "mistralai/Mixtral-8x22B-v0.1"
+ADDED = "Qwen/Qwen3-8B"
+GATED = "acme/gated-model"
+BROKEN = "acme/broken-config"
+
+
+def hub_row(item: Censused, night: int, **fields: Any) -> dict[str, Any]:
+    return repo_row(
+        item,
+        sha=f"{item.repo_id}@{night}",
+        downloads=DOWNLOADS[item.repo_id],
+        likes=DOWNLOADS[item.repo_id] // 1000,
+        gated=False,
+        license="open",
+        pipeline_tag="text-generation",
+        last_modified=datetime(2026, 10, night, tzinfo=timezone.utc),
+        **fields,
+    )
+
+
+def first_run() -> RunData:
+    items = [censused(r) for r in REPOS]
+    repos = [hub_row(i, 1) for i in items]
+    repos.append({"repo_id": GATED, "gated": "manual", "downloads": DOWNLOADS[GATED]})
+    failures = [{"repo_id": GATED, "stage": "fetch", "reason": "gated", "message": "403: accept the terms"}]
+    return make_run("night-1", items, day=1, repos=repos, failures=failures)
+
+
+def second_run() -> RunData:
+    by_id = {r: censused(r) for r in REPOS + (NEW_CONFIG, ADDED)}
+    new_mixtral = by_id[NEW_CONFIG]
+    repos = []
+    for repo_id in REPOS:
+        item = by_id[repo_id]
+        if repo_id == "Qwen/Qwen3-0.6B":
+            continue
+        if repo_id == "meta-llama/Llama-3.1-8B-Instruct":
+            repos.append(hub_row(item, 2))
+        elif repo_id == "mistralai/Mixtral-8x7B-v0.1":
+            repos.append(hub_row(item, 2) | {"config_hash": new_mixtral.config_hash})
+        elif repo_id == "deepseek-ai/DeepSeek-V3":
+            repos.append(hub_row(item, 1) | {"config_hash": None})
+        else:
+            repos.append(hub_row(item, 1))
+    repos.append(hub_row(by_id[ADDED], 2))
+    repos.append({"repo_id": GATED, "gated": "manual", "downloads": DOWNLOADS[GATED]})
+    repos.append({"repo_id": BROKEN, "downloads": DOWNLOADS[BROKEN]})
+    failures = [
+        {"repo_id": GATED, "stage": "fetch", "reason": "gated", "message": "403: accept the terms"},
+        {"repo_id": "deepseek-ai/DeepSeek-V3", "stage": "fetch", "reason": "fetch_failed", "message": "503 three times"},
+        {"repo_id": BROKEN, "stage": "census", "reason": "bad_json", "message": "config.json: line 1"},
+    ]
+    new = {new_mixtral.config_hash, by_id[ADDED].config_hash}
+    return make_run("night-2", list(by_id.values()), day=2, repos=repos, failures=failures, new=new)
+
+
+@cache
+def two_night_catalogue() -> Path:
+    """A catalogue with night 1 then night 2 published (built once per test process)."""
+    from speccat.catalogue.store import publish
+
+    folder = Path(tempfile.mkdtemp(prefix="speccat-store-"))
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / "catalogue.duckdb"
+    publish(path, first_run())
+    publish(path, second_run())
+    return path

@@ -1,0 +1,283 @@
+"""catalogue/store.py: what a publish stores, idempotence, history, refusals and schema changes."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+
+import duckdb
+import pytest
+import store_runs as runs
+
+from speccat.catalogue.ops import OPS
+from speccat.catalogue.rundata import StoreError
+from speccat.catalogue.store import TABLES, open_readonly, publish, stored
+
+
+@pytest.fixture(scope="module")
+def night1(tmp_path_factory):
+    path = tmp_path_factory.mktemp("night1") / "catalogue.duckdb"
+    published = publish(path, runs.first_run())
+    return path, published
+
+
+def content(path) -> dict[str, list[tuple]]:
+    with contextlib.closing(open_readonly(path)) as con:
+        return runs.dump(con)
+
+
+def leftovers(path) -> list:
+    return sorted(p.name for p in path.parent.iterdir() if ".publish-" in p.name)
+
+
+def test_first_publish_stores_the_run(night1):
+    path, published = night1
+    run = runs.first_run()
+    specs = run.specs
+    with contextlib.closing(open_readonly(path)) as con:
+        assert con.execute("SELECT run_id, status, source, n_repos, n_configs, n_specs, n_failures FROM runs").fetchall() == [
+            # 7 repos listed (6 + the gated one); DeepSeek-V3 and R1 share a config: 5 configs.
+            ("night-1", "partial", "hub", 7, 5, 5, 1)
+        ]
+        assert {r[0] for r in con.execute("SELECT config_hash FROM configs").fetchall()} == set(specs)
+        for config_hash, spec in specs.items():
+            stored_spec, hidden, layers = con.execute(
+                "SELECT spec, hidden_size, num_hidden_layers FROM specs WHERE config_hash = ?", [config_hash]
+            ).fetchone()
+            assert json.loads(stored_spec) == spec
+            assert (hidden, layers) == (spec["hidden_size"], spec["num_hidden_layers"])
+            stack = con.execute(
+                "SELECT kind, count FROM stack WHERE config_hash = ? ORDER BY position", [config_hash]
+            ).fetchall()
+            assert stack == [(g["kind"], g["count"]) for g in spec["layers"]]
+            kinds = con.execute(
+                "SELECT kind, layers, attMM, attBMM, ffMM, softmax, dropout, normOp, gather, headCast, ffAct, linrec,"
+                " attention, ffn, params_attention FROM kinds WHERE config_hash = ? ORDER BY kind",
+                [config_hash],
+            ).fetchall()
+            expected = []
+            for kind in sorted(spec["ops"]):
+                ops = spec["ops"][kind]
+                count = sum(g["count"] for g in spec["layers"] if g["kind"] == kind)
+                flavours = spec["flavours"][kind]
+                expected.append(
+                    (kind, count, *(ops[o] for o in OPS), flavours["attention"], flavours["ffn"],
+                     spec["params"]["kinds"][kind]["attention"])
+                )
+            assert kinds == expected
+            measured = dict(
+                ((k, op), b)
+                for k, op, b in con.execute(
+                    "SELECT kind, op::VARCHAR, bytes_per_token FROM measured WHERE config_hash = ?", [config_hash]
+                ).fetchall()
+            )
+            assert measured == {
+                (k, op): b for k, m in spec["measured"].items() for op, b in m["bytes_per_token"].items()
+            }
+
+
+def test_prices_are_the_pricing_tables(night1):
+    path, _ = night1
+    run = runs.first_run()
+    with contextlib.closing(open_readonly(path)) as con:
+        for config_hash, tables in run.prices.items():
+            layer = tables.layer_prices
+            got = con.execute(
+                "SELECT kind, setting_id, mask, attention, ffn, norm, total, census_version, records_version"
+                " FROM layer_prices WHERE config_hash = ? ORDER BY kind, setting_id, mask",
+                [config_hash],
+            ).fetchall()
+            want = sorted(
+                zip(*(layer.column(c).to_pylist() for c in ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total"))),
+                key=lambda r: (r[0], r[1], r[2]),
+            )
+            assert [r[:7] for r in got] == want
+            assert {r[7:] for r in got} == {(run.census_version, run.records_version)}
+            full = con.execute(
+                "SELECT kind, setting_id, kept FROM full_prices WHERE config_hash = ? ORDER BY ALL", [config_hash]
+            ).fetchall()
+            assert full == sorted(zip(*(tables.full_prices.column(c).to_pylist() for c in ("kind", "setting_id", "kept"))))
+
+
+def test_switch_sets_and_settings(night1):
+    path, _ = night1
+    run = runs.first_run()
+    with contextlib.closing(open_readonly(path)) as con:
+        rows = con.execute("SELECT mask, switches, n_recomputed, name FROM switch_sets ORDER BY mask").fetchall()
+        assert len(rows) == 2 ** len(run.switches)
+        for mask, switches, n, name in rows:
+            # bit i of the mask set <=> switch i recomputed (DESIGN §3.1)
+            assert switches == [s for i, s in enumerate(run.switches) if mask & (1 << i)]
+            assert n == bin(mask).count("1")
+        assert rows[0][3] == "none" and rows[-1][3] == "all"
+        assert rows[5][3] == f"{run.switches[0]},{run.switches[2]}"  # 5 = bits 0 and 2
+        settings = con.execute("SELECT * FROM settings ORDER BY setting_id").fetchall()
+        assert len(settings) == len(run.settings)
+        assert [dict(zip([d[0] for d in con.description], r)) for r in settings] == sorted(
+            (dict(s) for s in run.settings), key=lambda s: s["setting_id"]
+        )
+
+
+def test_same_run_twice_is_identical(tmp_path, night1):
+    path = tmp_path / "catalogue.duckdb"
+    first = publish(path, runs.first_run())
+    before = content(path)
+    second = publish(path, runs.first_run())
+    assert content(path) == before
+    assert second.rows == first.rows
+    assert not second.rebuilt
+    assert leftovers(path) == []
+    # and identical to the catalogue built once by the module fixture
+    assert before == content(night1[0])
+
+
+def test_second_run_adds_history_and_keeps_the_first(night1):
+    night1_rows = content(night1[0])
+    after = content(runs.two_night_catalogue())
+    for table in TABLES:
+        if table == "repos":  # the latest metadata of each repo, by design
+            continue
+        missing = set(night1_rows[table]) - set(after[table])
+        assert not missing, f"{table} lost {len(missing)} row(s) of night 1"
+    assert [r[0] for r in after["runs"]] == ["night-1", "night-2"]
+    # history: 7 repos on night 1, 9 on night 2 (Qwen3-0.6B gone; Qwen3-8B and broken added... 6-1+1+2)
+    with contextlib.closing(open_readonly(runs.two_night_catalogue())) as con:
+        per_run = dict(con.execute("SELECT run_id, count(*) FROM repo_history GROUP BY ALL").fetchall())
+        assert per_run == {"night-1": len(runs.first_run().repos), "night-2": len(runs.second_run().repos)}
+        assert dict(con.execute("SELECT run_id, count(*) FROM failures GROUP BY ALL").fetchall()) == {
+            "night-1": 1,
+            "night-2": 3,
+        }
+
+
+def test_carried_rows_are_not_restaged(night1):
+    """Night 2 brings specs and prices for its two new configs only; the others are carried."""
+    second = runs.second_run()
+    assert len(second.specs) == 2
+    with contextlib.closing(open_readonly(runs.two_night_catalogue())) as con:
+        n_specs = con.execute("SELECT count(*) FROM specs").fetchone()[0]
+        assert n_specs == len(runs.first_run().specs) + len(second.specs)
+        llama = runs.censused("meta-llama/Llama-3.1-8B-Instruct").config_hash
+        carried = con.execute("SELECT * FROM layer_prices WHERE config_hash = ? ORDER BY ALL", [llama]).fetchall()
+    with contextlib.closing(open_readonly(night1[0])) as con:
+        original = con.execute("SELECT * FROM layer_prices WHERE config_hash = ? ORDER BY ALL", [llama]).fetchall()
+    assert carried == original
+
+
+def test_repos_hold_the_latest_metadata():
+    with contextlib.closing(open_readonly(runs.two_night_catalogue())) as con:
+        repos = {r[0]: r[1:] for r in con.execute("SELECT repo_id, sha, config_hash FROM repos").fetchall()}
+    llama = runs.censused("meta-llama/Llama-3.1-8B-Instruct")
+    assert repos[llama.repo_id] == (f"{llama.repo_id}@2", llama.config_hash)
+    assert repos["mistralai/Mixtral-8x7B-v0.1"][1] == runs.censused(runs.NEW_CONFIG).config_hash
+    # night 2 failed to fetch DeepSeek-V3 at the sha night 1 fetched: the config is the same
+    assert repos["deepseek-ai/DeepSeek-V3"] == ("deepseek-ai/DeepSeek-V3@1", runs.censused("deepseek-ai/DeepSeek-V3").config_hash)
+    # a repo only night 1 listed is kept; the failed ones have no config
+    assert repos["Qwen/Qwen3-0.6B"][1] == runs.censused("Qwen/Qwen3-0.6B").config_hash
+    assert repos[runs.BROKEN] == (None, None) and repos[runs.GATED] == (None, None)
+
+
+def test_stored_tells_the_flow_what_to_skip(night1):
+    run = runs.first_run()
+    known = stored(night1[0], run.census_version, run.records_version)
+    assert known.specs == known.priced == frozenset(run.specs)
+    assert stored(night1[0], "another-census", run.records_version).specs == frozenset()
+    assert stored(night1[0], run.census_version, "another-records").priced == frozenset()
+
+
+def test_a_changed_spec_under_the_same_version_is_a_conflict(tmp_path, night1):
+    path = tmp_path / "catalogue.duckdb"
+    shutil.copyfile(night1[0], path)
+    before = content(path)
+    run = runs.first_run()
+    llama = runs.censused("meta-llama/Llama-3.1-8B-Instruct").config_hash
+    changed = dict(run.specs)
+    changed[llama] = {**changed[llama], "name": "renamed without a new census version"}
+    with pytest.raises(StoreError) as err:
+        publish(path, dataclasses.replace(run, run_id="night-1b", specs=changed))
+    assert err.value.reason == "conflict"
+    assert f"specs {llama}" in str(err.value)
+    assert content(path) == before
+    assert leftovers(path) == []
+
+
+def test_bad_codes_and_duplicate_keys_are_refused(tmp_path):
+    run = runs.first_run()
+    path = tmp_path / "catalogue.duckdb"
+    bad_reason = dataclasses.replace(run, failures=[{**run.failures[0], "reason": "exploded"}])
+    with pytest.raises(StoreError) as err:
+        publish(path, bad_reason)
+    assert err.value.reason == "bad_run" and "failures" in str(err.value)
+    duplicate = dataclasses.replace(run, repos=list(run.repos) + [run.repos[0]])
+    with pytest.raises(StoreError) as err:
+        publish(path, duplicate)
+    assert err.value.reason == "bad_run" and "repo_history" in str(err.value)
+    assert not path.exists() and leftovers(path) == []
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("status", "exploded", "status"),
+        ("versions", {"speccat": "1"}, "versions"),
+        ("repos", [{"repo_id": "a/b", "stars": 3}], "unknown field"),
+        ("repos", [{"repo_id": "a/b", "gated": "yes"}], "gated"),
+    ],
+)
+def test_malformed_run_is_refused_naming_the_field(tmp_path, field, value, words):
+    with pytest.raises(StoreError) as err:
+        publish(tmp_path / "c.duckdb", dataclasses.replace(runs.first_run(), **{field: value}))
+    assert err.value.reason == "bad_run" and words in str(err.value)
+
+
+def test_incomplete_prices_fail_the_checks(tmp_path):
+    run = runs.first_run()
+    config_hash, tables = next(iter(run.prices.items()))
+    cut = dataclasses.replace(tables, layer_prices=tables.layer_prices.slice(0, tables.layer_prices.num_rows - 1))
+    with pytest.raises(StoreError) as err:
+        publish(tmp_path / "c.duckdb", dataclasses.replace(run, prices={**run.prices, config_hash: cut}))
+    assert err.value.reason == "check_failed"
+    assert "layer_prices complete" in str(err.value) and config_hash in str(err.value)
+    assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_settings_field_without_a_column_is_a_schema_error(tmp_path):
+    run = runs.first_run()
+    settings = [{**s, "pipeline_parallel": 2} for s in run.settings]
+    with pytest.raises(StoreError) as err:
+        publish(tmp_path / "c.duckdb", dataclasses.replace(run, settings=settings))
+    assert err.value.reason == "schema" and "pipeline_parallel" in str(err.value)
+
+
+def test_an_older_schema_is_rebuilt_without_losing_rows(tmp_path, night1):
+    """A catalogue written before a column existed is carried into the current schema."""
+    path = tmp_path / "catalogue.duckdb"
+    shutil.copyfile(night1[0], path)
+    with contextlib.closing(duckdb.connect(str(path))) as con:
+        con.execute("ALTER TABLE configs DROP COLUMN model_type")
+    old = content(path)
+    published = publish(path, runs.second_run())
+    assert published.rebuilt
+    new = content(path)
+    for table in TABLES:
+        if table in ("repos", "configs"):
+            continue
+        assert set(old[table]) <= set(new[table]), table
+    with contextlib.closing(open_readonly(path)) as con:
+        # the old configs come back with model_type NULL, the night's new ones have it
+        assert con.execute("SELECT count(*) FROM configs WHERE model_type IS NULL").fetchone()[0] == len(old["configs"])
+        assert con.execute("SELECT count(*) FROM configs").fetchone()[0] == len(old["configs"]) + 2
+
+
+def test_a_schema_that_would_drop_a_column_is_refused(tmp_path, night1):
+    path = tmp_path / "catalogue.duckdb"
+    shutil.copyfile(night1[0], path)
+    with contextlib.closing(duckdb.connect(str(path))) as con:
+        con.execute("ALTER TABLE runs ADD COLUMN operator VARCHAR")
+    before = content(path)
+    with pytest.raises(StoreError) as err:
+        publish(path, runs.second_run())
+    assert err.value.reason == "schema" and "operator" in str(err.value)
+    assert content(path) == before
