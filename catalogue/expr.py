@@ -125,7 +125,7 @@ def _check_constant(node: ast.Constant) -> None:
         raise ExprError("forbidden", f"imaginary number {value!r} is not allowed")
     if not isinstance(value, (int, float)):
         raise ExprError("forbidden", f"constant of type {type(value).__name__} is not allowed")
-    if not math.isfinite(value) or abs(value) >= MAX_LITERAL:
+    if abs(value) >= MAX_LITERAL or (isinstance(value, float) and not math.isfinite(value)):
         raise ExprError("too_large", f"number literal {node.value!r:.40} is beyond 2**1024")
 
 
@@ -265,8 +265,8 @@ class Expr:
     def __call__(self, names: Mapping[str, Any]) -> int | float | bool:
         """Evaluate against `names`, looking up only the names the taken branches read.
 
-        A mapping that raises something other than KeyError for a name (for example an error
-        saying why a layer cannot supply it) has that error propagate unchanged.
+        A mapping that raises something other than KeyError or TypeError for a name (for
+        example a ValueError saying why a layer cannot supply it) has it propagate unchanged.
         """
         value = self._run(_GLOBALS, names)
         if isinstance(value, float) and not math.isfinite(value):
@@ -284,9 +284,7 @@ class Expr:
             raise ExprError("overflow", f"{self.source}: {err}") from None
         except NameError as err:
             raise ExprError("unknown_name", f"{self.source}: {err}") from None
-        except (TypeError, ValueError) as err:
-            if isinstance(err, ReasonError):
-                raise
+        except TypeError as err:
             raise ExprError("bad_type", f"{self.source}: {err}") from None
 
     def elementwise(self, array_names: frozenset[str]) -> bool:

@@ -1,0 +1,296 @@
+"""The closed expression language (catalogue/expr.py, DESIGN §3.2)."""
+
+from __future__ import annotations
+
+import gc
+import string
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from speccat.catalogue import expr as expr_module
+from speccat.catalogue.expr import MAX_DEPTH, MAX_LENGTH, REASONS, Expr, ExprError
+
+THE_EXPRESSION = "(0.5*h + 0.5*w if n % 2 == 0 else 1/3*h + 2/3*w) * (b*n) + (d or h/a)"
+
+
+def python_reference(h, w, n, b, d, a):
+    """The same expression written as Python source: the oracle for bit-for-bit equality."""
+    return (0.5 * h + 0.5 * w if n % 2 == 0 else 1 / 3 * h + 2 / 3 * w) * (b * n) + (d or h / a)
+
+
+def same_bits(x, y) -> bool:
+    """Equal value and type; floats compared by their exact hex representation."""
+    if type(x) is not type(y):
+        return False
+    return x.hex() == y.hex() if isinstance(x, float) else x == y
+
+
+number = st.one_of(
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False),
+)
+
+
+@given(h=number, w=number, n=number, b=number, d=number, a=number)
+def test_the_design_expression_is_python_arithmetic_bit_for_bit(h, w, n, b, d, a):
+    names = dict(h=h, w=w, n=n, b=b, d=d, a=a)
+    try:
+        expected = python_reference(**names)
+    except ZeroDivisionError:
+        with pytest.raises(ExprError) as err:
+            Expr(THE_EXPRESSION)(names)
+        assert err.value.reason == "zero_division"
+        return
+    assert same_bits(Expr(THE_EXPRESSION)(names), expected)
+
+
+def test_the_design_expression_at_chosen_values():
+    # n = 3 is odd: (1/3*10 + 2/3*4) * (2*3) + (0 or 10/5), each step as Python does it.
+    names = dict(h=10, w=4, n=3, b=2, d=0, a=5)
+    value = Expr(THE_EXPRESSION)(names)
+    assert same_bits(value, (1 / 3 * 10 + 2 / 3 * 4) * (2 * 3) + 10 / 5)
+    # n = 4 is even and d = 7 is truthy: (5 + 2) * 8 + 7 = 63.0
+    assert Expr(THE_EXPRESSION)(dict(names, n=4, d=7)) == 63.0
+
+
+class Recorder(dict):
+    """A names mapping that records each lookup and fails loudly on 'missing'."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: list[str] = []
+
+    def __getitem__(self, key):
+        self.read.append(key)
+        if key == "missing":
+            raise AssertionError("the untaken branch was looked up")
+        return super().__getitem__(key)
+
+
+def test_names_are_looked_up_lazily_only_on_the_branch_taken():
+    names = Recorder(h=10, flag=1)
+    assert Expr("h if flag else missing")(names) == 10
+    assert "missing" not in names.read
+    names = Recorder(flag=0, other=2)
+    assert Expr("flag and missing or other")(names) == 2
+    assert Expr("max(flag, 1) if flag else other")(names) == 2
+    assert "missing" not in names.read
+
+
+def test_names_lists_every_name_read_on_any_branch():
+    assert Expr("h if flag else missing + max(a, b)").names == {"h", "flag", "missing", "a", "b"}
+
+
+def test_max_min_and_comparisons_are_pythons():
+    names = {"t": 4, "x": -2.5}
+    assert Expr("max(t, 1) / min(t, 2)")(names) == 2.0
+    assert Expr("min(x, t, 0)")(names) == -2.5
+    assert Expr("1 < t <= 4 and not x > 0")(names) is True
+
+
+REFUSED = [
+    ("h.real", "attribute access"),
+    ("a[0]", "subscript"),
+    ("'text'", "string literal"),
+    ("b'bytes'", "string literal"),
+    ("lambda: 1", "lambda"),
+    ("[x for x in y]", "list comprehension"),
+    ("(x for x in y)", "generator expression"),
+    ("{x: 1 for x in y}", "dict comprehension"),
+    ("abs(h)", "call of 'abs'"),
+    ("eval('1')", "call of 'eval'"),
+    ("max(h, key=a)", "keyword argument"),
+    ("max(*h)", "starred argument"),
+    ("max(h)", "at least two arguments"),
+    ("__import__('os')", "dunder name '__import__'"),
+    ("__builtins__", "dunder name '__builtins__'"),
+    ("_pow(2, 3)", "name starting with '_'"),
+    ("(h).__class__", "attribute access"),
+    ("max", "may only be called"),
+    ("(1, 2)", "tuple display"),
+    ("[1]", "list display"),
+    ("{1: 2}", "dict display"),
+    ("f'{h}'", "f-string"),
+    ("(y := 3)", "assignment expression"),
+    ("h @ w", "operator @"),
+    ("h << 2", "operator <<"),
+    ("h | w", "operator |"),
+    ("~h", "operator ~"),
+    ("h is None", "the constant None"),
+    ("h is w", "operator is"),
+    ("h in w", "operator in"),
+    ("True", "the constant True"),
+    ("1j", "imaginary number"),
+    ("...", "the constant Ellipsis"),
+]
+
+
+@pytest.mark.parametrize("source, construct", REFUSED)
+def test_constructs_outside_the_closed_set_are_refused_naming_them(source, construct):
+    with pytest.raises(ExprError) as err:
+        Expr(source)
+    assert err.value.reason == "forbidden"
+    assert construct in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("h +", "syntax"),
+        ("h = 1", "syntax"),
+        ("1\x00", "syntax"),
+        ("x" * (MAX_LENGTH + 1), "too_long"),
+        ("-" * 200 + "1", "too_deep"),
+        ("(" * 250 + "1" + ")" * 250, "syntax"),  # CPython's own limit on nested parentheses
+        ("+".join(["h"] * (MAX_DEPTH + 2)), "too_deep"),
+        ("1" + "0" * 400, "too_large"),
+        ("1e400", "too_large"),
+    ],
+)
+def test_bad_text_is_refused_at_parse_time(source, reason):
+    with pytest.raises(ExprError) as err:
+        Expr(source)
+    assert err.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("9 ** 9 ** 9", "too_large"),  # 9**387420489 would take minutes and gigabytes
+        ("(2 ** 4000) ** 2", "too_large"),
+        ("10 ** 10 ** 10 % 7", "too_large"),
+        ("2.0 ** 10000", "overflow"),
+        ("1e300 * 1e300", "not_finite"),
+        ("1e300 * 1e300 - 1e300 * 1e300", "not_finite"),
+        ("(-8) ** 0.5", "domain"),
+        ("1 / 0", "zero_division"),
+        ("1 % 0", "zero_division"),
+        ("0 ** -1", "zero_division"),
+        ("10 ** 300 * 10 ** 300 / 1", "overflow"),
+        ("h / nothing", "unknown_name"),
+    ],
+)
+def test_runaway_arithmetic_ends_in_the_documented_error(source, reason):
+    with pytest.raises(ExprError) as err:
+        Expr(source)({"h": 1.0})
+    assert err.value.reason == reason
+
+
+def test_powers_within_bounds_are_pythons_own():
+    assert Expr("2 ** 100")({}) == 2**100
+    assert Expr("(-2) ** 3")({}) == -8
+    assert same_bits(Expr("2 ** -2")({}), 0.25)
+    assert same_bits(Expr("h ** 0.5")({"h": 2.0}), 2.0**0.5)
+
+
+def test_errors_of_the_names_mapping_propagate_unchanged():
+    class Refusal(ValueError):
+        pass
+
+    class Names(dict):
+        def __missing__(self, key):
+            raise Refusal(f"cannot supply {key}")
+
+    with pytest.raises(Refusal):
+        Expr("h + 1")(Names())
+
+
+def test_a_value_that_is_not_a_number_is_refused():
+    with pytest.raises(ExprError) as err:
+        Expr("h")({"h": "text"})
+    assert err.value.reason == "bad_type"
+
+
+# ---------------------------------------------------------------------------- fuzzing
+
+LEAVES = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["h", "w", "t", "n", "zero", "unknown", "__class__", "_x", "max", "True", "None", "'s'", "1j", "..."]),
+)
+
+
+def _combine(children):
+    binary = st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "@", "<<", "|", "&", "^", "==", "<", ">=", "!=", "is", "in", "and", "or"])
+    unary = st.sampled_from(["-", "+", "not ", "~"])
+    return st.one_of(
+        st.tuples(children, binary, children).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(unary, children).map(lambda t: f"({t[0]}{t[1]})"),
+        st.tuples(children, children, children).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),
+        st.tuples(st.sampled_from(["max", "min", "abs", "eval", "__import__", "getattr", "h"]), st.lists(children, max_size=3)).map(
+            lambda t: f"{t[0]}({', '.join(t[1])})"
+        ),
+        st.tuples(children, st.sampled_from([".real", "[0]", ".__class__", "(1)"])).map(lambda t: f"{t[0]}{t[1]}"),
+        st.tuples(children, children).map(lambda t: f"max({t[0]}, key={t[1]})"),
+        children.map(lambda c: f"[x for x in ({c},)]"),
+        children.map(lambda c: f"(lambda: {c})()"),
+    )
+
+
+EXPRESSIONS = st.recursive(LEAVES, _combine, max_leaves=25)
+NAMES = {"h": 4096, "w": 14336.0, "t": 8, "n": 3, "zero": 0}
+
+# What compiled expression code may call: the two functions and the guarded power.
+ALLOWED_C = {max, min}
+ALLOWED_PY = {expr_module._safe_pow.__code__}
+
+
+def _evaluate_watched(e: Expr):
+    """Evaluate under a profiler recording every function the expression's own code calls."""
+    bad: list = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and frame.f_code.co_filename == "<expr>" and arg not in ALLOWED_C:
+            bad.append(arg)
+        elif event == "call" and frame.f_back.f_code.co_filename == "<expr>" and frame.f_code not in ALLOWED_PY:
+            bad.append(frame.f_code)
+
+    gc.disable()  # a collection would run the test tools' gc callbacks inside the expression
+    sys.setprofile(profile)
+    try:
+        try:
+            value = e(dict(NAMES))
+        except ExprError as err:
+            value = err
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return value, bad
+
+
+def _check(source: str) -> None:
+    try:
+        e = Expr(source)
+    except ExprError as err:
+        assert err.reason in REASONS
+        return
+    value, bad = _evaluate_watched(e)
+    assert not bad, f"{source!r} called {bad}"
+    if isinstance(value, ExprError):
+        assert value.reason in REASONS
+        return
+    assert isinstance(value, (int, float)) and not isinstance(value, complex)
+    # What was accepted and evaluated is Python's own arithmetic on the same values (bounded:
+    # the guarded evaluation just finished, and Python runs the same operations).
+    expected = eval(source.strip(), {"__builtins__": {"max": max, "min": min}}, dict(NAMES))  # noqa: S307
+    assert same_bits(value, expected)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EXPRESSIONS)
+def test_fuzz_generated_expressions(source):
+    _check(source)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=string.printable, max_size=80) | st.text(max_size=40))
+def test_fuzz_random_text(source):
+    _check(source)
+
+
+def test_canonical_text_ignores_layout():
+    assert Expr("a*b  +(c)").canonical() == Expr("a * b + c").canonical()
+    assert Expr("a*(b+c)").canonical() != Expr("a*b+c").canonical()

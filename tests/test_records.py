@@ -1,0 +1,176 @@
+"""The op records file and its loader (catalogue/records.py, DESIGN §3.1)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speccat.catalogue.expr import Expr
+from speccat.catalogue.ops import OPS
+from speccat.catalogue.records import RECORDS_PATH, RecordsError, Slot, load_records
+
+SWITCHES_V1 = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+
+
+@pytest.fixture(scope="module")
+def records():
+    return load_records()
+
+
+def test_v1_loads_with_the_design_switches_ops_and_parts(records):
+    assert records.switches == SWITCHES_V1
+    assert tuple(records.ops) == OPS
+    assert records.n_masks == 256
+    assert records.parts["attUp"].part_of == "attMM" and records.parts["attUp"].switch == "attUp"
+    # DESIGN §3.1's table: switch, needs, comm
+    assert records.ops["attMM"].switch is None and records.ops["ffMM"].switch is None
+    assert records.ops["linrec"].switch is None and records.ops["linrec"].needs == ("attMM",)
+    assert records.ops["dropout"].needs == ("softmax",)
+    assert [op for op, rec in records.ops.items() if rec.comm] == ["gather"]
+    assert {s.name: s.part for s in records.slots} == {
+        "qkv": "attention", "qkv_mla": "attention", "score": "attention", "proj": "attention",
+        "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm",
+    }  # fmt: skip
+    assert re.fullmatch(r"[0-9a-f]{16}", records.version)
+
+
+def test_masks_follow_the_switch_order(records):
+    assert records.mask_of([]) == 0
+    assert records.mask_of(["attBMM"]) == 1
+    assert records.mask_of(["attUp"]) == 128
+    assert records.mask_of(["softmax", "headCast"]) == 0b1010
+    assert records.mask_of(SWITCHES_V1) == 255
+    assert records.switches_of(0b1010) == ("headCast", "softmax")
+    with pytest.raises(RecordsError) as err:
+        records.mask_of(["attBMM", "sofmax"])
+    assert err.value.reason == "unknown_switch" and "sofmax" in str(err.value)
+
+
+def test_kept_ops_and_parts_per_mask(records):
+    everything = set(OPS) | {"attUp"}
+    assert records.kept(0) == everything
+    # ops without a switch (attMM, ffMM, linrec) are kept by every selective mask
+    assert records.kept(255) == {"attMM", "ffMM", "linrec"}
+    assert records.kept(records.mask_of(["attUp"])) == everything - {"attUp"}
+    assert records.kept(records.mask_of(["softmax"])) == everything - {"softmax"}
+
+
+def acceptance_slot() -> Slot:
+    return Slot(
+        name="example",
+        part="attention",
+        formula=Expr("total * max(t, 1) / min(t, 2)"),
+        elements=(("attMM", Expr("h if flag else missing")), ("attBMM", Expr("3"))),
+        when=None,
+    )
+
+
+class NoMissing(dict):
+    """Names that fail any lookup of `missing` (max and min are looked up here first)."""
+
+    def __missing__(self, key):
+        assert key != "missing", "the name `missing` was looked up"
+        raise KeyError(key)
+
+
+def test_slot_evaluation_with_keep_flags():
+    slot = acceptance_slot()
+    names = NoMissing(h=10, flag=1, t=4)
+    # t = 4: max(4, 1) / min(4, 2) = 2, so the slot is twice its kept elements
+    assert slot.value(names, {"attMM", "attBMM"}) == (10 + 3) * 2 == 26
+    assert slot.value(names, {"attMM"}) == 10 * 2 == 20
+    assert slot.value(names, {"attBMM"}) == 3 * 2 == 6
+    assert slot.value(names, set()) == 0
+
+
+def test_dropped_elements_are_not_evaluated():
+    slot = acceptance_slot()
+    names = NoMissing(flag=0, t=4)  # attMM would read `missing`; it is dropped
+    assert slot.value(names, {"attBMM"}) == 6
+
+
+def test_the_version_ignores_layout_but_not_content(tmp_path):
+    text = RECORDS_PATH.read_text()
+    base = load_records().version
+    relaid = tmp_path / "records.yaml"
+    relaid.write_text("# another comment\n" + text.replace("total / (t * cp)", "total/(t*cp)"))
+    assert load_records(relaid).version == base
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(text.replace("dc_q: 0", "dc_q: 1"))
+    assert load_records(changed).version != base
+
+
+# ---------------------------------------------------------------- refusals of a bad copy
+
+
+def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
+    text = RECORDS_PATH.read_text()
+    assert text.count(old) >= count, old
+    bad = tmp_path / "records.yaml"
+    bad.write_text(text.replace(old, new, count))
+    with pytest.raises(RecordsError) as err:
+        load_records(bad)
+    assert str(err.value).startswith("records.yaml: ")
+    return err.value
+
+
+@pytest.mark.parametrize(
+    "old, new, reason, key",
+    [
+        ("  attMM:    {switch: null", "  attMX:    {switch: null", "unknown_op", "ops.attMX"),
+        ("  linrec:   {switch: null,     needs: [attMM],   comm: false}\n", "", "missing_op", "ops.linrec"),
+        ("switches: [attBMM, headCast", "switches: [atBMM, headCast", "unknown_switch", "ops.attBMM.switch"),
+        ("softmax:  {switch: softmax", "softmax:  {switch: sofmax", "unknown_switch", "ops.softmax.switch"),
+        ("{switch: dropout,  needs: [softmax]", "{switch: dropout,  needs: [sofmax]", "unknown_op", "ops.dropout.needs[0]"),
+        ("{switch: normOp,   needs: [],        comm: false}", "{switch: normOp, needs: [], comm: no_bool}", "bad_value", "ops.normOp.comm"),
+        ("{switch: gather,   needs: [],        comm: true}", "{switch: gather, needs: [], comm: true, cost: 1}", "unknown_key", "ops.gather.cost"),
+        ("attUp: {part_of: attMM", "attUp: {part_of: attMX", "unknown_op", "parts.attUp.part_of"),
+        ("    formula: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "    formulae: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "unknown_key", "slots.norm.formulae"),
+        ("    part: norm\n", "    part: memory\n", "bad_part", "slots.norm.part"),
+        ("    formula: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "    formula: micro_factor * (s*b*bytes_norm) / (t*cp)", "formula_without_total", "slots.norm.formula"),
+        ("      normOp: h*n_normOp", "      normOpp: h*n_normOp", "unknown_op", "slots.norm.ops.normOpp"),
+        ("      normOp: h*n_normOp", "      normOp: hidden*n_normOp", "unknown_name", "slots.norm.ops.normOp"),
+        ("      normOp: h*n_normOp", "      normOp: total*n_normOp", "unknown_name", "slots.norm.ops.normOp"),
+        ("      normOp: h*n_normOp", "      normOp: h.real*n_normOp", "bad_expression", "slots.norm.ops.normOp"),
+        ("  dc_q: 0", "  dc_qq: 0", "unknown_name", "defaults.dc_qq"),
+        ("  N: n_attMM + n_attParamCast", "  h: n_attMM + n_attParamCast", "bad_value", "names.h"),
+        ("label: v1", "lable: v1", "unknown_key", "lable"),
+        ("full: micro_factor", "fulll: micro_factor", "unknown_key", "fulll"),
+    ],
+)
+def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reason, key):
+    err = refused(tmp_path, old, new)
+    assert err.reason == reason
+    assert f"records.yaml: {key}:" in str(err)
+
+
+def test_a_switch_that_drops_nothing_is_refused(tmp_path):
+    err = refused(tmp_path, "gather:   {switch: gather,", "gather:   {switch: null,")
+    assert err.reason == "unknown_switch" and "records.yaml: switches[5]:" in str(err)
+
+
+def test_two_records_claiming_one_switch_are_refused(tmp_path):
+    err = refused(tmp_path, "headCast: {switch: headCast,", "headCast: {switch: softmax,")
+    assert "records.yaml: ops.headCast.switch:" in str(err) and "already drops" in str(err)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(RecordsError) as err:
+        load_records(tmp_path / "absent.yaml")
+    assert err.value.reason == "not_found"
+    bad = tmp_path / "records.yaml"
+    bad.write_text("switches: [a, b\n")
+    with pytest.raises(RecordsError) as err:
+        load_records(bad)
+    assert err.value.reason == "not_yaml"
+
+
+def test_the_file_states_every_op_and_slot_the_design_lists():
+    data = yaml.safe_load(RECORDS_PATH.read_text())
+    assert list(data["switches"]) == list(SWITCHES_V1)
+    assert set(data["slots"]["ffn"]["ops"]) == {"ffMM", "ffAct"}
+    assert set(data["slots"]["score"]["ops"]) == {"softmax", "dropout", "headCast"}
+    assert data["defaults"] == {"dhr": 0, "dc_kv": 0, "dc_q": 0}
