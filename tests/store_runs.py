@@ -144,7 +144,7 @@ def make_run(
         status=status or ("partial" if failures else "completed"),
         source=source,
         versions=versions(**version_overrides),
-        settings=grid().settings,
+        settings=[dict(s) for s in grid().settings],
         switches=records().switches,
         repos=list(repos) if repos is not None else [repo_row(i) for i in items],
         configs={h: by_hash[h].config for h in sorted(fresh)},
@@ -180,7 +180,10 @@ def dump(con) -> dict[str, list[tuple]]:
     def hashable(row: tuple) -> tuple:
         return tuple(tuple(v) if isinstance(v, list) else v for v in row)
 
-    return {t: [hashable(r) for r in con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()] for t in TABLES}
+    def order(row: tuple) -> tuple:  # Python's order: ENUM and VARCHAR columns sort alike
+        return tuple((v is None, "" if v is None else v) for v in row)
+
+    return {t: sorted((hashable(r) for r in con.execute(f"SELECT * FROM {t}").fetchall()), key=order) for t in TABLES}
 
 
 # The two runs most tests share. Night 1 lists the six REPOS and a gated repo; night 2 drops
@@ -226,7 +229,9 @@ def first_run() -> RunData:
     return make_run("night-1", items, day=1, repos=repos, failures=failures)
 
 
-def second_run() -> RunData:
+def second_run(self_contained: bool = False) -> RunData:
+    """Night 2. It carries specs and prices for its new configs only, unless `self_contained`
+    (then for every config it lists: a run that lands whatever was stored before it)."""
     by_id = {r: censused(r) for r in REPOS + (NEW_CONFIG, ADDED)}
     new_mixtral = by_id[NEW_CONFIG]
     repos = []
@@ -251,6 +256,8 @@ def second_run() -> RunData:
         {"repo_id": BROKEN, "stage": "census", "reason": "bad_json", "message": "config.json: line 1"},
     ]
     new = {new_mixtral.config_hash, by_id[ADDED].config_hash}
+    if self_contained:
+        new = {r.get("config_hash") for r in repos} - {None}
     return make_run("night-2", list(by_id.values()), day=2, repos=repos, failures=failures, new=new)
 
 

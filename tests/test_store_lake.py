@@ -1,0 +1,100 @@
+"""The DuckLake path: two writers publishing different runs into one SQLite-catalogued lake."""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import store_runs as runs
+
+from speccat.catalogue.lake import Lake, lake_ddl, open_lake, publish_lake
+from speccat.catalogue.rundata import StoreError
+from speccat.catalogue.store import TABLES, open_readonly, publish
+
+pytestmark = pytest.mark.slow
+
+WRITER = textwrap.dedent(
+    """
+    import pickle, sys
+    from speccat.catalogue.lake import Lake, publish_lake
+    with open(sys.argv[3], "rb") as f:
+        run = pickle.load(f)
+    result = publish_lake(Lake(sys.argv[1], sys.argv[2]), run)
+    print(result.attempts)
+    """
+)
+
+
+def lake_content(lake: Lake) -> dict[str, list[tuple]]:
+    with open_lake(lake) as con:
+        return runs.dump(con)
+
+
+def test_two_writers_both_land_and_the_lake_reads_like_the_file(tmp_path):
+    lake = Lake(f"sqlite:{tmp_path / 'lake' / 'catalog.sqlite'}", str(tmp_path / "lake" / "data") + "/")
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    writers = []
+    # Night 2 brings every config it lists, so either writer may land first.
+    nights = (runs.first_run(), runs.second_run(self_contained=True))
+    for n, run in enumerate(nights):
+        run_file = tmp_path / f"run{n}.pickle"
+        run_file.write_bytes(pickle.dumps(run))
+        writers.append(
+            subprocess.Popen(
+                [sys.executable, str(script), lake.catalog, lake.data_path, str(run_file)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outputs = [w.communicate(timeout=300) for w in writers]
+    for writer, (out, err) in zip(writers, outputs):
+        assert writer.returncode == 0, err
+        assert int(out.strip()) >= 1
+    single = tmp_path / "catalogue.duckdb"
+    for run in nights:
+        publish(single, run)
+    got = lake_content(lake)
+    with contextlib.closing(open_readonly(single)) as con:
+        want = runs.dump(con)
+        want_changes = con.execute("SELECT repo_id, change FROM changes ORDER BY ALL").fetchall()
+    for table in TABLES:
+        assert got[table] == want[table], table
+    # the views exist in the lake and read its tables
+    with open_lake(lake) as con:
+        assert con.execute("SELECT repo_id, change FROM changes ORDER BY ALL").fetchall() == want_changes
+
+
+def test_the_same_run_twice_into_a_lake_changes_nothing(tmp_path):
+    lake = Lake(str(tmp_path / "catalog.ducklake"), str(tmp_path / "data") + "/")
+    publish_lake(lake, runs.first_run())
+    before = lake_content(lake)
+    publish_lake(lake, runs.first_run())
+    assert lake_content(lake) == before
+    assert len(before["runs"]) == 1
+
+
+def test_lake_tables_have_no_enums_or_keys():
+    import duckdb
+
+    from speccat.catalogue.store import stage
+
+    con = duckdb.connect()
+    stage(con, runs.first_run(), {})
+    ddl = lake_ddl(con)
+    assert len(ddl) == len(TABLES) + 1
+    assert not any("ENUM" in s or "PRIMARY KEY" in s for s in ddl)
+    failures = next(s for s in ddl if s.startswith("CREATE TABLE IF NOT EXISTS failures "))
+    assert '"reason" VARCHAR NOT NULL' in failures
+
+
+def test_an_unreachable_lake_is_a_clear_error(tmp_path):
+    lake = Lake(str(tmp_path / "missing-dir" / "x" / "catalog.ducklake"), str(tmp_path / "data"))
+    with pytest.raises(StoreError) as err:
+        publish_lake(lake, runs.first_run())
+    assert err.value.reason == "lake" and "catalog.ducklake" in str(err.value)
