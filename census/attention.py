@@ -1,0 +1,115 @@
+"""speccat's attention in transformers: the attention function, its mask, and the delta rule.
+
+`speccat` is registered once in transformers' AttentionInterface (and its mask in the
+AttentionMaskInterface), as transformers intends custom attention to be plugged in. It calls
+the `speccat::flash_attention` op with K/V heads unexpanded. The gated delta rule wrapper has
+the signature of transformers' `torch_chunk_gated_delta_rule` and calls
+`speccat::chunk_gated_delta_rule`; the census swaps it in only while a layer runs.
+
+While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule"), so the census
+can tell the tensors a kernel keeps from the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from contextvars import ContextVar
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+
+from speccat.census import kernels
+
+# The name registered with transformers; it must not contain "flash", "sdpa" or "flex", which
+# transformers reads as requests for its own kernels.
+ATTENTION_IMPL = "speccat"
+
+_KERNEL: ContextVar[str | None] = ContextVar("speccat_kernel", default=None)
+_SEEDS = random.Random(0x5EED)  # dropout seeds, from a generator of our own (no global RNG state touched)
+
+
+def current_kernel() -> str | None:
+    return _KERNEL.get()
+
+
+@contextlib.contextmanager
+def _kernel_scope(name: str):
+    token = _KERNEL.set(name)
+    try:
+        yield
+    finally:
+        _KERNEL.reset(token)
+
+
+def speccat_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    is_causal: bool | None = None,
+    s_aux: torch.Tensor | None = None,
+    indices: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Attention as a flash kernel computes it: q (b, h, s, d), k/v (b, kv_heads, t, d) → (b, s, h, dv).
+
+    The mask is not read: causality, the sliding window, softcapping, sinks (`s_aux`) and
+    sparse `indices` are the kernel's own arguments, as they are for FlashAttention.
+    """
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    seed = _SEEDS.getrandbits(62) if dropout else 0
+    with _kernel_scope("attention"):
+        out, _ = kernels.flash_attention(
+            query, key, value, s_aux, indices, float(scale), bool(causal), int(sliding_window or 0), float(softcap or 0.0), float(dropout), seed
+        )
+    return out, None
+
+
+def speccat_attention_mask(*args, **kwargs):
+    """A 4-D boolean causal mask, always materialised: some layers read it (DeepSeek-V3.2's indexer)."""
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+def speccat_chunk_gated_delta_rule(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    scale: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' chunked gated delta rule signature, computed by `speccat::chunk_gated_delta_rule`.
+
+    Training from the start of a sequence has no recurrent state in or out; the census never
+    passes one, so a state is refused rather than ignored.
+    """
+    if initial_state is not None or output_final_state:
+        raise ValueError("speccat's gated delta rule runs from an empty state and returns no final state")
+    scale = scale if scale is not None else key.shape[-1] ** -0.5
+    with _kernel_scope("delta_rule"):
+        out = kernels.chunk_gated_delta_rule(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
+    return out, None
+
+
+def register() -> None:
+    """Register speccat's attention and mask with transformers (idempotent)."""
+    AttentionInterface.register(ATTENTION_IMPL, speccat_attention)
+    if ATTENTION_IMPL not in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionMaskInterface.register(ATTENTION_IMPL, speccat_attention_mask)
+
+
+register()

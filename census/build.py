@@ -1,0 +1,205 @@
+"""Building the language model on the meta device and classifying its layers (DESIGN §2.4 steps 1-2).
+
+The model is built from the config with transformers (never with remote code), with weight
+initialisation skipped: on meta tensors it would only cost time. Each decoder layer gets a
+shape signature (its class, its parameters' paths, shapes and dtypes, and its flavours); equal
+signatures are one distinct shape, censused once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+from transformers.initialization import no_init_weights
+from transformers.models.auto import modeling_auto
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from speccat.census import checks
+from speccat.census.attention import ATTENTION_IMPL
+from speccat.census.spec import SpecError
+
+BUILD_DTYPE = torch.bfloat16
+_DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
+
+
+@dataclass
+class Built:
+    """A language model built on meta, and where its parts are."""
+
+    config: Any  # the transformers config of the language model
+    model: nn.Module  # the causal LM (or the composite model holding it)
+    decoder: nn.Module  # the module whose forward runs the layer stack
+    layers: nn.ModuleList
+    embedding: nn.Module
+    head: nn.Module | None
+    tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
+    params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
+
+
+@dataclass(eq=False)  # compared and hashed by identity: one object per distinct shape
+class Shape:
+    """One distinct layer shape: its flavours, signature and the layers that have it."""
+
+    attention: str  # "full" or "linear"
+    ffn: str  # "dense" or "moe"
+    signature: tuple
+    layers: list[int] = field(default_factory=list)
+
+    @property
+    def first(self) -> int:
+        return self.layers[0]
+
+
+def resolve_config(config: Mapping) -> tuple[Any, Any, bool]:
+    """(top-level config, language config, nested) as transformers objects, with refusals."""
+    model_type = config.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        if "auto_map" in config:
+            raise SpecError(
+                "remote_code",
+                f"model_type {model_type!r}: transformers does not know it and the config's auto_map names remote code, "
+                "which speccat never runs",
+            )
+        raise SpecError("unknown_model_type", f"model_type {model_type!r}: transformers {_transformers_version()} does not know it")
+    try:
+        top = CONFIG_MAPPING[model_type].from_dict(dict(config))
+        text = top.get_text_config(decoder=True)
+    except SpecError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as err:
+        raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None
+    nested = text is not top
+    if nested and "tie_word_embeddings" in config:
+        text.tie_word_embeddings = top.tie_word_embeddings  # the composite model ties by its own config
+    return top, text, nested
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _model_class_for(top: Any, text: Any):
+    """The causal LM class for the language config, else the composite model that holds it."""
+    if type(text) in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING:
+        return AutoModelForCausalLM, text
+    for auto in (AutoModelForCausalLM, AutoModelForImageTextToText):
+        if type(top) in auto._model_mapping:
+            return auto, top
+    raise SpecError("unknown_model_type", f"model_type {top.model_type!r}: transformers has no causal language model for it")
+
+
+def build(top: Any, text: Any) -> Built:
+    """The language model on meta in bf16, weights tied, with speccat's attention."""
+    auto, config = _model_class_for(top, text)
+    with torch.device("meta"), no_init_weights():
+        model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
+    model.tie_weights()
+    model.train()
+    decoder = model.get_decoder()
+    layers = _layer_stack(decoder, text)
+    embedding = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    shared = {id(p) for p in embedding.parameters()}
+    tied = head is not None and id(getattr(head, "weight", None)) in shared
+    params = {
+        "embedding": sum(p.numel() for p in embedding.parameters()),
+        "output": sum(p.numel() for p in head.parameters() if id(p) not in shared) if head is not None else 0,
+        "final_norm": sum(p.numel() for m in decoder.children() if is_norm(m) for p in m.parameters()),
+    }
+    return Built(decoder.config, model, decoder, layers, embedding, head, tied, params)
+
+
+def is_norm(module: nn.Module) -> bool:
+    """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes)."""
+    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
+
+
+def _layer_stack(decoder: nn.Module, text: Any) -> nn.ModuleList:
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        candidates = [m for m in decoder.children() if isinstance(m, nn.ModuleList)]
+        layers = max(candidates, key=len, default=None)
+    if layers is None or len(layers) == 0:
+        raise SpecError("unsupported_layer", f"{type(decoder).__name__}: no stack of decoder layers found")
+    return layers
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def runs_delta_rule(module: nn.Module) -> bool:
+    """Whether the module's forward calls a gated delta rule (the linear-attention recurrence)."""
+    forward = inspect.unwrap(type(module).forward)
+    code = getattr(forward, "__code__", None)
+    return code is not None and any(_DELTA_RULE.search(name) for name in code.co_names)
+
+
+def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of each gated delta rule the module's forward calls."""
+    forward = inspect.unwrap(type(module).forward)
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in forward.__code__.co_names if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
+
+
+def is_experts(module: nn.Module) -> bool:
+    """Routed experts built with transformers' experts interface (fused 3-D weights)."""
+    return hasattr(module, "num_experts") and hasattr(module, "has_gate") and hasattr(module, "is_concatenated")
+
+
+def _holds_unfused_experts(layer: nn.Module) -> str | None:
+    for name, module in layer.named_modules():
+        if name.rsplit(".", 1)[-1] == "experts" and not is_experts(module):
+            return name
+    return None
+
+
+def flavours(layer: nn.Module) -> tuple[str, str]:
+    attention = "linear" if any(runs_delta_rule(m) for m in layer.modules()) else "full"
+    ffn = "moe" if any(is_experts(m) for m in layer.modules()) else "dense"
+    return attention, ffn
+
+
+def signature(layer: nn.Module) -> tuple:
+    params = tuple((name, tuple(p.shape), str(p.dtype)) for name, p in layer.named_parameters())
+    return (type(layer).__name__, *flavours(layer), params)
+
+
+def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
+    """Each layer's index and its distinct shape (shared objects for equal signatures)."""
+    shapes: dict[tuple, Shape] = {}
+    stack = []
+    for index, layer in enumerate(layers):
+        unfused = _holds_unfused_experts(layer)
+        if unfused is not None:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {index}: {unfused} is not built with transformers' experts interface, so it cannot run grouped_mm",
+            )
+        sig = signature(layer)
+        shape = shapes.get(sig)
+        if shape is None:
+            shape = shapes[sig] = Shape(sig[1], sig[2], sig)
+        shape.layers.append(index)
+        stack.append((index, shape))
+    return stack
+
+
+def check_config(config: Mapping) -> tuple[Any, Any, bool]:
+    """Every pre-build refusal, then the resolved transformers configs."""
+    from speccat.census.config import language_config
+
+    language = language_config(config)
+    checks.check_raw(language)
+    top, text, nested = resolve_config(config)
+    checks.check_resolved(language, text, nested=nested)
+    return top, text, nested

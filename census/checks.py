@@ -1,0 +1,139 @@
+"""Refusals before anything is built (DESIGN §2.6): absurd configs cost nothing.
+
+Two passes, each a tuple of small check functions run in order; adding a case means adding a
+function to one of the tuples:
+
+- RAW_CHECKS look at the language config as JSON (no torch, no transformers);
+- RESOLVED_CHECKS look at the transformers config object built from it, where class defaults
+  and aliases (n_embd → hidden_size) have been applied, still before any model is built.
+
+Bounds live in census/limits.yaml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from speccat.census.limits import LIMITS
+from speccat.census.spec import SpecError
+
+EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_size(field: str, value: Any, where: str = "") -> None:
+    low, high = LIMITS.sizes[field]
+    label = f"{where}{field}"
+    if not _is_int(value):
+        raise SpecError("bad_value", f"{label}: must be an integer, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise SpecError("bad_value", f"{label}: must be >= {low}, got {value}")
+    if value > high:
+        raise SpecError("too_large", f"{label}: {value} is beyond the sane bound {high} (census/limits.yaml)")
+
+
+# --------------------------------------------------------------------------- raw JSON
+
+
+def check_model_type(language: Mapping) -> None:
+    model_type = language.get("model_type")
+    if model_type is None:
+        raise SpecError("missing_field", "model_type: required; it names the architecture transformers builds")
+    if not isinstance(model_type, str) or not model_type.strip():
+        raise SpecError("bad_value", f"model_type: must be a non-empty string, got {model_type!r}")
+
+
+def check_sizes(language: Mapping) -> None:
+    for field in LIMITS.sizes:
+        if language.get(field) is not None:
+            _check_size(field, language[field])
+
+
+def check_layer_types(language: Mapping) -> None:
+    layer_types = language.get("layer_types")
+    if layer_types is None:
+        return
+    if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+        raise SpecError("bad_value", "layer_types: must be a list of strings, one per layer")
+    layers = language.get("num_hidden_layers")
+    if _is_int(layers) and len(layer_types) != layers:
+        raise SpecError("bad_value", f"layer_types: {len(layer_types)} entries, but num_hidden_layers is {layers}")
+
+
+def check_heads_divide(language: Mapping) -> None:
+    heads, kv_heads = language.get("num_attention_heads"), language.get("num_key_value_heads")
+    if _is_int(heads) and _is_int(kv_heads) and kv_heads > 0 and heads % kv_heads:
+        raise SpecError(
+            "bad_value",
+            f"num_key_value_heads: num_attention_heads {heads} is not divisible by num_key_value_heads {kv_heads}",
+        )
+
+
+def check_top_k(language: Mapping) -> None:
+    top_k = language.get("num_experts_per_tok")
+    experts = next((language[f] for f in EXPERT_COUNT_FIELDS if _is_int(language.get(f))), None)
+    if _is_int(top_k) and experts and top_k > experts:
+        raise SpecError("bad_value", f"num_experts_per_tok: {top_k} exceeds the {experts} experts")
+
+
+RAW_CHECKS: tuple[Callable[[Mapping], None], ...] = (
+    check_model_type,
+    check_sizes,
+    check_layer_types,
+    check_heads_divide,
+    check_top_k,
+)
+
+
+def check_raw(language: Mapping) -> None:
+    for check in RAW_CHECKS:
+        check(language)
+
+
+# --------------------------------------------------------------------------- resolved config
+
+
+def _stated(language: Mapping, field: str, aliases: Mapping[str, str]) -> bool:
+    return language.get(field) is not None or language.get(aliases.get(field, field)) is not None
+
+
+def check_required(language: Mapping, cfg: Any, *, nested: bool) -> None:
+    """A flat config must state the main sizes (under their names or the class's aliases)."""
+    if nested:
+        return  # a sparse text_config leans on its class defaults
+    aliases = getattr(cfg, "attribute_map", {}) or {}
+    for field in LIMITS.required:
+        if not _stated(language, field, aliases):
+            alias = f" (or {aliases[field]})" if field in aliases else ""
+            raise SpecError("missing_field", f"{field}{alias}: required; a flat config must state {list(LIMITS.required)}")
+
+
+def _resolved(cfg: Any, field: str) -> Any:
+    try:
+        return getattr(cfg, field, None)
+    except Exception:  # some configs refuse global reads of per-layer attributes
+        return None
+
+
+def check_resolved_sizes(language: Mapping, cfg: Any, *, nested: bool) -> None:
+    view = {field: _resolved(cfg, field) for field in LIMITS.sizes}
+    for field, value in view.items():
+        if value is not None:
+            _check_size(field, value, "resolved ")
+    check_heads_divide(view)
+    check_top_k(view)
+    layer_types = _resolved(cfg, "layer_types")
+    if isinstance(layer_types, (list, tuple)) and _is_int(view["num_hidden_layers"]) and len(layer_types) != view["num_hidden_layers"]:
+        raise SpecError("bad_value", f"layer_types: {len(layer_types)} entries, but num_hidden_layers is {view['num_hidden_layers']}")
+
+
+RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes)
+
+
+def check_resolved(language: Mapping, cfg: Any, *, nested: bool) -> None:
+    for check in RESOLVED_CHECKS:
+        check(language, cfg, nested=nested)

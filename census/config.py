@@ -1,0 +1,113 @@
+"""Reading a config file, its language config (DESIGN §2.4 step 1) and its config_hash (§4).
+
+Plain Python, no torch: the flow hashes every fetched config before it decides what to census.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from speccat.census.limits import LIMITS
+from speccat.census.spec import SpecError
+
+# Keys that name, version or tokenise a model without changing its architecture (DESIGN §4),
+# dropped before hashing so fine-tunes and re-uploads share one census.
+NON_ARCHITECTURE_KEYS = frozenset(
+    {
+        "_name_or_path",
+        "name_or_path",
+        "architectures",  # class names: a VLM and its text-only twin name different classes
+        "auto_map",  # names remote code, which speccat never runs
+        "transformers_version",
+        "_commit_hash",
+        "dtype",
+        "torch_dtype",
+        "use_cache",  # an inference switch
+    }
+)
+_TOKEN_ID = re.compile(r"_token_ids?$")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_config_text(text: str | bytes, source: str = "config") -> dict:
+    """A config.json's text as a dict; SpecError('bad_json') unless it is one JSON object."""
+    if len(text) > LIMITS.max_config_bytes:
+        raise SpecError("too_large", f"{source}: {len(text)} bytes; a config may hold at most {LIMITS.max_config_bytes}")
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise SpecError("bad_json", f"{source}: not valid JSON: {err}") from None
+    except RecursionError:
+        raise SpecError("bad_json", f"{source}: JSON nested too deeply") from None
+    if not isinstance(data, dict):
+        raise SpecError("bad_json", f"{source}: the top level must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_config_file(path: str | Path) -> dict:
+    """Read and parse one config.json; SpecError('bad_json') for invalid or non-object JSON."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > LIMITS.max_config_bytes:
+            raise SpecError("too_large", f"{path}: {size} bytes; a config may hold at most {LIMITS.max_config_bytes}")
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SpecError("bad_json", f"{path}: cannot be read: {err.strerror or err}") from None
+    return parse_config_text(raw, str(path))
+
+
+def _is_sub_config(key: str, value: Any) -> bool:
+    """vision_config, audio_config, quantization_config...: mappings that do not describe the language model."""
+    return key.endswith("_config") and isinstance(value, Mapping)
+
+
+def language_config(config: Mapping) -> dict:
+    """The part of a config that describes the language model, as a new plain dict.
+
+    A nested config gives its `text_config`, with the top-level `model_type` when the text
+    config states none, and the top-level `tie_word_embeddings` when stated (a composite model
+    ties its output head by its own config). A flat config gives itself without the other
+    modalities' sub-configs (vision_config, ...) and without quantization_config.
+    """
+    if not isinstance(config, Mapping):
+        raise SpecError("bad_value", f"config: must be a JSON object, got {type(config).__name__}")
+    text = config.get("text_config")
+    if text is None:
+        language = {k: v for k, v in config.items() if not _is_sub_config(k, v)}
+    elif isinstance(text, Mapping):
+        language = dict(text)
+        if "model_type" not in language and "model_type" in config:
+            language["model_type"] = config["model_type"]
+        if "tie_word_embeddings" in config:
+            language["tie_word_embeddings"] = config["tie_word_embeddings"]
+    else:
+        raise SpecError("bad_value", f"text_config: must be an object or null, got {type(text).__name__}")
+    return copy.deepcopy(language)
+
+
+def architecture_config(config: Mapping) -> dict:
+    """The language config without the keys that do not change the architecture."""
+    return {
+        k: v
+        for k, v in language_config(config).items()
+        if k not in NON_ARCHITECTURE_KEYS and not _TOKEN_ID.search(k)
+    }
+
+
+def config_hash(config: Mapping) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of the architecture config."""
+    try:
+        blob = json.dumps(architecture_config(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise SpecError("bad_value", f"config: cannot be written as canonical JSON: {err}") from None
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -1,0 +1,362 @@
+"""From the built modules and what their layers did to the ModelSpec's facts (DESIGN §2.4 step 4, §2.5).
+
+Dimensions come from the kernels' inputs and the parameters' shapes; op counts from what ran;
+parameters by part from the module tree; measured bytes from the saved-tensor accounting.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from speccat.catalogue.ops import OPS, OTHER
+from speccat.census.build import Built, Shape, is_experts, is_norm
+from speccat.census.limits import FIXED_COUNTS
+from speccat.census.probe import (
+    QK_NORM_NAME,
+    SHARED_NAME,
+    KernelCall,
+    LayerRun,
+    is_layer_norm,
+    is_projection,
+)
+from speccat.census.spec import SpecError
+
+ATTENTION_OP = "speccat::flash_attention"
+DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
+EXPERTS_IMPL = "grouped_mm"
+
+
+def _bias(module: nn.Module) -> bool:
+    return getattr(module, "bias", None) is not None
+
+
+@dataclass
+class LayerView:
+    """One representative layer's modules sorted into roles, with what it did."""
+
+    index: int
+    layer: nn.Module
+    run: LayerRun
+    shape: Shape
+    hidden: int
+    attention_children: set[str] = field(default_factory=set)
+    ffn_children: set[str] = field(default_factory=set)
+    experts_path: str | None = None
+
+    def __post_init__(self):
+        self.attention_children = {k.child for k in self.run.kernels if k.child}
+        for name, module in self.layer.named_modules():
+            if name and is_experts(module):
+                self.experts_path = name
+        for name, child in self.layer.named_children():
+            if name not in self.attention_children and not is_norm(child) and any(is_projection(m) or is_experts(m) for m in child.modules()):
+                self.ffn_children.add(name)
+
+    def module(self, path: str) -> nn.Module:
+        return self.layer.get_submodule(path)
+
+    @property
+    def experts(self) -> nn.Module | None:
+        return self.module(self.experts_path) if self.experts_path else None
+
+    @property
+    def moe_block(self) -> str | None:
+        return self.experts_path.split(".", 1)[0] if self.experts_path else None
+
+    def attention_kernels(self) -> list[KernelCall]:
+        return [k for k in self.run.kernels if k.kind == "attention"]
+
+    def delta_kernels(self) -> list[KernelCall]:
+        return [k for k in self.run.kernels if k.kind == "delta_rule"]
+
+    def named(self, child_set: set[str]):
+        """(path, module) of every module under the given top-level children."""
+        for name, module in self.layer.named_modules():
+            if name and name.split(".", 1)[0] in child_set:
+                yield name, module
+
+    # -- ffn ---------------------------------------------------------------------------------
+
+    def shared_children(self) -> list[tuple[str, nn.Module]]:
+        block = self.moe_block
+        if block is None:
+            return []
+        return [(f"{block}.{n}", m) for n, m in self.module(block).named_children() if SHARED_NAME.search(n)]
+
+    def _width_back_to_hidden(self, paths: list[str]) -> int | None:
+        """The input width of the last projection (in call order) whose output is the hidden size."""
+        width = None
+        for path in paths:
+            weight = self.module(path).weight
+            if weight.shape[0] == self.hidden:
+                width = int(weight.shape[1])
+        return width
+
+    def dense_width(self) -> int | None:
+        if self.experts_path:
+            return None
+        paths = [p for child in sorted(self.ffn_children) for p in self.run.projection_order.get(child, [])]
+        return self._width_back_to_hidden(paths)
+
+    def shared_widths(self) -> list[int]:
+        widths = []
+        for path, module in self.shared_children():
+            projections = [n for n, m in module.named_modules() if is_projection(m)]
+            width = self._width_back_to_hidden([f"{path}.{n}" if n else path for n in projections])
+            if width is not None and width > 1 and any(True for _ in module.children()):
+                widths.append(width)
+        return widths
+
+    def shared_gate(self) -> bool:
+        return any(is_projection(m) and m.weight.shape[0] == 1 for _, m in self.shared_children())
+
+    def expert_width(self) -> int | None:
+        experts = self.experts
+        if experts is None:
+            return None
+        return int(getattr(experts, "intermediate_dim", None) or experts.intermediate_size)
+
+    def ff_matmuls(self) -> int:
+        """The layer's feed-forward weights over one h×width projection's (one expert's for MoE)."""
+        experts = self.experts
+        if experts is not None:
+            width = self.expert_width()
+            weights = sum(p.numel() // experts.num_experts for p in experts.parameters(recurse=False) if p.dim() == 3)
+        else:
+            width = self.dense_width()
+            weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
+        if not width:
+            raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
+        count, rest = divmod(weights, self.hidden * width)
+        if rest or not count:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {self.index}: feed-forward weights {weights} are not a whole number of {self.hidden}x{width} projections",
+            )
+        return count
+
+    def activations(self) -> int:
+        """Activation calls of one expert (MoE) or of the dense MLP."""
+        if self.experts_path:
+            return sum(n for owner, n in self.run.activations.items() if owner == self.experts_path)
+        return sum(n for owner, n in self.run.activations.items() if owner.split(".", 1)[0] in self.ffn_children)
+
+    # -- ops and bytes -----------------------------------------------------------------------
+
+    def ops(self) -> dict[str, int]:
+        attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
+        counts = {
+            "attMM": 3 * (attn + delta) + len(self.run.output_projections),
+            "attBMM": 2 * attn,
+            "ffMM": self.ff_matmuls(),
+            "softmax": attn,
+            "dropout": self.run.dropouts,
+            "normOp": self.run.layer_norm_calls,
+            "headCast": attn,
+            "ffAct": self.activations(),
+            "linrec": delta,
+        }
+        counts.update(FIXED_COUNTS)
+        return {op: counts[op] for op in OPS}
+
+    def bytes_per_token(self, seq_length: int) -> dict[str, float]:
+        booked = Counter()
+        for op, nbytes in self.run.saved_bytes.items():
+            if op.startswith("child:"):
+                child = op.split(":", 1)[1]
+                op = "attMM" if child in self.attention_children else "ffMM" if child in self.ffn_children else OTHER
+            booked[op] += nbytes
+        return {op: booked.get(op, 0) / seq_length for op in OPS + (OTHER,)}
+
+    # -- params ------------------------------------------------------------------------------
+
+    def params(self) -> dict[str, int]:
+        parts = Counter({part: 0 for part in ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")})
+        norm_paths = [n for n, m in self.layer.named_modules() if n and is_norm(m)]
+        for name, param in self.layer.named_parameters():
+            child = name.split(".", 1)[0]
+            if any(name.startswith(p + ".") for p in norm_paths):
+                part = "norm"
+            elif child in self.attention_children:
+                part = "attention"
+            elif self.experts_path and name.startswith(self.experts_path + "."):
+                part = "ffn_routed"
+            elif child == self.moe_block:
+                part = "ffn_shared" if any(name.startswith(p + ".") for p, _ in self.shared_children()) else "ffn_router"
+            elif child in self.ffn_children:
+                part = "ffn_dense"
+            else:
+                part = "other"
+            parts[part] += param.numel()
+        return dict(parts)
+
+    # -- flags -------------------------------------------------------------------------------
+
+    def layer_norm_modules(self) -> list[nn.Module]:
+        return [m for _, m in self.layer.named_children() if is_norm(m)]
+
+    def qk_norm(self) -> bool:
+        """A norm of the queries or keys held by the attention module itself (q_norm, k_norm)."""
+        return any(
+            QK_NORM_NAME.match(n) and is_norm(m) for child in self.attention_children for n, m in self.module(child).named_children()
+        )
+
+    def qkv_bias(self) -> bool:
+        outputs = set(self.run.output_projections)
+        return any(is_projection(m) and _bias(m) for n, m in self.named(self.attention_children) if n not in outputs)
+
+    def o_bias(self) -> bool:
+        return any(_bias(self.module(n)) for n in self.run.output_projections)
+
+    def mlp_bias(self) -> bool:
+        if self.experts is not None and self.experts.has_bias:
+            return True
+        dense = self.ffn_children if not self.experts_path else set()
+        shared = [m for _, child in self.shared_children() for m in child.modules()]
+        return any(is_projection(m) and _bias(m) for _, m in self.named(dense)) or any(is_projection(m) and _bias(m) for m in shared)
+
+    def output_gate(self, heads: int, head_dim: int) -> bool:
+        for child in self.attention_children:
+            q_proj = getattr(self.module(child), "q_proj", None)
+            if q_proj is not None and is_projection(q_proj) and q_proj.weight.shape[0] == 2 * heads * head_dim:
+                return True
+        return False
+
+    def mla(self) -> dict[str, int]:
+        """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""
+        for child in self.attention_children:
+            attn = self.module(child)
+            kv_b, kv_a = getattr(attn, "kv_b_proj", None), getattr(attn, "kv_a_proj_with_mqa", None)
+            if kv_b is None or kv_a is None:
+                continue
+            dims = {"kv_lora_rank": int(kv_b.weight.shape[1])}
+            dims["qk_rope_head_dim"] = int(kv_a.weight.shape[0]) - dims["kv_lora_rank"]
+            q_a = getattr(attn, "q_a_proj", None)
+            if q_a is not None:
+                dims["q_lora_rank"] = int(q_a.weight.shape[0])
+            return dims
+        return {}
+
+    def conv_kernel(self) -> int | None:
+        for _, m in self.named(self.attention_children):
+            if isinstance(m, nn.Conv1d):
+                return int(m.kernel_size[0])
+        return None
+
+
+def _sliding_window(views: list[LayerView], layers: nn.ModuleList) -> int | None:
+    windows = [k.window for v in views for k in v.attention_kernels() if k.window > 0]
+    for layer in layers:
+        for module in layer.modules():
+            value = module.__dict__.get("sliding_window")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                windows.append(value)
+    return max(windows) if windows else None
+
+
+def _attention_dims(views: list[LayerView]) -> dict[str, int]:
+    calls = [(v.index, k) for v in views for k in v.attention_kernels()]
+    if not calls:
+        delta = next(k for v in views for k in v.delta_kernels())
+        return {"num_attention_heads": delta.v[2]}
+    index, first = calls[0]
+    for other_index, call in calls[1:]:
+        if (call.q[1:2] + call.q[3:], call.k[1:2] + call.k[3:], call.v[3:]) != (first.q[1:2] + first.q[3:], first.k[1:2] + first.k[3:], first.v[3:]):
+            raise SpecError(
+                "unsupported_layer",
+                f"layers {index} and {other_index}: attention shapes differ (q {first.q} vs {call.q}); one spec cannot state both",
+            )
+    dims = {"num_attention_heads": first.q[1], "num_key_value_heads": first.k[1], "head_dim": first.q[3]}
+    if first.v[3] != first.q[3]:
+        dims["v_head_dim"] = first.v[3]
+    return dims
+
+
+def _check_runs(views: list[LayerView]) -> None:
+    for v in views:
+        if not v.run.kernels:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {v.index} ({type(v.layer).__name__}): runs neither an attention function nor a gated delta rule "
+                "(a mamba mixer or another mixer no family prices)",
+            )
+        for k in v.attention_kernels():
+            if not k.causal or k.q[2] != k.k[2]:
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {v.index} ({type(v.layer).__name__}): non-causal or cross-attention (queries {k.q[2]}, keys {k.k[2]})",
+                )
+
+
+def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:
+    """The spec's dimensions and flags (everything but the structure)."""
+    _check_runs(views)
+    embedding = built.embedding.weight
+    facts: dict[str, Any] = {
+        "hidden_size": int(embedding.shape[1]),
+        "num_hidden_layers": len(built.layers),
+        "vocab_size": int(embedding.shape[0]),
+    }
+    facts.update(_attention_dims(views))
+    max_positions = getattr(built.config, "max_position_embeddings", None)
+    if isinstance(max_positions, int) and max_positions > 0:
+        facts["max_position_embeddings"] = max_positions
+    dense = next((v for v in views if v.experts_path is None), None)
+    if dense is not None and dense.dense_width():
+        facts["intermediate_size"] = dense.dense_width()
+    moe = next((v for v in views if v.experts_path), None)
+    if moe is not None:
+        experts = moe.experts
+        facts["num_experts"] = int(experts.num_experts)
+        facts["moe_intermediate_size"] = moe.expert_width()
+        ranked = [k for child, k, size in moe.run.topk if child == moe.moe_block and size == experts.num_experts]
+        if not ranked:
+            raise SpecError("unsupported_layer", f"layer {moe.index}: its router ran no top-k over the {experts.num_experts} experts")
+        facts["num_experts_per_tok"] = ranked[-1]
+        shared = moe.shared_widths()
+        if shared:
+            total = sum(shared)
+            facts["shared_expert_intermediate_size"] = total
+            width = facts["moe_intermediate_size"]
+            facts["num_shared_experts"] = total // width if total % width == 0 else len(shared)
+        leading = next((i for i, shape in stack if shape.ffn == "moe"), 0)
+        if leading and all(shape.ffn == "moe" for i, shape in stack if i >= leading):
+            facts["first_k_dense_replace"] = leading
+    for view in views:
+        mla = view.mla()
+        if mla:
+            facts.update(mla)
+            facts["qk_nope_head_dim"] = facts["head_dim"] - mla["qk_rope_head_dim"]
+            facts["v_head_dim"] = facts.get("v_head_dim", facts["head_dim"])
+            break
+    linear = next((v for v in views if v.delta_kernels()), None)
+    if linear is not None:
+        delta = linear.delta_kernels()[0]
+        facts["linear_num_key_heads"], facts["linear_key_head_dim"] = delta.k[2], delta.k[3]
+        facts["linear_num_value_heads"], facts["linear_value_head_dim"] = delta.v[2], delta.v[3]
+        conv = linear.conv_kernel()
+        if conv:
+            facts["linear_conv_kernel_dim"] = conv
+    window = _sliding_window(views, built.layers)
+    if window:
+        facts["sliding_window"] = window
+    full = [v for v in views if v.attention_kernels()]
+    heads, head_dim = facts["num_attention_heads"], facts.get("head_dim", 0)
+    norms = [m for v in views for m in v.layer_norm_modules()]
+    facts.update(
+        qkv_bias=any(v.qkv_bias() for v in views),
+        o_bias=any(v.o_bias() for v in views),
+        mlp_bias=any(v.mlp_bias() for v in views),
+        norm_bias=any(_bias(m) for m in norms),
+        qk_norm=any(v.qk_norm() for v in full),
+        attn_output_gate=any(v.output_gate(heads, head_dim) for v in full),
+        shared_expert_gate=any(v.shared_gate() for v in views),
+        tie_word_embeddings=built.tied,
+        layer_norms=any(is_layer_norm(m) for m in norms),
+    )
+    return facts
+

@@ -1,0 +1,50 @@
+"""The census's data: pre-build bounds (census/limits.yaml) and unobservable op counts (census/counts.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import yaml
+
+LIMITS_PATH = Path(__file__).with_name("limits.yaml")
+COUNTS_PATH = Path(__file__).with_name("counts.yaml")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_config_bytes: int
+    required: tuple[str, ...]
+    sizes: Mapping[str, tuple[int, int]]  # field -> (min, max)
+
+
+def load_limits(path: Path = LIMITS_PATH) -> Limits:
+    data = yaml.safe_load(path.read_text())
+    unknown = sorted(set(data) - {"max_config_bytes", "required", "sizes"})
+    if unknown:
+        raise ValueError(f"{path.name}: unknown key(s) {unknown}")
+    sizes = {}
+    for field, bounds in data["sizes"].items():
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int) for b in bounds) and bounds[0] <= bounds[1]):
+            raise ValueError(f"{path.name}: sizes.{field}: must be [min, max] integers with min <= max, got {bounds!r}")
+        sizes[field] = (bounds[0], bounds[1])
+    return Limits(int(data["max_config_bytes"]), tuple(data["required"]), MappingProxyType(sizes))
+
+
+LIMITS = load_limits()
+
+
+def load_fixed_counts(path: Path = COUNTS_PATH) -> Mapping[str, int]:
+    """Op counts every kind states as given (the census cannot observe them on one device)."""
+    from speccat.catalogue.ops import OPS
+
+    data = yaml.safe_load(path.read_text())
+    for op, count in data.items():
+        if op not in OPS or not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"{path.name}: {op}: must be an op of {list(OPS)} with a non-negative integer count, got {count!r}")
+    return MappingProxyType(dict(data))
+
+
+FIXED_COUNTS = load_fixed_counts()

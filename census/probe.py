@@ -1,0 +1,367 @@
+"""Running one layer of each distinct shape on fake tensors, and watching it (DESIGN §2.4 step 3, §2.5).
+
+The decoder's own forward runs (so masks, rotary positions, 3-axis positions and per-layer-type
+rope are exactly what transformers gives a layer), but with only the representative layers in
+its stack, converted from meta to fake tensors. While it runs:
+
+- a TorchDispatchMode sees every op: the kernels (their inputs state heads and widths), the
+  router's top-k, dropouts;
+- module hooks track which module runs: the layer, its top-level child, norms, activations,
+  projections after the kernel (output projections);
+- saved_tensors_hooks see every tensor autograd keeps; each storage is counted once (keyed by
+  its storage object, kept alive so its identity cannot be reused), parameters, buffers and the
+  layer's inputs and output are left out, and the storage is booked to the op of the region
+  that first saved it.
+
+Nothing here is global: hooks are removed, the patched delta rule restored and the modes
+popped when the run ends, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from transformers import activations as hf_activations
+
+from speccat.catalogue.ops import OTHER
+from speccat.census import attention
+from speccat.census.build import Built, delta_rule_names, is_experts, is_norm
+
+OPS_KERNEL = torch.ops.speccat.flash_attention.default
+OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
+OPS_TOPK = torch.ops.aten.topk.default
+DROPOUT_OPS = {
+    torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
+    torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
+}
+QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")
+SHARED_NAME = re.compile(r"shared")
+
+_ACTIVATION_CLASSES = tuple(
+    {v[0] if isinstance(v, tuple) else v for v in hf_activations.ACT2CLS.values()}
+    | {c for c in vars(nn.modules.activation).values() if isinstance(c, type) and issubclass(c, nn.Module)}
+    - {nn.Module, nn.MultiheadAttention, nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin}
+)
+
+
+def is_layer_norm(module: nn.Module) -> bool:
+    """Mean-centred (LayerNorm) rather than RMS normalisation."""
+    return isinstance(module, nn.LayerNorm) or ("LayerNorm" in type(module).__name__ and "RMS" not in type(module).__name__)
+
+
+def is_activation(module: nn.Module) -> bool:
+    return isinstance(module, _ACTIVATION_CLASSES)
+
+
+def is_projection(module: nn.Module) -> bool:
+    """A leaf module with a 2-D weight that is not an embedding or a norm: a linear projection."""
+    weight = getattr(module, "weight", None)
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and not any(True for _ in module.children())
+        and not isinstance(module, nn.Embedding)
+        and not is_norm(module)
+    )
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage()._cdata
+
+
+@dataclass
+class KernelCall:
+    kind: str  # "attention" or "delta_rule"
+    child: str | None  # the layer's top-level child it ran in
+    q: tuple[int, ...]
+    k: tuple[int, ...]
+    v: tuple[int, ...]
+    window: int = 0
+    causal: bool = True
+
+
+@dataclass
+class LayerRun:
+    """What one representative layer did during the fake forward."""
+
+    index: int
+    kernels: list[KernelCall] = field(default_factory=list)
+    topk: list[tuple[str | None, int, int]] = field(default_factory=list)  # (child, k, size of the ranked dim)
+    dropouts: int = 0
+    layer_norm_calls: int = 0  # norm modules that are direct children of the layer
+    activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
+    output_projections: list[str] = field(default_factory=list)
+    projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
+    saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
+    total_saved: int = 0
+
+
+class _Watch(TorchDispatchMode):
+    """Sees every op below autograd; hands the interesting ones to the probe."""
+
+    def __init__(self, probe: Probe):
+        super().__init__()
+        self.probe = probe
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.probe.on_op(func, args, kwargs, out)
+        return out
+
+
+class Probe:
+    """Hooks, dispatch watching and saved-tensor accounting for the representative layers."""
+
+    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int], seq_length: int):
+        self.layers = layers
+        self.excluded = excluded_storages
+        self.seq_length = seq_length
+        self.runs = {index: LayerRun(index) for index in layers}
+        self.current: LayerRun | None = None
+        self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
+        self.kernel_count_in_child: Counter = Counter()
+        self.dropout_storages: set[int] = set()
+        self.seen: dict[int, tuple[LayerRun, str, int]] = {}
+        self.kept: list[torch.Tensor] = []  # holds saved tensors so storage identities stay unique
+        self.forward_done = False
+        self.layer_inputs: set[int] = set()
+
+    # -- where are we -----------------------------------------------------------------------
+
+    def _child(self) -> str | None:
+        return self.path[0][0] if self.path else None
+
+    def _region_op(self, tensor: torch.Tensor, key: int) -> str:
+        kernel = attention.current_kernel()
+        if kernel == "attention":
+            return "softmax" if tensor.dtype == torch.float32 else "attBMM"
+        if kernel == "delta_rule":
+            return "linrec"
+        for _, module in reversed(self.path):
+            if is_norm(module):
+                return "normOp"
+            if is_activation(module) or getattr(module, "_speccat_activation", False):
+                return "ffAct"
+        if key in self.dropout_storages:
+            return "dropout"
+        child = self._child()
+        if child is None:
+            return OTHER
+        return f"child:{child}"  # resolved to attMM / ffMM once the child's role is known
+
+    # -- saved tensors ----------------------------------------------------------------------
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        run = self.current
+        if run is None or self.forward_done or not isinstance(tensor, torch.Tensor):
+            return tensor
+        key = _storage_key(tensor)
+        if key in self.excluded or key in self.layer_inputs or key in self.seen:
+            return tensor
+        nbytes = tensor.untyped_storage().nbytes()
+        self.seen[key] = (run, self._region_op(tensor, key), nbytes)
+        self.kept.append(tensor)
+        return tensor
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def on_op(self, func, args, kwargs, out) -> None:
+        run = self.current
+        if run is None or self.forward_done:
+            return
+        if func is OPS_KERNEL:
+            q, k, v = args[0], args[1], args[2]
+            window, causal = args[7], args[6]
+            run.kernels.append(KernelCall("attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_DELTA:
+            q, k, v = args[0], args[1], args[2]
+            run.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_TOPK:
+            source, k = args[0], args[1]
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+            run.topk.append((self._child(), int(k), int(source.shape[dim])))
+        elif func in DROPOUT_OPS and attention.current_kernel() is None:
+            keep = DROPOUT_OPS[func](args, kwargs)
+            if keep < 1.0:
+                run.dropouts += 1
+                mask = args[0] if func is torch.ops.aten.bernoulli_.float else out[1]
+                self.dropout_storages.add(_storage_key(mask))
+
+    # -- module hooks -----------------------------------------------------------------------
+
+    def _layer_pre(self, index: int):
+        def hook(module, args, kwargs):
+            self.current = self.runs[index]
+            self.path = []
+            self.kernel_count_in_child = Counter()
+            self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+
+        return hook
+
+    def _layer_post(self, index: int):
+        def hook(module, args, kwargs, output):
+            outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor)}
+            for key in outputs:
+                entry = self.seen.get(key)
+                if entry is not None and entry[0] is self.runs[index]:
+                    self.seen[key] = (entry[0], "excluded", 0)
+            self.current = None
+            self.path = []
+
+        return hook
+
+    def _enter(self, name: str, module: nn.Module, depth_one: bool):
+        def hook(mod, args):
+            if self.current is None:
+                return
+            self.path.append((name, module))
+            run = self.current
+            if depth_one and is_norm(module):
+                run.layer_norm_calls += 1
+            if is_projection(module):
+                child = name.split(".", 1)[0]
+                run.projection_order.setdefault(child, []).append(name)
+                if not depth_one and self.kernel_count_in_child[child] > 0:
+                    run.output_projections.append(name)
+            if (is_activation(module) or getattr(module, "_speccat_activation", False)) and not self._inside_activation():
+                run.activations[self._owner_of_activation()] += 1
+
+        return hook
+
+    def _leave(self, mod, args, output):
+        if self.current is not None and self.path:
+            self.path.pop()
+
+    def _inside_activation(self) -> bool:
+        return any(is_activation(m) or getattr(m, "_speccat_activation", False) for _, m in self.path[:-1])
+
+    def _owner_of_activation(self) -> str:
+        """The path of the module an activation call belongs to: its experts or MLP (its parent)."""
+        names = [n for n, _ in self.path[:-1]]
+        return names[-1] if names else ""
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[None]:
+        handles = []
+        try:
+            for index, layer in self.layers.items():
+                handles.append(layer.register_forward_pre_hook(self._layer_pre(index), with_kwargs=True))
+                handles.append(layer.register_forward_hook(self._layer_post(index), with_kwargs=True))
+                for name, module in layer.named_modules():
+                    if not name:
+                        continue
+                    handles.append(module.register_forward_pre_hook(self._enter(name, module, "." not in name)))
+                    handles.append(module.register_forward_hook(self._leave))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+class _ActivationRegion(nn.Module):
+    """Runs an experts module's own gate function as an activation region (gpt-oss's clamped SwiGLU)."""
+
+    _speccat_activation = True
+
+    def __init__(self, gate):
+        super().__init__()
+        self.gate = gate
+
+    def forward(self, x):
+        return self.gate(x)
+
+
+def _mark_inline_activations(layer: nn.Module) -> None:
+    """Experts whose activation is inline code rather than a module get their gate wrapped as one.
+
+    The wrapper is an instance attribute of this fake layer only; the class is untouched.
+    """
+    for module in layer.modules():
+        if is_experts(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
+            module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
+            object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
+
+
+@contextlib.contextmanager
+def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
+    """Point each linear-attention module's delta rule at speccat's while the layers run."""
+    targets = {(id(home), name): (home, name) for layer in layers.values() for m in layer.modules() for home, name in delta_rule_names(m)}
+    saved = {key: getattr(home, name) for key, (home, name) in targets.items()}
+    try:
+        for home, name in targets.values():
+            setattr(home, name, attention.speccat_chunk_gated_delta_rule)
+        yield
+    finally:
+        for key, (home, name) in targets.items():
+            setattr(home, name, saved[key])
+
+
+@contextlib.contextmanager
+def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
+    """Make the config's per-layer lists (layer_types...) and layer count match the kept layers."""
+    originals = {}
+    try:
+        for key, value in list(vars(config).items()):
+            if isinstance(value, (list, tuple)) and len(value) == total:
+                originals[key] = value
+                setattr(config, key, type(value)(value[i] for i in keep))
+        originals["num_hidden_layers"] = config.num_hidden_layers
+        config.num_hidden_layers = len(keep)
+        yield
+    finally:
+        for key, value in originals.items():
+            setattr(config, key, value)
+
+
+def run_layers(built: Built, indices: list[int], seq_length: int) -> dict[int, LayerRun]:
+    """Run the decoder forward and backward with only the layers `indices`, on fake tensors."""
+    decoder = built.decoder
+    config = decoder.config
+    total = len(built.layers)
+    stack_name = next(name for name, child in decoder.named_children() if child is built.layers)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake_mode:
+        for name, child in decoder.named_children():
+            if child is not built.layers:
+                child.to_empty(device="cpu")
+        kept = {index: built.layers[index].to_empty(device="cpu") for index in indices}
+        for layer in kept.values():
+            _mark_inline_activations(layer)
+        excluded = {_storage_key(t) for t in list(decoder.parameters()) + list(decoder.buffers())}
+        excluded |= {_storage_key(t) for layer in kept.values() for t in list(layer.parameters()) + list(layer.buffers())}
+    probe = Probe(kept, excluded, seq_length)
+    original_stack = built.layers
+    setattr(decoder, stack_name, nn.ModuleList([kept[i] for i in indices]))
+    try:
+        with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), probe.hooks():
+            hidden = config.hidden_size
+            embeds = torch.empty(1, seq_length, hidden, dtype=built.embedding.weight.dtype, requires_grad=True)
+            with _Watch(probe), torch.autograd.graph.saved_tensors_hooks(probe.pack, lambda t: t):
+                output = decoder(inputs_embeds=embeds, use_cache=False)
+            probe.forward_done = True
+            hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
+            hidden_out.float().sum().backward()
+    finally:
+        setattr(decoder, stack_name, original_stack)
+    _book_bytes(probe)
+    return probe.runs
+
+
+def _book_bytes(probe: Probe) -> None:
+    for run, op, nbytes in probe.seen.values():
+        if op != "excluded":
+            run.saved_bytes[op] += nbytes
+            run.total_saved += nbytes

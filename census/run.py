@@ -1,0 +1,133 @@
+"""`run_census`: config → ModelSpec (DESIGN §2.4), every refusal a SpecError with a reason code.
+
+Safe to call many times in one process: the model is built per call, and everything the run
+changes (hooks, dispatch modes, the swapped delta rule, config lists) is undone before it
+returns, whatever happens. Expected op counts from the family profile are compared with the
+counted ones; a mismatch is logged as a warning and the counted values are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import torch
+
+from speccat.census.build import Shape, build, check_config, classify
+from speccat.census.describe import (
+    ATTENTION_OP,
+    DELTA_RULE_OP,
+    EXPERTS_IMPL,
+    LayerView,
+    model_facts,
+)
+from speccat.census.family import Family, family_for
+from speccat.census.probe import run_layers
+from speccat.census.spec import ModelSpec, SpecError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEQ_LENGTH = 4096
+
+
+def _describe_kinds(family: Family) -> str:
+    return ", ".join(f"{k.name} ({k.attention}, {k.ffn or 'any ffn'})" for k in family.kinds.values())
+
+
+def _kinds(family: Family, shapes: list[Shape]) -> dict[int, str]:
+    """Each distinct shape's kind (keyed by its first layer); two shapes on one kind is a conflict."""
+    kind_of: dict[int, str] = {}
+    owner: dict[str, int] = {}
+    for shape in shapes:
+        kind = family.kind_for(shape.attention, shape.ffn)
+        if kind is None:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {shape.first}: family {family.name!r} has no kind for attention={shape.attention}, ffn={shape.ffn} "
+                f"(kinds: {_describe_kinds(family)})",
+            )
+        if kind in owner:
+            raise SpecError(
+                "kind_conflict",
+                f"layers {owner[kind]} and {shape.first} are built differently but both map to kind {kind!r} of family {family.name!r}",
+            )
+        owner[kind] = shape.first
+        kind_of[shape.first] = kind
+    return kind_of
+
+
+def _run_length(stack: list[tuple[int, Shape]], kind_of: dict[int, str]) -> list[dict]:
+    groups: list[dict] = []
+    for _, shape in stack:
+        kind = kind_of[shape.first]
+        if groups and groups[-1]["kind"] == kind:
+            groups[-1]["count"] += 1
+        else:
+            groups.append({"kind": kind, "count": 1})
+    return groups
+
+
+def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int], name: str) -> None:
+    expected = family.kinds[kind].ops
+    differ = {op: (expected[op], counted[op]) for op in counted if expected[op] != counted[op]}
+    if differ:
+        detail = ", ".join(f"{op} profile {e} counted {c}" for op, (e, c) in differ.items())
+        log.warning("%s: kind %r of family %r: counts differ from the profile (%s); keeping the counted values", name, kind, family.name, detail)
+
+
+def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
+    top, text, _ = check_config(config)
+    arch = config["model_type"]
+    family = family_for(arch)
+    built = build(top, text)
+    stack = classify(built.layers)
+    shapes = list(dict.fromkeys(shape for _, shape in stack))
+    kind_of = _kinds(family, shapes)
+    if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
+        built.model.set_experts_implementation(EXPERTS_IMPL)
+    runs = run_layers(built, [shape.first for shape in shapes], seq_length)
+    hidden = int(built.embedding.weight.shape[1])
+    views = [LayerView(shape.first, built.layers[shape.first], runs[shape.first], shape, hidden) for shape in shapes]
+
+    spec = {"name": name, "arch": arch}
+    spec.update(model_facts(built, views, stack))
+    spec["layers"] = _run_length(stack, kind_of)
+    spec["ops"], spec["flavours"], spec["measured"] = {}, {}, {}
+    kind_params = {}
+    for view in views:
+        kind = kind_of[view.index]
+        spec["ops"][kind] = view.ops()
+        _compare_with_profile(family, kind, spec["ops"][kind], name)
+        spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
+        kind_params[kind] = view.params()
+        measured = {
+            "seq_length": seq_length,
+            "attention_impl": DELTA_RULE_OP if view.shape.attention == "linear" else ATTENTION_OP,
+            "bytes_per_token": view.bytes_per_token(seq_length),
+        }
+        if view.shape.ffn == "moe":
+            measured["experts_impl"] = EXPERTS_IMPL
+        spec["measured"][kind] = measured
+    spec["params"] = {**built.params, "kinds": kind_params}
+    return ModelSpec(spec)
+
+
+def run_census(config: Mapping, *, name: str, seq_length: int = DEFAULT_SEQ_LENGTH) -> ModelSpec:
+    """Census one config into a ModelSpec.
+
+    Raises SpecError with a reason code for every refusal; any other exception is wrapped as
+    `census_failed` naming its type.
+    """
+    if not isinstance(name, str) or not name:
+        raise SpecError("bad_value", f"name: must be a non-empty string, got {name!r}")
+    if not isinstance(seq_length, int) or isinstance(seq_length, bool) or seq_length < 1:
+        raise SpecError("bad_value", f"seq_length: must be a positive integer, got {seq_length!r}")
+    default_dtype = torch.get_default_dtype()
+    try:
+        return _census(config, name, seq_length)
+    except SpecError:
+        raise
+    except Exception as err:
+        raise SpecError("census_failed", f"{name}: {type(err).__name__}: {err}") from err
+    finally:
+        torch.set_default_dtype(default_dtype)
