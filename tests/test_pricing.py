@@ -1,0 +1,374 @@
+"""Pricing: the names a layer reads (DESIGN §3.3) and the prices of records v1 (§3.5).
+
+Expected numbers are derived in each test from the shipped config's dims, step by step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen3_30b_a3b, qwen15_moe, qwen35_9b
+
+from speccat.catalogue.names import PRICING_REASONS, PricingError, layer_names
+from speccat.catalogue.pricing import PriceTables, model_totals, price_layers, price_spec
+from speccat.catalogue.records import load_records
+from speccat.catalogue.settings import load_settings
+from speccat.census.spec import REASONS as SPEC_REASONS
+
+
+@pytest.fixture(scope="module")
+def records():
+    return load_records()
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return load_settings()
+
+
+def names_of(spec, defaults, kind, grid, records, **overrides):
+    return layer_names(spec, kind, grid.setting(overrides), defaults, records, grid.dtype_bytes)
+
+
+def one(grid, **overrides):
+    return grid.with_settings([grid.setting(overrides)])
+
+
+# ------------------------------------------------------------------ names, one row each
+
+
+def test_name_s_b_are_seq_length_and_micro_batch(records, grid):
+    spec, d = llama_8b()
+    names = names_of(spec, d, "decoder", grid, records, seq_length=8192, micro_batch=2)
+    assert (names["s"], names["b"]) == (8192, 2)
+
+
+def test_name_t_cp_are_tp_and_cp(records, grid):
+    spec, d = llama_8b()
+    names = names_of(spec, d, "decoder", grid, records, tp=4, cp=2)
+    assert (names["t"], names["cp"]) == (4, 2)
+
+
+def test_name_sp_is_t_with_sequence_parallel_else_1(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records, tp=4)["sp"] == 4
+    assert names_of(spec, d, "decoder", grid, records, tp=4, sequence_parallel=False)["sp"] == 1
+
+
+def test_name_h_is_hidden_size(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records)["h"] == 4096
+
+
+def test_name_a_is_heads_or_linear_value_heads(records, grid):
+    spec, d = qwen35_9b()
+    assert names_of(spec, d, "full_attention", grid, records)["a"] == spec["num_attention_heads"] == 16
+    assert names_of(spec, d, "linear_attention", grid, records)["a"] == spec["linear_num_value_heads"] == 32
+
+
+def test_name_n_kv_is_kv_heads_or_a_or_the_linear_ratio(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records)["n_kv"] == 8
+    no_kv = {k: v for k, v in spec.items() if k != "num_key_value_heads"}
+    assert names_of(no_kv, d, "decoder", grid, records)["n_kv"] == 32  # = a
+    spec, d = qwen35_9b()
+    # linear kind: key heads × key dim / value dim = 16 × 128 / 128
+    assert names_of(spec, d, "linear_attention", grid, records)["n_kv"] == 16 * 128 / 128
+
+
+def test_name_dh_is_head_dim_or_h_over_a_or_v_head_dim_or_linear_value_dim(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records)["dh"] == 4096 / 32
+    assert names_of(dict(spec, head_dim=96), d, "decoder", grid, records)["dh"] == 96
+    spec, d = deepseek_v2_lite()
+    assert names_of(spec, d, "moe", grid, records)["dh"] == spec["v_head_dim"] == 128
+    no_v = {k: v for k, v in spec.items() if k != "v_head_dim"}
+    assert names_of(no_v, dict(d, model={"v_head_dim": 64}), "moe", grid, records)["dh"] == 64  # the profile's
+    spec, d = qwen35_9b()
+    assert names_of(spec, d, "linear_attention", grid, records)["dh"] == 128
+
+
+def test_names_dhr_dc_kv_dc_q_are_the_mla_dims_or_the_records_defaults(records, grid):
+    spec, d = deepseek_v2_lite()
+    names = names_of(spec, d, "moe", grid, records)
+    # q_lora_rank is null in the config, so absent from the spec: the records' default 0
+    assert (names["dhr"], names["dc_kv"], names["dc_q"]) == (64, 512, 0)
+    spec, d = llama_8b()
+    names = names_of(spec, d, "decoder", grid, records)
+    assert (names["dhr"], names["dc_kv"], names["dc_q"]) == (0, 0, 0)
+    assert dict(records.defaults) == {"dhr": 0, "dc_kv": 0, "dc_q": 0}
+
+
+def test_name_hff_is_the_dense_width_and_a_moe_kinds_expert_width(records, grid):
+    spec, d = deepseek_v2_lite()
+    assert names_of(spec, d, "dense", grid, records)["hff"] == spec["intermediate_size"] == 10944
+    assert names_of(spec, d, "moe", grid, records)["hff"] == spec["moe_intermediate_size"] == 1408
+
+
+def test_name_hff_exp_is_moe_intermediate_size_else_intermediate_size(records, grid):
+    spec, d = qwen3_30b_a3b()
+    assert names_of(spec, d, "decoder", grid, records)["hff_exp"] == 768
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records)["hff_exp"] == 14336
+
+
+def test_names_of_experts_for_moe_and_dense_kinds(records, grid):
+    spec, d = qwen15_moe()
+    names = names_of(spec, d, "decoder", grid, records)
+    # shared width 5632 in routed widths of 1408: 4 routed-width experts
+    assert (names["n_exp"], names["n_chosen_exp"], names["n_shared_exp"]) == (60, 4, 5632 / 1408)
+    spec, d = deepseek_v2_lite()
+    assert names_of(spec, d, "moe", grid, records)["n_shared_exp"] == 2  # n_shared_experts, routed width
+    assert [names_of(spec, d, "dense", grid, records)[n] for n in ("n_exp", "n_chosen_exp", "n_shared_exp")] == [1, 1, 0]
+    spec, d = qwen3_30b_a3b()
+    assert names_of(spec, d, "decoder", grid, records)["n_shared_exp"] == 0  # no shared expert
+
+
+def test_names_cap_fact_gmm_dropless_tok_factor_come_from_the_setting(records, grid):
+    spec, d = qwen3_30b_a3b()
+    names = names_of(spec, d, "decoder", grid, records)
+    assert (names["cap_fact"], names["gmm"], names["dropless_tok_factor"]) == (1, 1, 1)
+    names = names_of(spec, d, "decoder", grid, records, capacity_factor=1.25, grouped_gemm=False, dropless_tok_factor=1.5)
+    assert (names["cap_fact"], names["gmm"], names["dropless_tok_factor"]) == (1.25, 0, 1.5)
+
+
+def test_name_s_fa_is_s_over_a_with_flash_attention_else_s(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records, seq_length=8192)["s_fa"] == 8192 / 32
+    assert names_of(spec, d, "decoder", grid, records, seq_length=8192, flash_attention=False)["s_fa"] == 8192
+
+
+def test_names_bytes_compute_and_bytes_softmax(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records)["bytes_compute"] == 2  # bf16
+    assert names_of(spec, d, "decoder", grid, records, dtype="fp32")["bytes_compute"] == 4
+    assert names_of(spec, d, "decoder", grid, records)["bytes_softmax"] == d["run"]["softmax_bytes"] == 4
+
+
+def test_names_bytes_norm_and_bytes_dropout_are_the_family_run_defaults(records, grid):
+    spec, d = llama_8b()
+    names = names_of(spec, d, "decoder", grid, records)
+    assert (names["bytes_norm"], names["bytes_dropout"]) == (4, 0)
+    run = dict(d["run"], norm_bytes=2, dropout_bytes=1)
+    names = names_of(spec, dict(d, run=run), "decoder", grid, records)
+    assert (names["bytes_norm"], names["bytes_dropout"]) == (2, 1)
+
+
+def test_names_n_op_are_the_kinds_op_counts(records, grid):
+    spec, d = qwen35_9b()
+    names = names_of(spec, d, "linear_attention", grid, records)
+    counts = spec["ops"]["linear_attention"]
+    assert {op: names[f"n_{op}"] for op in counts} == counts
+    assert (names["n_attBMM"], names["n_linrec"]) == (0, 1)
+
+
+def test_names_param_casts_follow_the_setting(records, grid):
+    spec, d = llama_8b()
+    names = names_of(spec, d, "decoder", grid, records)
+    assert (names["n_attParamCast"], names["n_ffParamCast"]) == (0, 0)
+    names = names_of(spec, d, "decoder", grid, records, param_casts=True)
+    assert (names["n_attParamCast"], names["n_ffParamCast"]) == (4, 3)  # n_attMM, n_ffMM
+    assert names["N"] == 4 + 4  # the records' derived name: n_attMM + n_attParamCast
+
+
+def test_name_n_qknorm_is_1_for_qk_norm_in_full_attention_only(records, grid):
+    spec, d = qwen35_9b()
+    assert names_of(spec, d, "full_attention", grid, records)["n_qknorm"] == 1
+    assert names_of(spec, d, "linear_attention", grid, records)["n_qknorm"] == 0
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records)["n_qknorm"] == 0
+
+
+def test_name_micro_factor_is_in_flight(records, grid):
+    spec, d = llama_8b()
+    assert names_of(spec, d, "decoder", grid, records, in_flight=3)["micro_factor"] == 3
+
+
+def test_name_kv_shards_is_cp_for_ulysses_or_a_recurrence_else_1(records, grid):
+    spec, d = qwen35_9b()
+    assert names_of(spec, d, "full_attention", grid, records, cp=4)["kv_shards"] == 1
+    assert names_of(spec, d, "full_attention", grid, records, cp=4, cp_algo="ulysses")["kv_shards"] == 4
+    assert names_of(spec, d, "linear_attention", grid, records, cp=4)["kv_shards"] == 4
+
+
+def test_a_name_the_layer_cannot_supply_is_an_error_not_a_zero(records, grid):
+    spec, d = llama_8b()
+    no_ff = {k: v for k, v in spec.items() if k != "intermediate_size"}
+    names = names_of(no_ff, d, "decoder", grid, records)
+    assert names["h"] == 4096  # what it has still reads
+    with pytest.raises(PricingError) as err:
+        names["hff"]
+    assert err.value.reason == "missing_field" and "intermediate_size" in str(err.value)
+    with pytest.raises(PricingError) as err:
+        price_layers(no_ff, d, records, one(grid))
+    assert err.value.reason == "missing_field"
+    assert set(PRICING_REASONS) <= set(SPEC_REASONS)  # booked as failures like census refusals
+
+
+def test_mla_without_v_head_dim_anywhere_is_an_error(records, grid):
+    spec, d = deepseek_v2_lite()
+    no_v = {k: v for k, v in spec.items() if k != "v_head_dim"}
+    with pytest.raises(PricingError) as err:
+        price_layers(no_v, dict(d, model={}), records, one(grid))
+    assert err.value.reason == "missing_field" and "v_head_dim" in str(err.value)
+
+
+def test_a_spec_without_flavours_is_refused(records, grid):
+    spec, d = llama_8b()
+    with pytest.raises(PricingError) as err:
+        price_layers({k: v for k, v in spec.items() if k != "flavours"}, d, records, one(grid))
+    assert err.value.reason == "missing_field" and "flavours" in str(err.value)
+
+
+# ------------------------------------------------------------------------ v1 prices
+
+
+def layer(prices, kind: str, mask: int = 0, setting: int = 0) -> dict:
+    k = prices.kinds.index(kind)
+    return {p: float(prices.part(p)[k, setting, mask]) for p in ("attention", "ffn", "norm", "total")}
+
+
+def test_llama_8b_acceptance(records, grid):
+    spec, d = llama_8b()
+    prices = price_layers(spec, d, records, one(grid))  # s=4096, b=1, tp=cp=1, bf16, flash, in_flight 1
+    s, h, a, kv, hff = 4096, 4096, 32, 8, 14336
+    dh, N = h / a, 4  # no head_dim in the config; N = n_attMM
+    qkv = s * 2 * (0.25 * N * h + 0.5 * N * dh * kv + 2 * dh)  # attMM + attBMM (2 kernels × dh)
+    score = (s / a) * a * s * (4 + 0 + 2)  # flash: s/a; softmax fp32 4, dropout 0, headCast bf16 2
+    proj = s * h * 2 * (0.25 * N)
+    ffn = s * ((h / 3 + 2 * hff / 3) * (2 * 3) + 2 * hff)  # gated MLP (3 projections) + activation
+    norm = s * 4 * (h * 2)  # two RMSNorms keep fp32 inputs
+    assert (qkv, score, proj) == (52_428_800, 100_663_296, 33_554_432)
+    assert (qkv + score + proj, ffn, norm) == (186_646_528, 385_875_968, 134_217_728)
+    assert layer(prices, "decoder") == {
+        "attention": 186_646_528, "ffn": 385_875_968, "norm": 134_217_728, "total": 706_740_224,
+    }  # fmt: skip
+    everything = records.mask_of(records.switches)
+    # all eight recomputed: only attMM (qkv's and proj's) and ffMM stay
+    kept = s * 2 * (0.25 * N * h + 0.5 * N * dh * kv) + proj + s * (h / 3 + 2 * hff / 3) * 6
+    assert layer(prices, "decoder", everything)["total"] == kept == 352_321_536
+    assert prices.full[0, 0] == 2 * s * h == 33_554_432  # full recompute keeps the input
+    totals = model_totals(spec, price_spec(spec, d, records, one(grid)))
+    by_mask = {r["mask"]: r["total"] for r in totals.layer_prices.to_pylist()}
+    assert (by_mask[0], by_mask[everything]) == (32 * 706_740_224, 32 * 352_321_536)
+    assert totals.full_prices.column("kept").to_pylist() == [32 * 33_554_432]
+
+
+def test_moe_routed_shared_and_router_slots(records, grid):
+    spec, d = qwen15_moe()
+    prices = price_layers(spec, d, records, one(grid))
+    s, h, e, k, hexp, shared = 4096, 2048, 60, 4, 1408, 5632 / 1408
+    expert = (h / 3 + 2 * hexp / 3) * (2 * 3) + 2 * hexp  # one expert's ffMM + ffAct, bf16
+    routed = expert * s * k * 1  # every token's 4 chosen experts, dropless grouped GEMM
+    shared_slot = shared * s * expert  # 4 routed-width shared experts
+    router = s * 2 * (2 * e + k) + s * 2 * h
+    assert layer(prices, "decoder")["ffn"] == routed + shared_slot + router
+    # ffAct recomputed drops the activation of the routed and the shared experts only
+    act = records.mask_of(["ffAct"])
+    assert layer(prices, "decoder")["ffn"] - layer(prices, "decoder", act)["ffn"] == s * k * 2 * hexp + shared * s * 2 * hexp
+
+
+def test_moe_without_shared_experts_and_with_qk_norm(records, grid):
+    spec, d = qwen3_30b_a3b()
+    got = layer(price_layers(spec, d, records, one(grid)), "decoder")
+    s, h, a, kv, dh, hexp = 4096, 2048, 32, 4, 128, 768
+    routed = ((h / 3 + 2 * hexp / 3) * 6 + 2 * hexp) * s * 8
+    router = s * 2 * (2 * 128 + 8) + s * 2 * h
+    assert got["ffn"] == routed + router == 304_152_576
+    # two norms of h plus q- and k-norm over (a + n_kv) heads of dh, fp32
+    assert got["norm"] == s * 4 * (2 * h + (a + kv) * dh) == 142_606_336
+
+
+def test_mla_attention_and_the_attup_switch(records, grid):
+    spec, d = deepseek_v2_lite()
+    prices = price_layers(spec, d, records, one(grid))
+    s, a, n_kv, dh, dhr, dc_kv, N = 4096, 16, 16, 128, 64, 512, 4
+    att_mm = 0.25 * N * (0 + 2 * a * (dh + dhr)) + (0.25 * N * dhr + 0.25 * N * (n_kv * dh + dc_kv))  # no q latent
+    att_up = 0.25 * N * n_kv * (2 * dh + dhr)  # k_nope and v up-projections
+    qkv = s * 2 * (att_mm + att_up + 2 * dh)
+    score = (s / a) * a * s * 6
+    proj = s * 2048 * 2 * 1
+    assert (att_mm, att_up) == (8768, 5120)
+    for kind in ("dense", "moe"):
+        assert layer(prices, kind)["attention"] == qkv + score + proj
+        up = records.mask_of(["attUp"])
+        assert layer(prices, kind)["attention"] - layer(prices, kind, up)["attention"] == s * 2 * att_up
+    dense_ffn = s * ((2048 / 3 + 2 * 10944 / 3) * 6 + 2 * 10944)
+    assert layer(prices, "dense")["ffn"] == dense_ffn
+
+
+def test_linear_attention_kind_shards_kv_over_cp(records, grid):
+    spec, d = qwen35_9b()
+    prices = price_layers(spec, d, records, one(grid, cp=2))
+    s, h, cp, kv, dh, hff = 4096, 4096, 2, 16, 128, 12288
+    # linear kind: kv_shards = cp, so the kv term is not multiplied by cp; no attBMM, no scores
+    qkv = s * 2 * (0.25 * 4 * h + 0.5 * 4 * dh * kv * cp / cp) / cp
+    proj = s * h * 2 * 1 / max(1, cp)  # sp = tp = 1
+    assert layer(prices, "linear_attention")["attention"] == qkv + proj == 33_554_432 + 16_777_216
+    assert layer(prices, "linear_attention")["ffn"] == s * ((h / 3 + 2 * hff / 3) * 6 + 2 * hff) / cp
+    assert layer(prices, "linear_attention")["norm"] == s * 4 * (2 * h) / cp  # no QK-norm in linear layers
+    # the full attention kind with ring cp keeps every rank's kv: its kv term is × cp
+    full_qkv = s * 2 * (0.25 * 4 * h + 0.5 * 4 * 256 * 4 * cp + 2 * 256) / cp
+    full_score = (s / 16) * 16 * s * 6 / cp
+    assert layer(prices, "full_attention")["attention"] == full_qkv + full_score + s * h * 2 / cp
+
+
+def test_price_tables_have_the_agreed_columns(records, grid):
+    spec, d = deepseek_v2_lite()
+    tables = price_spec(spec, d, records, grid)
+    assert isinstance(tables, PriceTables)
+    lp, fp = tables.layer_prices, tables.full_prices
+    assert lp.column_names == ["kind", "setting_id", "mask", "attention", "ffn", "norm", "total"]
+    assert str(lp.schema.field("mask").type) == "int16" and str(lp.schema.field("total").type) == "double"
+    assert lp.num_rows == 2 * 36 * 256 and fp.num_rows == 2 * 36
+    assert fp.column_names == ["kind", "setting_id", "kept"]
+    row = lp.slice(36 * 256 + 5 * 256 + 7, 1).to_pylist()[0]  # moe kind, 6th setting, mask 7
+    assert (row["kind"], row["setting_id"], row["mask"]) == ("moe", grid.settings[5]["setting_id"], 7)
+
+
+def test_model_totals_sum_count_times_layer_bytes(records, grid):
+    spec, d = deepseek_v2_lite()
+    prices = price_layers(spec, d, records, grid)
+    totals = model_totals(spec, prices.to_tables())
+    rows = totals.layer_prices.to_pylist()
+    assert len(rows) == 36 * 256
+    for row in rows[:: 36 * 8 + 1]:
+        i, mask = [s["setting_id"] for s in grid.settings].index(row["setting_id"]), row["mask"]
+        expected = 1 * prices.total[0, i, mask] + 26 * prices.total[1, i, mask]  # 1 dense + 26 moe
+        assert row["total"] == pytest.approx(expected, rel=1e-15)
+    full = {r["setting_id"]: r["kept"] for r in totals.full_prices.to_pylist()}
+    assert full[grid.settings[3]["setting_id"]] == pytest.approx(prices.full[0, 3] + 26 * prices.full[1, 3])
+
+
+# ------------------------------------------------------------------------ monotonicity
+
+
+@pytest.mark.parametrize("build", BUILDERS, ids=lambda b: b.__name__)
+def test_recomputing_one_more_switch_never_increases_bytes(records, grid, build):
+    spec, d = build()
+    total = price_layers(spec, d, records, grid).total  # (kind, setting, mask)
+    for bit in range(len(records.switches)):
+        without = np.array([m for m in range(256) if not m >> bit & 1])
+        assert np.all(total[:, :, without | 1 << bit] <= total[:, :, without])
+
+
+@pytest.mark.parametrize("build", [llama_8b, qwen15_moe, qwen35_9b], ids=lambda b: b.__name__)
+def test_attup_changes_nothing_without_mla(records, grid, build):
+    spec, d = build()
+    total = price_layers(spec, d, records, grid).total
+    without = np.array([m for m in range(256) if not m >> 7 & 1])
+    assert records.switches[7] == "attUp"
+    assert np.array_equal(total[:, :, without | 128], total[:, :, without])
+
+
+@pytest.mark.parametrize("build", BUILDERS, ids=lambda b: b.__name__)
+def test_tp_and_cp_never_increase_bytes(records, grid, build):
+    spec, d = build()
+    prices = price_layers(spec, d, records, grid)
+    at = {(s["seq_length"], s["tp"], s["cp"]): i for i, s in enumerate(grid.settings)}
+    for (seq, tp, cp), i in at.items():
+        for more_tp in (t for t in (1, 2, 4, 8) if t > tp):
+            assert np.all(prices.total[:, at[seq, more_tp, cp]] <= prices.total[:, i])
+            assert np.all(prices.full[:, at[seq, more_tp, cp]] <= prices.full[:, i])
+        for more_cp in (c for c in (1, 2, 4) if c > cp):
+            assert np.all(prices.total[:, at[seq, tp, more_cp]] <= prices.total[:, i])
