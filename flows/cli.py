@@ -17,7 +17,7 @@ import sys
 
 from speccat.census.spec import SpecError
 
-COMMAND_MODULES: tuple[str, ...] = ("cli_catalogue", "cli_refresh")
+COMMAND_MODULES: tuple[str, ...] = ("cli_catalogue", "cli_refresh", "cli_census", "cli_price")
 
 
 def build_parser() -> argparse.ArgumentParser:
