@@ -218,6 +218,8 @@ def price_fast(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -
     shape = (len(kvs), len(grid.settings), records.n_masks)
     parts = {p: np.zeros(shape) for p in PARTS}
     full = np.zeros(shape[:2])
+    if not grid.settings:
+        return result(kvs, grid, parts, full)
     with np.errstate(divide="raise", over="raise", invalid="raise"):
         for k, kv in enumerate(kvs):
             pricer = KindPricer(kv, grid, records)

@@ -98,7 +98,7 @@ class Grid:
     fields: tuple[str, ...]
     settings: tuple[Mapping[str, Any], ...]
     dtype_bytes: Mapping[str, int]
-    spec: Mapping[str, Field]
+    schema: Mapping[str, Field]  # each field's type, bounds and values
 
     def setting(self, overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
         """One setting: each field's default, with `overrides` (validated) on top."""
@@ -108,7 +108,7 @@ class Grid:
             raise SettingsError("unknown_field", f"unknown setting field(s) {unknown}; fields: {', '.join(self.fields)}")
         values = {}
         for name in self.fields:
-            field = self.spec[name]
+            field = self.schema[name]
             values[name] = field.check(overrides[name], f"setting {name}") if name in overrides else field.default
         return _freeze(values)
 
@@ -123,7 +123,7 @@ class Grid:
         types = {"int": pa.int64(), "number": pa.float64(), "bool": pa.bool_(), "choice": pa.string(), "dtype": pa.string()}
         columns = {"setting_id": pa.array([s["setting_id"] for s in self.settings], pa.string())}
         for name in self.fields:
-            columns[name] = pa.array([s[name] for s in self.settings], types[self.spec[name].type])
+            columns[name] = pa.array([s[name] for s in self.settings], types[self.schema[name].type])
         return pa.table(columns)
 
 

@@ -1,0 +1,63 @@
+"""Evaluations per second of one slot through the compiled expressions.
+
+The slot is records v1's `ffn` (a conditional over the ffMM count, two elements) for one
+Llama-3.1-8B layer at the default setting, evaluated with all its ops kept: that is what the
+direct evaluator does per mask. Side by side, the same arithmetic written as a plain Python
+function, the floor any expression evaluator in Python can reach; their ratio is the cost of
+the closed language (validation is paid once, at parse time).
+"""
+
+from __future__ import annotations
+
+import time
+
+SECONDS = 1.0
+
+
+def rate(fn) -> float:
+    count, started = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - started) < SECONDS:
+        for _ in range(1000):
+            fn()
+        count += 1000
+    return count / elapsed
+
+
+def main() -> None:
+    from speccat.catalogue.names import layer_names
+    from speccat.catalogue.records import load_records
+    from speccat.catalogue.settings import load_settings
+
+    records, grid = load_records(), load_settings()
+    ops = {"attMM": 4, "attBMM": 2, "ffMM": 3, "softmax": 1, "dropout": 0, "normOp": 2, "gather": 4, "headCast": 1, "ffAct": 1, "linrec": 0}
+    spec = {
+        "name": "llama", "arch": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        "layers": [{"kind": "decoder", "count": 32}], "ops": {"decoder": ops},
+        "flavours": {"decoder": {"attention": "full", "ffn": "dense"}},
+    }  # fmt: skip
+    defaults = {"run": {"norm_bytes": 4, "dropout_bytes": 0, "softmax_bytes": 4}, "model": {}}
+    names = layer_names(spec, "decoder", grid.setting(), defaults, records, grid.dtype_bytes)
+    slot = next(s for s in records.slots if s.name == "ffn")
+    kept = records.kept(0)
+    value = slot.value(names, kept)
+
+    n = {k: names[k] for k in ("h", "hff", "n_ffMM", "bytes_compute", "n_ffParamCast", "micro_factor", "s", "b", "t", "cp")}
+
+    def plain():
+        ff = (0.5 * n["h"] + 0.5 * n["hff"] if n["n_ffMM"] % 2 == 0 else n["h"] / 3 + 2 * n["hff"] / 3) * (
+            n["bytes_compute"] * n["n_ffMM"]
+        ) + n["bytes_compute"] * n["hff"] * n["n_ffParamCast"]
+        total = 0.0 + ff + n["bytes_compute"] * n["hff"]
+        return n["micro_factor"] * (n["s"] * n["b"]) * total / (n["t"] * n["cp"])
+
+    assert plain() == value == 385_875_968
+    compiled = rate(lambda: slot.value(names, kept))
+    reference = rate(plain)
+    print(f"   slot `ffn` (3 expressions: 2 elements + formula), value {value:,.0f} bytes")
+    print(f"   compiled expressions: {compiled:12,.0f} slot evaluations/s ({3 * compiled:,.0f} expressions/s)")
+    print(f"   plain Python function: {reference:11,.0f} slot evaluations/s   (ratio {reference / compiled:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
