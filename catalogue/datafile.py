@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from speccat.catalogue.errors import ReasonError
 
 
 def read_yaml(path: Path, fail: Callable[[str, str], Exception]) -> Any:
@@ -29,3 +31,37 @@ def version_of(content: Any) -> str:
     reordering does (order is meaningful in these files)."""
     blob = json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class Loader:
+    """Validation of one parsed data file: every refusal names the file and the key."""
+
+    error: type[ReasonError] = ReasonError
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, reason: str, key: str, what: str) -> ReasonError:
+        return self.error(reason, f"{self.source}: {key or '(top level)'}: {what}")
+
+    def mapping(
+        self,
+        key: str,
+        value: Any,
+        allowed: Collection[str],
+        required: Collection[str] = (),
+        *,
+        what: str = "key",
+        unknown: str = "unknown_key",
+        missing: str = "missing_key",
+    ) -> Mapping:
+        """`value` if it is a mapping whose keys are all `allowed` and include `required`."""
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", key, f"must be a mapping, got {type(value).__name__}")
+        for name in value:
+            if name not in allowed:
+                raise self.fail(unknown, f"{key}.{name}" if key else str(name), f"unknown {what}; allowed: {', '.join(allowed)}")
+        for name in required:
+            if name not in value:
+                raise self.fail(missing, f"{key}.{name}" if key else name, f"missing; needs every one of {', '.join(required)}")
+        return value

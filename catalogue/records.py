@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from speccat.catalogue.datafile import read_yaml, version_of
+from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.expr import FUNCTIONS, Expr, ExprError
 from speccat.catalogue.names import LAYER_NAMES, TOTAL
@@ -161,27 +161,10 @@ class Records:
 # ----------------------------------------------------------------------------------- loading
 
 
-class _Loader:
-    """Validation of one parsed records file; every refusal names the file and the key."""
+class _Loader(Loader):
+    """Validation of one parsed records file."""
 
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, reason: str, key: str, what: str) -> RecordsError:
-        return RecordsError(reason, f"{self.source}: {key or '(top level)'}: {what}")
-
-    def mapping(self, key: str, value: Any, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> Mapping:
-        if not isinstance(value, Mapping):
-            raise self.fail("bad_value", key, f"must be a mapping, got {type(value).__name__}")
-        for name in value:
-            if name not in allowed:
-                where = f"{key}.{name}" if key else str(name)
-                raise self.fail("unknown_key", where, f"unknown key; allowed: {', '.join(allowed)}")
-        for name in required:
-            if name not in value:
-                where = f"{key}.{name}" if key else name
-                raise self.fail("missing_key", where, f"required; needs {', '.join(required)}")
-        return value
+    error = RecordsError
 
     def identifier(self, key: str, value: Any) -> str:
         if not isinstance(value, str) or not value.isidentifier() or value.startswith("_"):
@@ -233,14 +216,7 @@ class _Loader:
         return OpRecord(name, switch, tuple(needs), body["comm"])
 
     def ops(self, value: Any, switches) -> dict[str, OpRecord]:
-        if not isinstance(value, Mapping):
-            raise self.fail("bad_value", "ops", "must map each op to its record")
-        for name in value:
-            if name not in OPS:
-                raise self.fail("unknown_op", f"ops.{name}", f"unknown op; the ops are {', '.join(OPS)}")
-        for name in OPS:
-            if name not in value:
-                raise self.fail("missing_op", f"ops.{name}", f"missing; every op of {', '.join(OPS)} needs a record")
+        self.mapping("ops", value, OPS, OPS, what="op", unknown="unknown_op", missing="missing_op")
         return {name: self.record(f"ops.{name}", name, value[name], switches, OPS, False) for name in OPS}
 
     def parts(self, value: Any, switches) -> dict[str, OpRecord]:

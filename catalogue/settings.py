@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from speccat.catalogue.datafile import read_yaml, version_of
+from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 
 SETTINGS_PATH = Path(__file__).with_name("settings.yaml")
@@ -127,23 +127,10 @@ class Grid:
         return pa.table(columns)
 
 
-class _Loader:
-    def __init__(self, source: str):
-        self.source = source
+class _Loader(Loader):
+    """Validation of one parsed settings file."""
 
-    def fail(self, reason: str, key: str, what: str) -> SettingsError:
-        return SettingsError(reason, f"{self.source}: {key}: {what}")
-
-    def keys(self, key: str, value: Any, allowed, required=()) -> Mapping:
-        if not isinstance(value, Mapping):
-            raise self.fail("bad_value", key, f"must be a mapping, got {type(value).__name__}")
-        for name in value:
-            if name not in allowed:
-                raise self.fail("unknown_key", f"{key}.{name}", f"unknown key; allowed: {', '.join(allowed)}")
-        for name in required:
-            if name not in value:
-                raise self.fail("missing_key", f"{key}.{name}", f"required; needs {', '.join(required)}")
-        return value
+    error = SettingsError
 
     def dtypes(self, value: Any) -> dict[str, int]:
         if not isinstance(value, Mapping) or not value:
@@ -155,7 +142,7 @@ class _Loader:
 
     def field(self, name: str, body: Any, dtypes: Mapping[str, int]) -> Field:
         key = f"fields.{name}"
-        body = self.keys(key, body, FIELD_KEYS, ("type", "values"))
+        body = self.mapping(key, body, FIELD_KEYS, ("type", "values"))
         kind = body["type"]
         if kind not in TYPES:
             raise self.fail("bad_value", f"{key}.type", f"{kind!r} is not one of {', '.join(TYPES)}")
@@ -179,17 +166,9 @@ class _Loader:
         return replace(field, values=checked)
 
     def load(self, data: Any) -> Grid:
-        data = self.keys("(top level)", data, ("dtypes", "fields"), ("dtypes", "fields"))
+        data = self.mapping("", data, ("dtypes", "fields"), ("dtypes", "fields"))
         dtypes = self.dtypes(data["dtypes"])
-        raw = data["fields"]
-        if not isinstance(raw, Mapping):
-            raise self.fail("bad_value", "fields", "must map each field to its spec")
-        for name in raw:
-            if name not in FIELDS:
-                raise self.fail("unknown_field", f"fields.{name}", f"unknown field; fields: {', '.join(FIELDS)}")
-        for name in FIELDS:
-            if name not in raw:
-                raise self.fail("missing_key", f"fields.{name}", "missing; pricing reads every field")
+        raw = self.mapping("fields", data["fields"], FIELDS, FIELDS, what="field", unknown="unknown_field")
         fields = {name: self.field(name, body, dtypes) for name, body in raw.items()}
         names = tuple(fields)
         settings = tuple(

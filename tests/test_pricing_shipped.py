@@ -14,11 +14,10 @@ import os
 import numpy as np
 import pytest
 from conftest import repo_id_of, shipped_config_paths
+from test_pricing import grid, records  # noqa: F401  (the module fixtures)
 from test_pricing_specs import BUILDERS
 
 from speccat.catalogue.pricing import model_totals, price_layers, price_spec
-from speccat.catalogue.records import load_records
-from speccat.catalogue.settings import load_settings
 from speccat.census import load_config_file
 from speccat.census.family import family_for
 
@@ -35,16 +34,6 @@ WHOLE_GRID = (
     "google/gemma-3-1b-it",
 )
 SAMPLED_SETTINGS = 4
-
-
-@pytest.fixture(scope="module")
-def records():
-    return load_records()
-
-
-@pytest.fixture(scope="module")
-def grid():
-    return load_settings()
 
 
 @pytest.fixture(scope="module")
