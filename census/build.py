@@ -24,10 +24,14 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census import checks
 from speccat.census.attention import ATTENTION_IMPL
+from speccat.census.config import language_config
 from speccat.census.spec import SpecError
 
 BUILD_DTYPE = torch.bfloat16
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
+# State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
+_STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
+_STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Shape:
 def resolve_config(config: Mapping) -> tuple[Any, Any, bool]:
     """(top-level config, language config, nested) as transformers objects, with refusals."""
     model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise SpecError("missing_field", f"model_type: the top-level config must name its architecture, got {model_type!r}")
     if model_type not in CONFIG_MAPPING:
         if "auto_map" in config:
             raise SpecError(
@@ -72,9 +78,7 @@ def resolve_config(config: Mapping) -> tuple[Any, Any, bool]:
     try:
         top = CONFIG_MAPPING[model_type].from_dict(dict(config))
         text = top.get_text_config(decoder=True)
-    except SpecError:
-        raise
-    except (TypeError, ValueError, KeyError, AttributeError) as err:
+    except Exception as err:  # building a config object only parses it: any failure is the config's
         raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None
     nested = text is not top
     if nested and "tie_word_embeddings" in config:
@@ -101,8 +105,13 @@ def _model_class_for(top: Any, text: Any):
 def build(top: Any, text: Any) -> Built:
     """The language model on meta in bf16, weights tied, with speccat's attention."""
     auto, config = _model_class_for(top, text)
-    with torch.device("meta"), no_init_weights():
-        model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
+    try:
+        with torch.device("meta"), no_init_weights():
+            model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
+    except SpecError:
+        raise
+    except Exception as err:  # the config parsed, but its values cannot make a model (pad id beyond vocab...)
+        raise SpecError("bad_value", f"config: transformers cannot build a model from it: {type(err).__name__}: {err}") from None
     model.tie_weights()
     model.train()
     decoder = model.get_decoder()
@@ -137,11 +146,20 @@ def _layer_stack(decoder: nn.Module, text: Any) -> nn.ModuleList:
 # --------------------------------------------------------------------------- classification
 
 
+def _forward_names(module: nn.Module) -> tuple[str, ...]:
+    """The global names the module's forward reads (through its decorators)."""
+    code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+    return code.co_names if code is not None else ()
+
+
 def runs_delta_rule(module: nn.Module) -> bool:
     """Whether the module's forward calls a gated delta rule (the linear-attention recurrence)."""
-    forward = inspect.unwrap(type(module).forward)
-    code = getattr(forward, "__code__", None)
-    return code is not None and any(_DELTA_RULE.search(name) for name in code.co_names)
+    return any(_DELTA_RULE.search(name) for name in _forward_names(module))
+
+
+def uses_attention_interface(module: nn.Module) -> bool:
+    """Whether the module's forward dispatches through transformers' attention interface."""
+    return "ALL_ATTENTION_FUNCTIONS" in _forward_names(module)
 
 
 def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
@@ -164,8 +182,16 @@ def _holds_unfused_experts(layer: nn.Module) -> str | None:
 
 
 def flavours(layer: nn.Module) -> tuple[str, str]:
-    attention = "linear" if any(runs_delta_rule(m) for m in layer.modules()) else "full"
-    ffn = "moe" if any(is_experts(m) for m in layer.modules()) else "dense"
+    """(attention, ffn): linear when a gated delta rule runs, full when the attention interface
+    does, "none" when neither (a mamba mixer...); moe when it holds routed experts."""
+    modules = list(layer.modules())
+    if any(runs_delta_rule(m) for m in modules):
+        attention = "linear"
+    elif any(uses_attention_interface(m) for m in modules):
+        attention = "full"
+    else:
+        attention = "none"
+    ffn = "moe" if any(is_experts(m) for m in modules) else "dense"
     return attention, ffn
 
 
@@ -185,7 +211,21 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
                 "unsupported_layer",
                 f"layer {index}: {unfused} is not built with transformers' experts interface, so it cannot run grouped_mm",
             )
+        mixers = sorted(
+            f"{name} ({type(m).__name__})"
+            for name, m in layer.named_modules()
+            if name and not is_norm(m) and (_STATE_SPACE_CLASS.search(type(m).__name__) or _STATE_SPACE_ATTRIBUTE.search(name.rsplit(".", 1)[-1]))
+        )
+        if mixers:
+            raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {', '.join(mixers)}: a state-space mixer no family prices")
         sig = signature(layer)
+        if sig[1] == "none":
+            mixers = sorted({type(m).__name__ for m in layer.children()})
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {index} ({type(layer).__name__}: {', '.join(mixers)}): runs neither transformers' attention interface "
+                "nor a gated delta rule (a mamba mixer or another mixer no family prices)",
+            )
         shape = shapes.get(sig)
         if shape is None:
             shape = shapes[sig] = Shape(sig[1], sig[2], sig)
@@ -196,8 +236,6 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
 
 def check_config(config: Mapping) -> tuple[Any, Any, bool]:
     """Every pre-build refusal, then the resolved transformers configs."""
-    from speccat.census.config import language_config
-
     language = language_config(config)
     checks.check_raw(language)
     top, text, nested = resolve_config(config)

@@ -94,6 +94,13 @@ def check_raw(language: Mapping) -> None:
         check(language)
 
 
+def precheck(config: Mapping) -> None:
+    """The refusals that need neither torch nor transformers (the CLI runs them before importing those)."""
+    from speccat.census.config import language_config
+
+    check_raw(language_config(config))
+
+
 # --------------------------------------------------------------------------- resolved config
 
 
@@ -102,11 +109,13 @@ def _stated(language: Mapping, field: str, aliases: Mapping[str, str]) -> bool:
 
 
 def check_required(language: Mapping, cfg: Any, *, nested: bool) -> None:
-    """A flat config must state the main sizes (under their names or the class's aliases)."""
+    """A flat config must state the main sizes its class has (under their names or the class's aliases)."""
     if nested:
         return  # a sparse text_config leans on its class defaults
     aliases = getattr(cfg, "attribute_map", {}) or {}
     for field in LIMITS.required:
+        if _resolved(cfg, field) is None and not _stated(language, field, aliases):
+            continue  # the architecture has no such size (a mamba model has no attention heads)
         if not _stated(language, field, aliases):
             alias = f" (or {aliases[field]})" if field in aliases else ""
             raise SpecError("missing_field", f"{field}{alias}: required; a flat config must state {list(LIMITS.required)}")

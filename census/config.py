@@ -54,16 +54,16 @@ def parse_config_text(text: str | bytes, source: str = "config") -> dict:
 
 
 def load_config_file(path: str | Path) -> dict:
-    """Read and parse one config.json; SpecError('bad_json') for invalid or non-object JSON."""
+    """Read and parse one config.json; SpecError('bad_json') for invalid or non-object JSON.
+
+    A file that cannot be read (missing, unreadable) raises the OSError: that is not a
+    property of a config.
+    """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > LIMITS.max_config_bytes:
-            raise SpecError("too_large", f"{path}: {size} bytes; a config may hold at most {LIMITS.max_config_bytes}")
-        raw = path.read_bytes()
-    except OSError as err:
-        raise SpecError("bad_json", f"{path}: cannot be read: {err.strerror or err}") from None
-    return parse_config_text(raw, str(path))
+    size = path.stat().st_size
+    if size > LIMITS.max_config_bytes:
+        raise SpecError("too_large", f"{path}: {size} bytes; a config may hold at most {LIMITS.max_config_bytes}")
+    return parse_config_text(path.read_bytes(), str(path))
 
 
 def _is_sub_config(key: str, value: Any) -> bool:

@@ -276,13 +276,13 @@ def _attention_dims(views: list[LayerView]) -> dict[str, int]:
     return dims
 
 
-def _check_runs(views: list[LayerView]) -> None:
+def check_runs(views: list[LayerView]) -> None:
     for v in views:
         if not v.run.kernels:
             raise SpecError(
                 "unsupported_layer",
-                f"layer {v.index} ({type(v.layer).__name__}): runs neither an attention function nor a gated delta rule "
-                "(a mamba mixer or another mixer no family prices)",
+                f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
+                "(a cross-attention layer skips without encoder states)",
             )
         for k in v.attention_kernels():
             if not k.causal or k.q[2] != k.k[2]:
@@ -294,7 +294,6 @@ def _check_runs(views: list[LayerView]) -> None:
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:
     """The spec's dimensions and flags (everything but the structure)."""
-    _check_runs(views)
     embedding = built.embedding.weight
     facts: dict[str, Any] = {
         "hidden_size": int(embedding.shape[1]),

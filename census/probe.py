@@ -309,15 +309,23 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
             setattr(home, name, saved[key])
 
 
+# Per-layer config lists that transformers' decoder loops index by the layer's position.
+PER_LAYER_LISTS = ("layer_types", "layer_rope_theta", "layers_block_type")
+
+
 @contextlib.contextmanager
 def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
-    """Make the config's per-layer lists (layer_types...) and layer count match the kept layers."""
+    """Make the config's per-layer lists and layer count match the kept layers while they run."""
     originals = {}
     try:
-        for key, value in list(vars(config).items()):
+        for key in PER_LAYER_LISTS:
+            value = getattr(config, key, None)
             if isinstance(value, (list, tuple)) and len(value) == total:
+                try:
+                    setattr(config, key, type(value)(value[i] for i in keep))
+                except AttributeError:
+                    continue  # a read-only property derived from other fields
                 originals[key] = value
-                setattr(config, key, type(value)(value[i] for i in keep))
         originals["num_hidden_layers"] = config.num_hidden_layers
         config.num_hidden_layers = len(keep)
         yield

@@ -19,6 +19,7 @@ from speccat.census.describe import (
     DELTA_RULE_OP,
     EXPERTS_IMPL,
     LayerView,
+    check_runs,
     model_facts,
 )
 from speccat.census.family import Family, family_for
@@ -82,12 +83,13 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     built = build(top, text)
     stack = classify(built.layers)
     shapes = list(dict.fromkeys(shape for _, shape in stack))
-    kind_of = _kinds(family, shapes)
     if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
     runs = run_layers(built, [shape.first for shape in shapes], seq_length)
     hidden = int(built.embedding.weight.shape[1])
     views = [LayerView(shape.first, built.layers[shape.first], runs[shape.first], shape, hidden) for shape in shapes]
+    check_runs(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
+    kind_of = _kinds(family, shapes)
 
     spec = {"name": name, "arch": arch}
     spec.update(model_facts(built, views, stack))

@@ -1,0 +1,77 @@
+"""Broken configs (tests/broken_configs/, reasons in expected.yaml) are refused with their reason code,
+the pre-build ones before any model is built, and the CLI reports each in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from speccat.census import load_config_file
+from speccat.census.spec import REASONS, SpecError
+from speccat.flows.cli import main
+
+BROKEN = Path(__file__).with_name("broken_configs")
+EXPECTED = yaml.safe_load((BROKEN / "expected.yaml").read_text())
+CASES = sorted(EXPECTED)
+
+
+def test_every_broken_config_has_an_expectation_and_vice_versa():
+    assert sorted(p.name for p in BROKEN.glob("*.json")) == CASES
+    assert len(CASES) >= 12
+    assert {entry["reason"] for entry in EXPECTED.values()} <= set(REASONS)
+
+
+def _refusal(name: str) -> SpecError:
+    from speccat.census import run_census
+
+    with pytest.raises(SpecError) as err:
+        run_census(load_config_file(BROKEN / name), name=name)
+    return err.value
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_broken_config_is_refused_with_its_reason(name, monkeypatch):
+    expected = EXPECTED[name]
+    if expected["before_build"]:
+        import speccat.census.run as census_run
+
+        def no_build(*args, **kwargs):
+            raise AssertionError("the census built a model for a config it should refuse first")
+
+        monkeypatch.setattr(census_run, "build", no_build)
+    error = _refusal(name)
+    assert error.reason == expected["reason"], f"{name} ({expected['why']}): {error}"
+    assert str(error)  # a message naming the field
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_cli_prints_a_refusal_as_one_json_line(name, capsys):
+    assert main(["census", str(BROKEN / name), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 1 and err == ""
+    assert json.loads(out)["error"]["reason"] == EXPECTED[name]["reason"]
+
+
+def test_cli_prints_a_refusal_as_one_line_without_json(capsys):
+    assert main(["census", str(BROKEN / "layers_1e6.json")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("speccat: too_large: num_hidden_layers") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_cli_process_shows_no_traceback():
+    for name in ("hidden_size_1e9.json", "remote_code.json", "mamba_mixer.json"):
+        done = subprocess.run(
+            [sys.executable, "-m", "speccat.flows.cli", "census", str(BROKEN / name), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+        assert json.loads(done.stdout)["error"]["reason"] == EXPECTED[name]["reason"]
