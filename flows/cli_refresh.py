@@ -143,7 +143,9 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"  schedules: {', '.join(crons) or 'none'}")
         print(f"  parameters: {json.dumps(options['parameters'], sort_keys=True)}")
         return 0
-    if not os.environ.get("PREFECT_API_URL"):
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
         raise RuntimeError(
             "serve needs a running Prefect server to schedule against: start one with "
             "`prefect server start` and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"

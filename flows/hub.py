@@ -210,6 +210,8 @@ class SnapshotSource:
         return Path(self.directory) / repo_id.replace("/", "__", 1) / CONFIG_FILE
 
     def list(self, limit: int | None = None) -> list[Listing]:
+        if not Path(self.directory).is_dir():
+            raise FetchError(NOT_FOUND, f"no snapshot folder at {self.directory}")
         folders = sorted(p.parent.name for p in Path(self.directory).glob(f"*/{CONFIG_FILE}"))
         repo_ids = [name.replace("__", "/", 1) for name in folders]
         return [Listing(repo_id=r, source=self.name) for r in repo_ids[:limit]]

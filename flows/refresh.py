@@ -70,6 +70,16 @@ class Night:
     cached: int = 0
     censused: int = 0
 
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each stage
+
+    @contextlib.contextmanager
+    def timed(self, stage: str):
+        clock = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = round(time.monotonic() - clock, 2)
+
     def fail(self, repo_ids, stage: str, reason: str, message: str) -> None:
         for repo_id in repo_ids:
             self.failures[repo_id] = Failure(repo_id, stage, reason, message)
@@ -223,7 +233,12 @@ def run_data(night: Night, run_id: str, started: datetime, status: str, source: 
                 "config_hash": fetched.config_hash if fetched else None,
             }
         )
-    configs = {f.config_hash: f.config for f in night.fetched.values() if f.config_hash in night.new_hashes}
+    # Repos sharing a config_hash may differ in what the hash leaves out (names): store the
+    # config of the first repo by id, as the census did.
+    configs = {}
+    for fetched in sorted(night.fetched.values(), key=lambda f: f.listing.repo_id):
+        if fetched.config_hash in night.new_hashes:
+            configs.setdefault(fetched.config_hash, fetched.config)
     specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}
     prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
     return RunData(
@@ -259,6 +274,7 @@ def summary(night: Night, run_id: str, db: str, seconds: float) -> dict[str, Any
         "repriced": night.priced,
         "failures": dict(sorted(by_reason.items())),
         "seconds": round(seconds, 1),
+        "stage_seconds": dict(night.seconds),
     }
 
 
@@ -304,31 +320,34 @@ def refresh(
     from speccat.catalogue.store import publish
 
     log = get_run_logger()
-    clock, started = time.monotonic(), datetime.now(timezone.utc)
+    started = datetime.now(timezone.utc)
     run_id = str(flow_run.id)
     runner = make_task_runner(task_runner, dask_address, workers)
     src = make_source(source, snapshot_dir=snapshot_dir)
     versions = current_versions()
     night = Night()
 
-    try:
-        lister = list_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
-        night.listings = lister(src, limit)
-    except FetchError as err:
-        night.fail(["(listing)"], "list", err.reason, str(err))
-        publish(db, run_data(night, run_id, started, "failed", source, versions))
-        raise
+    with night.timed("list"):
+        try:
+            lister = list_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
+            night.listings = lister(src, limit)
+        except FetchError as err:
+            night.fail(["(listing)"], "list", err.reason, str(err))
+            publish(db, run_data(night, run_id, started, "failed", source, versions))
+            raise
     progress.note(f"list: {len(night.listings)} repos from {source}")
-
-    fetch_stage(night, src, retry_delays)
-    jobs = plan_jobs(night, db, versions, seq_length, rebuild)
-    progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} new")
-    analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild)
-
-    status = "partial" if night.failures else "completed"
-    publish(db, run_data(night, run_id, started, status, source, versions))
-    counts = summary(night, run_id, db, time.monotonic() - clock)
-    publish_summary(counts)
+    with night.timed("fetch"):
+        fetch_stage(night, src, retry_delays)
+    with night.timed("plan"):
+        jobs = plan_jobs(night, db, versions, seq_length, rebuild)
+    progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} to census or price")
+    with night.timed("census"):
+        analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild)
+    with night.timed("publish"):
+        status = "partial" if night.failures else "completed"
+        publish(db, run_data(night, run_id, started, status, source, versions))
     progress.note(f"published {db}")
+    counts = summary(night, run_id, db, (datetime.now(timezone.utc) - started).total_seconds())
+    publish_summary(counts)
     log.info("refresh %s: %s", run_id, counts)
     return counts

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# The refresh tests' session fixtures (one Prefect API, the shared snapshot runs).
+pytest_plugins = ["refresh_runs"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "flows" / "snapshot"
 

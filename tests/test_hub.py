@@ -297,5 +297,7 @@ def test_snapshot_reads_another_folder_laid_out_the_same_way(tmp_path):
     source = make_source("snapshot", snapshot_dir=tmp_path)
     assert [x.repo_id for x in source.list()] == ["org/model"]
     assert source.fetch(source.list()[0]) == Path(folder / "config.json")
+    with pytest.raises(FetchError, match="no snapshot folder"):
+        make_source("snapshot", snapshot_dir=tmp_path / "absent").list()
     with pytest.raises(ValueError, match="unknown source"):
         make_source("ftp")

@@ -1,0 +1,85 @@
+"""`speccat refresh` and `speccat serve`: arguments, progress, output, and the deployment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from refresh_runs import copy_snapshot, rows
+
+from speccat.flows import cli, progress
+from speccat.flows.cli_refresh import load_deployment, serve_options
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_refresh_prints_progress_and_the_counts(prefect_api, tmp_path, capsys):
+    snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"])
+    db = tmp_path / "cat.duckdb"
+    try:
+        code = cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db), "--json"])
+    finally:
+        progress.disable()
+    out, err = capsys.readouterr()
+    assert code == 0
+    counts = json.loads(out)
+    assert (counts["repos"], counts["configs"], counts["failures"], counts["db"]) == (2, 2, {}, str(db))
+    assert "list: 2 repos from snapshot" in err and "fetch: 2/2" in err and f"published {db}" in err
+    assert rows(db, "SELECT count(*) FROM specs") == [(2,)]
+
+    code = cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db)])
+    progress.disable()
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "repos 2, configs 2 (2 already stored, 0 new" in out
+    assert f"speccat query" in out and f"--db {db}" in out
+
+
+def test_refresh_refuses_dask_without_an_address(capsys):
+    assert cli.main(["refresh", "--task-runner", "dask"]) == 1
+    assert "--dask-address" in capsys.readouterr().err
+
+
+def test_the_deployment_is_nightly_at_three_from_the_hub():
+    deployment = load_deployment(ROOT / "prefect.yaml", "nightly-refresh")
+    options = serve_options(deployment)
+    assert options["name"] == "nightly-refresh"
+    assert [(s.cron, s.timezone) for s in options["schedules"]] == [("0 3 * * *", "UTC")]
+    assert options["parameters"]["source"] == "hub"
+    assert options["global_limit"] == 1
+    # The entrypoint names the flow this package defines, and its parameters are the flow's.
+    path, name = deployment["entrypoint"].split(":")
+    assert (ROOT / path).is_file() and name == "refresh"
+    from speccat.flows.refresh import refresh
+
+    assert set(deployment["parameters"]) <= set(refresh.parameters.properties)
+
+
+def test_serve_check_prints_the_deployment(capsys):
+    assert cli.main(["serve", "--check", "--file", str(ROOT / "prefect.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "deployment nightly-refresh" in out and "0 3 * * * (UTC)" in out
+    assert json.loads(out.split("parameters: ", 1)[1])["source"] == "hub"
+
+
+def test_serve_refuses_without_a_prefect_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PREFECT_HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "speccat.flows.cli", "serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert "prefect server start" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_refuses_an_unknown_deployment(tmp_path, capsys):
+    (tmp_path / "prefect.yaml").write_text(yaml.safe_dump({"deployments": [{"name": "other"}]}))
+    assert cli.main(["serve", "--check", "--file", str(tmp_path / "prefect.yaml")]) == 1
+    assert "no deployment named 'nightly-refresh'" in capsys.readouterr().err
