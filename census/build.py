@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from speccat.census.spec import SpecError
 
 BUILD_DTYPE = torch.bfloat16
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
+_VISION = re.compile(r"vision|visual")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
@@ -92,7 +94,7 @@ def _transformers_version() -> str:
     return transformers.__version__
 
 
-def _model_class_for(top: Any, text: Any):
+def model_class_for(top: Any, text: Any):
     """The causal LM class for the language config, else the composite model that holds it."""
     if type(text) in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING:
         return AutoModelForCausalLM, text
@@ -104,7 +106,7 @@ def _model_class_for(top: Any, text: Any):
 
 def build(top: Any, text: Any) -> Built:
     """The language model on meta in bf16, weights tied, with speccat's attention."""
-    auto, config = _model_class_for(top, text)
+    auto, config = model_class_for(top, text)
     try:
         with torch.device("meta"), no_init_weights():
             model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
@@ -113,9 +115,14 @@ def build(top: Any, text: Any) -> Built:
     except Exception as err:  # the config parsed, but its values cannot make a model (pad id beyond vocab...)
         raise SpecError("bad_value", f"config: transformers cannot build a model from it: {type(err).__name__}: {err}") from None
     model.tie_weights()
+    return locate(model)
+
+
+def locate(model: nn.Module) -> Built:
+    """Where the parts of a built model are, and its whole-model parameter parts."""
     model.train()
-    decoder = model.get_decoder()
-    layers = _layer_stack(decoder, text)
+    decoder = _decoder(model)
+    layers = decoder.layers
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     shared = {id(p) for p in embedding.parameters()}
@@ -133,40 +140,39 @@ def is_norm(module: nn.Module) -> bool:
     return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
 
 
-def _layer_stack(decoder: nn.Module, text: Any) -> nn.ModuleList:
-    layers = getattr(decoder, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        candidates = [m for m in decoder.children() if isinstance(m, nn.ModuleList)]
-        layers = max(candidates, key=len, default=None)
-    if layers is None or len(layers) == 0:
-        raise SpecError("unsupported_layer", f"{type(decoder).__name__}: no stack of decoder layers found")
-    return layers
+def _decoder(model: nn.Module) -> nn.Module:
+    """The module whose forward runs the layer stack: get_decoder(), or the first text module under it holding `layers`."""
+    decoder = model.get_decoder()
+    for name, module in decoder.named_modules():
+        if isinstance(getattr(module, "layers", None), nn.ModuleList) and len(module.layers) and not _VISION.search(name):
+            return module
+    raise SpecError("unsupported_layer", f"{type(model).__name__}: no stack of decoder layers found")
 
 
 # --------------------------------------------------------------------------- classification
 
 
-def _forward_names(module: nn.Module) -> tuple[str, ...]:
-    """The global names the module's forward reads (through its decorators)."""
-    code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+@lru_cache(maxsize=None)
+def _forward_names(cls: type) -> tuple[str, ...]:
+    """The global names a module class's forward reads (through its decorators)."""
+    code = getattr(inspect.unwrap(cls.forward), "__code__", None)
     return code.co_names if code is not None else ()
 
 
 def runs_delta_rule(module: nn.Module) -> bool:
     """Whether the module's forward calls a gated delta rule (the linear-attention recurrence)."""
-    return any(_DELTA_RULE.search(name) for name in _forward_names(module))
+    return any(_DELTA_RULE.search(name) for name in _forward_names(type(module)))
 
 
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
-    return "ALL_ATTENTION_FUNCTIONS" in _forward_names(module)
+    return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
 
 
 def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of each gated delta rule the module's forward calls."""
-    forward = inspect.unwrap(type(module).forward)
     home = sys.modules[type(module).__module__]
-    return [(home, n) for n in forward.__code__.co_names if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
+    return [(home, n) for n in _forward_names(type(module)) if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
 
 
 def is_experts(module: nn.Module) -> bool:
@@ -174,30 +180,41 @@ def is_experts(module: nn.Module) -> bool:
     return hasattr(module, "num_experts") and hasattr(module, "has_gate") and hasattr(module, "is_concatenated")
 
 
-def _holds_unfused_experts(layer: nn.Module) -> str | None:
+def _state_space_mixer(name: str, module: nn.Module) -> bool:
+    leaf = name.rsplit(".", 1)[-1]
+    return not is_norm(module) and bool(_STATE_SPACE_CLASS.search(type(module).__name__) or _STATE_SPACE_ATTRIBUTE.search(leaf))
+
+
+def signature(index: int, layer: nn.Module) -> tuple:
+    """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
+    no family prices: state-space mixers, unfused experts, neither attention nor a delta rule.
+
+    attention is linear when a gated delta rule runs, full when the attention interface does;
+    ffn is moe when the layer holds routed experts.
+    """
+    attention, ffn = "none", "dense"
     for name, module in layer.named_modules():
-        if name.rsplit(".", 1)[-1] == "experts" and not is_experts(module):
-            return name
-    return None
-
-
-def flavours(layer: nn.Module) -> tuple[str, str]:
-    """(attention, ffn): linear when a gated delta rule runs, full when the attention interface
-    does, "none" when neither (a mamba mixer...); moe when it holds routed experts."""
-    modules = list(layer.modules())
-    if any(runs_delta_rule(m) for m in modules):
-        attention = "linear"
-    elif any(uses_attention_interface(m) for m in modules):
-        attention = "full"
-    else:
-        attention = "none"
-    ffn = "moe" if any(is_experts(m) for m in modules) else "dense"
-    return attention, ffn
-
-
-def signature(layer: nn.Module) -> tuple:
-    params = tuple((name, tuple(p.shape), str(p.dtype)) for name, p in layer.named_parameters())
-    return (type(layer).__name__, *flavours(layer), params)
+        if not name:
+            continue
+        if _state_space_mixer(name, module):
+            raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
+        if is_experts(module):
+            ffn = "moe"
+        elif name.rsplit(".", 1)[-1] == "experts":
+            raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
+        if runs_delta_rule(module):
+            attention = "linear"
+        elif attention == "none" and uses_attention_interface(module):
+            attention = "full"
+    if attention == "none":
+        children = ", ".join(sorted({type(m).__name__ for m in layer.children()}))
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {index} ({type(layer).__name__}: {children}): runs neither transformers' attention interface "
+            "nor a gated delta rule (a mixer no family prices)",
+        )
+    params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
+    return (type(layer).__name__, attention, ffn, params)
 
 
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
@@ -205,27 +222,7 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
     shapes: dict[tuple, Shape] = {}
     stack = []
     for index, layer in enumerate(layers):
-        unfused = _holds_unfused_experts(layer)
-        if unfused is not None:
-            raise SpecError(
-                "unsupported_layer",
-                f"layer {index}: {unfused} is not built with transformers' experts interface, so it cannot run grouped_mm",
-            )
-        mixers = sorted(
-            f"{name} ({type(m).__name__})"
-            for name, m in layer.named_modules()
-            if name and not is_norm(m) and (_STATE_SPACE_CLASS.search(type(m).__name__) or _STATE_SPACE_ATTRIBUTE.search(name.rsplit(".", 1)[-1]))
-        )
-        if mixers:
-            raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {', '.join(mixers)}: a state-space mixer no family prices")
-        sig = signature(layer)
-        if sig[1] == "none":
-            mixers = sorted({type(m).__name__ for m in layer.children()})
-            raise SpecError(
-                "unsupported_layer",
-                f"layer {index} ({type(layer).__name__}: {', '.join(mixers)}): runs neither transformers' attention interface "
-                "nor a gated delta rule (a mamba mixer or another mixer no family prices)",
-            )
+        sig = signature(index, layer)
         shape = shapes.get(sig)
         if shape is None:
             shape = shapes[sig] = Shape(sig[1], sig[2], sig)

@@ -1,0 +1,90 @@
+"""Census speed: every shipped config in one process, imports excluded, side by side with the naive way.
+
+The census builds the language model on the meta device without weight initialisation and
+converts only one layer of each distinct shape to fake tensors. The naive way builds the whole
+model under FakeTensorMode (weights initialised on fake tensors), then runs the same layers the
+same way. Both are warmed up first (one untimed pass over every config pays the imports of
+torch, transformers and each modeling module), then timed over `ROUNDS` passes; the per-config
+time is the best of the rounds. Target: census median ≤ 0.3 s per config.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+ROUNDS = 3
+TARGET_MEDIAN = 0.3
+
+
+def _configs():
+    import json
+    from pathlib import Path
+
+    snapshot = Path(__file__).resolve().parent.parent / "flows" / "snapshot"
+    return [(p.parent.name.replace("__", "/", 1), json.loads(p.read_text())) for p in sorted(snapshot.glob("*/config.json"))]
+
+
+def naive(config: dict, name: str):
+    """The whole model built under FakeTensorMode, then one layer of each distinct shape run."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.build import BUILD_DTYPE, check_config, classify, locate, model_class_for
+    from speccat.census.probe import run_layers
+
+    top, text, _ = check_config(config)
+    auto, cfg = model_class_for(top, text)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        model = auto.from_config(cfg, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
+    built = locate(model)
+    stack = classify(built.layers)
+    firsts = list(dict.fromkeys(shape.first for _, shape in stack))
+    return run_layers(built, firsts, 4096, fake_mode=mode)
+
+
+def _time(fn, configs) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for _ in range(ROUNDS):
+        for name, config in configs:
+            started = time.perf_counter()
+            fn(config, name)
+            elapsed = time.perf_counter() - started
+            best[name] = min(elapsed, best.get(name, elapsed))
+    return best
+
+
+def main() -> None:
+    logging.getLogger("speccat.census").setLevel(logging.ERROR)  # profile mismatches are not the point here
+    from speccat.census import run_census
+
+    def census(config, name):
+        return run_census(config, name=name)
+
+    configs = _configs()
+    for name, config in configs:  # warm-up: imports and first-use costs, untimed
+        census(config, name)
+        naive(config, name)
+    ours = _time(census, configs)
+    theirs = _time(naive, configs)
+
+    def stats(times):
+        return statistics.median(times.values()), max(times.values())
+
+    (median, worst), (naive_median, naive_worst) = stats(ours), stats(theirs)
+    print(f"   {len(configs)} shipped configs, best of {ROUNDS} rounds each, imports excluded")
+    print(f"   census: median {median:.3f} s  max {worst:.3f} s per config")
+    print(f"   naive (whole model under FakeTensorMode): median {naive_median:.3f} s  max {naive_worst:.3f} s per config")
+    print(f"   ratio naive/census: median {naive_median / median:.1f}x  max {naive_worst / worst:.1f}x")
+    slowest = sorted(ours, key=ours.get, reverse=True)[:3]
+    print("   slowest census: " + ", ".join(f"{n} {ours[n]:.3f} s (naive {theirs[n]:.3f} s)" for n in slowest))
+    print(f"   target median <= {TARGET_MEDIAN} s: {'met' if median <= TARGET_MEDIAN else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
