@@ -49,6 +49,11 @@ def test_broken_config_is_refused_with_its_reason(name, monkeypatch):
     assert str(error)  # a message naming the field
 
 
+def test_kind_conflict_names_both_layers():
+    error = _refusal("dense_and_moe_in_one_kind.json")
+    assert "layers 0 and 1" in str(error) and "'decoder'" in str(error)
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_cli_prints_a_refusal_as_one_json_line(name, capsys):
     assert main(["census", str(BROKEN / name), "--json"]) == 2

@@ -1,0 +1,50 @@
+"""`speccat census CONFIG.json [--json]`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from conftest import SNAPSHOT
+from speccat.census.spec import ModelSpec
+from speccat.flows.cli import main
+
+MIXTRAL = SNAPSHOT / "mistralai__Mixtral-8x7B-v0.1" / "config.json"
+
+
+def test_census_json_prints_the_model_spec(capsys):
+    from speccat.census import load_config_file, run_census
+
+    assert main(["census", str(MIXTRAL), "--json"]) == 0
+    out = capsys.readouterr().out
+    spec = ModelSpec.from_json(out)
+    # The name defaults to ORG/NAME from the snapshot folder ORG__NAME.
+    assert spec == run_census(load_config_file(MIXTRAL), name="mistralai/Mixtral-8x7B-v0.1")
+    assert json.loads(out)["layers"] == [{"kind": "decoder", "count": 32}]
+
+
+def test_census_name_and_sequence_length_options(capsys, tmp_path):
+    path = tmp_path / "mixtral.json"
+    shutil.copy(MIXTRAL, path)
+    assert main(["census", str(path), "--json", "--seq", "1024", "--name", "my/moe"]) == 0
+    spec = ModelSpec.from_json(capsys.readouterr().out)
+    assert spec["name"] == "my/moe"
+    assert spec["measured"]["decoder"]["seq_length"] == 1024
+    assert main(["census", str(path), "--json"]) == 0
+    assert ModelSpec.from_json(capsys.readouterr().out)["name"] == "mixtral"  # the file's stem
+
+
+def test_census_summary_is_readable(capsys):
+    assert main(["census", str(MIXTRAL)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mistralai/Mixtral-8x7B-v0.1  (mixtral)\n")
+    assert "num_experts=8" in out and "num_experts_per_tok=2" in out
+    assert "stack: decoder×32" in out
+    assert "ops:    attMM=4 attBMM=2 ffMM=3 softmax=1 dropout=0 normOp=2 gather=4 headCast=1 ffAct=1 linrec=0" in out
+    assert "(speccat::flash_attention, grouped_mm)" in out
+
+
+def test_census_of_a_missing_file_is_one_error_line(capsys, tmp_path):
+    assert main(["census", str(tmp_path / "absent.json")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("speccat: error: FileNotFoundError") and err.count("\n") == 1
