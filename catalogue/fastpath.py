@@ -112,9 +112,12 @@ class KindPricer:
             self._scalar = [bind(self.kv, s, self.grid.dtype_bytes, self.records) for s in self.grid.settings]
         return self._scalar[i]
 
+    def where(self, i: int, slot: Slot | None = None) -> str:
+        where = f"kind {self.kv.kind!r}, setting {self.grid.settings[i]['setting_id']}"
+        return where if slot is None else f"{where}, slot {slot.name}"
+
     def fail(self, i: int, slot: Slot, err: Exception) -> PricingError:
-        where = f"kind {self.kv.kind!r}, setting {self.grid.settings[i]['setting_id']}, slot {slot.name}"
-        return PricingError("bad_value", f"{where}: {err}")
+        return PricingError("bad_value", f"{self.where(i, slot)}: {err}")
 
     def scalar_expr(self, expr: Expr, i: int, slot: Slot) -> Any:
         try:
@@ -123,9 +126,8 @@ class KindPricer:
             raise self.fail(i, slot, err) from None
 
     def scalar_value(self, slot: Slot, i: int, total: float) -> float:
-        where = f"kind {self.kv.kind!r}, setting {self.grid.settings[i]['setting_id']}, slot {slot.name}"
         try:
-            return checked(slot.at_total(self.scalar(i), total), where)
+            return checked(slot.at_total(self.scalar(i), total), self.where(i, slot))
         except ExprError as err:
             raise self.fail(i, slot, err) from None
 
@@ -202,13 +204,15 @@ class KindPricer:
         return values
 
     def full(self) -> np.ndarray:
+        """Full recompute's bytes at every setting."""
         try:
-            values = np.broadcast_to(np.asarray(self.map(self.records.full, self.arrays), dtype=np.float64).reshape(-1), (self.n,))
+            value = np.asarray(self.map(self.records.full, self.arrays), dtype=np.float64)
+            values = np.broadcast_to(value.reshape(-1), (self.n,))
             if _finite_non_negative(values):
                 return values
-        except _Array:
+        except (_Array, OverflowError):
             pass
-        return np.array([full_bytes(self.records, self.scalar(i), f"kind {self.kv.kind!r}, setting {self.grid.settings[i]['setting_id']}") for i in range(self.n)])
+        return np.array([full_bytes(self.records, self.scalar(i), self.where(i)) for i in range(self.n)])
 
 
 def price_fast(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> LayerPrices:

@@ -114,6 +114,8 @@ NONLINEAR = {
     # an element with a conditional on a varying name, a `when` on a varying name
     "      attMM: 0.25*N\n": "      attMM: 0.25*N if cp > 1 else 0.3*N\n",
     "  proj:                                 # the output projection's input, and its dropout\n    part: attention\n": "  proj:\n    part: attention\n    when: t * cp != 2\n",
+    # full recompute with a conditional on a varying name
+    "full: micro_factor * bytes_compute * s * b * h / (cp * sp)": "full: micro_factor * bytes_compute * s * b * h / (cp * (t if sp > 1 else 1))",
     # a derived name that is not elementwise over varying names
     "  N: n_attMM + n_attParamCast": "  N: n_attMM + n_attParamCast + (1 if t % 2 else 0)",
 }
@@ -126,6 +128,7 @@ def test_fast_equals_direct_with_non_elementwise_records(grid, build):
     assert_same(spec, d, records, grid)
     pricer = KindPricer(kind_values(spec, spec["layers"][0]["kind"], d), grid, records)
     assert "N" in pricer.unavailable
+    assert not records.full.elementwise(pricer.arrays)
     norm = next(s for s in records.slots if s.name == "norm")
     assert not norm.formula.elementwise(pricer.arrays_total)  # max of total and a setting-free term
     proj = next(s for s in records.slots if s.name == "proj")
