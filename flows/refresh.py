@@ -66,10 +66,9 @@ class Night:
     analyses: dict[str, Analysis] = field(default_factory=dict)  # config_hash -> analysis
     stored: int = 0  # configs the catalogue already held, specced and priced
     new_hashes: set[str] = field(default_factory=set)  # configs it held no spec of
-    priced: int = 0  # stored specs priced again (new records or settings)
+    priced: int = 0  # stored specs priced again (under new records)
     cached: int = 0
     censused: int = 0
-
     seconds: dict[str, float] = field(default_factory=dict)  # wall time of each stage
 
     @contextlib.contextmanager
@@ -129,12 +128,12 @@ def fetch_stage(night: Night, source, retry_delays: list[float]) -> None:
         if isinstance(result, Fetched):
             night.fetched[listing.repo_id] = result
         else:
-            stage_reason = _fetch_failure(result)
-            night.fail([listing.repo_id], "fetch", *stage_reason)
+            night.fail([listing.repo_id], "fetch", *_fetch_failure(result))
         progress.step("fetch", done, len(futures))
 
 
 def _fetch_failure(err: BaseException) -> tuple[str, str]:
+    """(reason, message) of a fetch that failed."""
     from speccat.census.spec import SpecError
 
     if isinstance(err, (FetchError, SpecError)):
