@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from speccat.catalogue.reasons import GATING, RUN_STATUSES, SOURCES
 
@@ -44,6 +46,19 @@ REPO_FIELDS: tuple[str, ...] = (
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
+# The price tables as staged: the catalogue tables' columns, in their order (sql/schema.sql).
+_KEY = pa.dictionary(pa.int32(), pa.string())
+STAGED_PRICES: dict[str, pa.Schema] = {
+    "layer_prices": pa.schema(
+        [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
+         ("mask", pa.int16()), ("records_version", _KEY)]
+        + [(c, pa.float64()) for c in ("attention", "ffn", "norm", "total")]
+    ),
+    "full_prices": pa.schema(
+        [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
+         ("records_version", _KEY), ("kept", pa.float64())]
+    ),
+}
 
 
 class StoreError(ValueError):
@@ -188,29 +203,34 @@ class RunData:
         return tables
 
     def _price_tables(self) -> tuple[pa.Table, pa.Table]:
+        """Both price tables of the run, keyed and in the tables' column order, each config's
+        rows checked here (complete and unique), so the store can append them as they are."""
+        setting_ids = {s["setting_id"] for s in self.settings}
+        n_masks = 1 << len(self.switches)
         layer, full = [], []
         for config_hash, tables in sorted(self.prices.items()):
-            for columns, part, out in (
-                (LAYER_PRICE_COLUMNS, "layer_prices", layer),
-                (FULL_PRICE_COLUMNS, "full_prices", full),
-            ):
+            parts = {}
+            for part, columns in (("layer_prices", LAYER_PRICE_COLUMNS), ("full_prices", FULL_PRICE_COLUMNS)):
                 table = tables[part] if isinstance(tables, Mapping) else getattr(tables, part)
+                where = f"prices[{config_hash!r}].{part}"
                 if not isinstance(table, pa.Table):
-                    _bad(f"prices[{config_hash!r}].{part}", f"must be a pyarrow Table, got {type(table).__name__}")
+                    _bad(where, f"must be a pyarrow Table, got {type(table).__name__}")
                 lacking = [c for c in columns if c not in table.column_names]
                 if lacking:
-                    _bad(f"prices[{config_hash!r}].{part}", f"lacks column(s) {lacking}; needs {list(columns)}")
-                n = table.num_rows
-                keyed = pa.table(
-                    {
-                        "config_hash": pa.repeat(config_hash, n),
-                        "census_version": pa.repeat(self.census_version, n),
-                        "records_version": pa.repeat(self.records_version, n),
-                        **{c: table.column(c) for c in columns},
-                    }
-                )
-                out.append(keyed)
-        return _concat(layer), _concat(full)
+                    _bad(where, f"lacks column(s) {lacking}; needs {list(columns)}")
+                parts[part] = table
+            _check_prices(f"prices[{config_hash!r}]", parts["layer_prices"], parts["full_prices"], setting_ids, n_masks)
+            for part, out in (("layer_prices", layer), ("full_prices", full)):
+                table, n = parts[part], parts[part].num_rows
+                keys = {
+                    "config_hash": _constant(config_hash, n),
+                    "census_version": _constant(self.census_version, n),
+                    "records_version": _constant(self.records_version, n),
+                }
+                schema = STAGED_PRICES[part]
+                columns = [keys[f.name] if f.name in keys else table.column(f.name).cast(f.type) for f in schema]
+                out.append(pa.table(columns, schema=schema))
+        return _concat(layer, STAGED_PRICES["layer_prices"]), _concat(full, STAGED_PRICES["full_prices"])
 
 
 def switch_set_rows(switches: Sequence[str]) -> list[dict[str, Any]]:
@@ -232,6 +252,11 @@ def switch_set_rows(switches: Sequence[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def _constant(value: str, n: int) -> pa.DictionaryArray:
+    """`value` n times, dictionary-encoded: 4 bytes a row instead of the string's length."""
+    return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()).fill_null(0), pa.array([value], pa.string()))
+
+
 def _canonical(mapping: Mapping[str, Any]) -> str:
     """JSON text that is the same for equal mappings, so a re-stored run compares equal."""
     return json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -244,10 +269,35 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> pa.Table:
     return pa.table({c: pa.array([], pa.null()) for c in columns})
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table | None:
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _check_prices(where: str, layer: pa.Table, full: pa.Table, setting_ids: set[str], n_masks: int) -> None:
+    """One config's prices: every (kind, setting) priced at every mask exactly once, the full
+    recompute once per (kind, setting), the same kinds and settings in both, settings of the run."""
+    kinds = pc.unique(layer["kind"])
+    settings = pc.unique(layer["setting_id"])
+    unknown = sorted(set(settings.to_pylist()) - setting_ids)
+    if unknown:
+        _bad(f"{where}.layer_prices", f"setting_id(s) {unknown[:3]} are not among the run's settings")
+    masks = layer["mask"].to_numpy().astype(np.int64)
+    if masks.size and (masks.min() < 0 or masks.max() >= n_masks):
+        _bad(f"{where}.layer_prices", f"masks must be in 0..{n_masks - 1}")
+    key = (
+        pc.index_in(layer["kind"], value_set=kinds).to_numpy().astype(np.int64) * len(settings)
+        + pc.index_in(layer["setting_id"], value_set=settings).to_numpy().astype(np.int64)
+    ) * n_masks + masks
+    expected = len(kinds) * len(settings) * n_masks
+    if layer.num_rows != expected or np.unique(key).size != expected:
+        _bad(
+            f"{where}.layer_prices",
+            f"{layer.num_rows} rows, {np.unique(key).size} distinct (kind, setting, mask); a complete table "
+            f"has {len(kinds)} kinds x {len(settings)} settings x {n_masks} masks = {expected}",
+        )
+    pairs = set(zip(full["kind"].to_pylist(), full["setting_id"].to_pylist()))
+    if full.num_rows != len(pairs) or pairs != {(k, t) for k in kinds.to_pylist() for t in settings.to_pylist()}:
+        _bad(f"{where}.full_prices", "must price each (kind, setting) of layer_prices exactly once")
 
 
 def _check_row(where: str, row: Any, allowed: Sequence[str], required: Sequence[str]) -> None:

@@ -29,7 +29,7 @@ import duckdb
 import pyarrow as pa
 
 from speccat import sql
-from speccat.catalogue.rundata import RunData, StoreError
+from speccat.catalogue.rundata import STAGED_PRICES, RunData, StoreError
 
 DEFAULT_DB = "catalogue.duckdb"
 
@@ -170,7 +170,9 @@ def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Tab
 
     Every table is ingested from Arrow in one statement; the spec tables are derived from the
     staged spec JSON by sql/derive.sql. Types, ENUM codes and keys are enforced here, so a bad
-    code or a duplicate key in the run is refused before anything is merged."""
+    code or a duplicate key in the run is refused before anything is merged. The price tables,
+    millions of rows, are not copied: they are registered as `staged_layer_prices` and
+    `staged_full_prices` (RunData has checked each config's prices whole)."""
     home = _database_name(con)
     con.execute(f"ATTACH ':memory:' AS {INCOMING}")
     con.execute(f"USE {INCOMING}")
@@ -183,7 +185,11 @@ def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Tab
             " PRIMARY KEY (config_hash, census_version))"
         )
         for name, table in tables.items():
-            if table is None or table.num_rows == 0:
+            if name in STAGED_PRICES:
+                # Prices stay in Arrow: sql/merge.sql appends the new groups straight from them.
+                con.register(f"staged_{name}", table)
+                continue
+            if table.num_rows == 0:
                 continue
             con.register("arrow_rows", table)
             try:

@@ -1,51 +1,40 @@
 -- Consistency checks of a built catalogue, run before it is published: every row returned is a
--- problem (check, detail) and stops the publish. Tables are checked whole, except the prices,
--- whose groups are checked when they arrive (tonight's groups, in `incoming`): carried groups
--- passed these checks on the night they were stored.
+-- problem (check, detail) and stops the publish.
+--
+-- layer_prices, millions of rows, is checked through invariants that cost no scan of it: the
+-- store appends each config's prices whole after RunData checked them complete and unique per
+-- (kind, setting, mask); here full_prices (one row per kind and setting) must be unique and
+-- complete, and layer_prices must hold exactly one row per full_prices row and mask.
 WITH
-tonight AS (
-    SELECT DISTINCT config_hash, census_version, records_version FROM incoming.layer_prices
-    UNION SELECT DISTINCT config_hash, census_version, records_version FROM incoming.full_prices
-),
-lp AS (SELECT p.* FROM layer_prices AS p SEMI JOIN tonight USING (config_hash, census_version, records_version)),
-fp AS (SELECT p.* FROM full_prices AS p SEMI JOIN tonight USING (config_hash, census_version, records_version)),
 n_masks AS (SELECT count(*) AS n FROM switch_sets),
 spec_kinds AS (SELECT config_hash, census_version, count(*) AS n FROM kinds GROUP BY ALL),
-lp_groups AS (
+groups AS (
     SELECT config_hash, census_version, records_version, count(*) AS n_rows,
            count(DISTINCT kind) AS n_kinds, count(DISTINCT setting_id) AS n_settings
-    FROM lp GROUP BY ALL
+    FROM full_prices GROUP BY ALL
 )
-SELECT 'layer_prices key unique' AS "check",
-       format('{} {} {} {} {} {} stored {} times', config_hash, census_version, kind, setting_id, mask, records_version, count(*)) AS detail
-FROM lp GROUP BY config_hash, census_version, kind, setting_id, mask, records_version HAVING count(*) > 1
+SELECT 'layer_prices has one row per full_prices row and mask' AS "check",
+       format('{} layer rows, {} full rows x {} masks', l, f, m) AS detail
+FROM (SELECT (SELECT count(*) FROM layer_prices) AS l, (SELECT count(*) FROM full_prices) AS f,
+             (SELECT n FROM n_masks) AS m)
+WHERE l <> f * m
 UNION ALL
 SELECT 'full_prices key unique',
        format('{} {} {} {} {} stored {} times', config_hash, census_version, kind, setting_id, records_version, count(*))
-FROM fp GROUP BY config_hash, census_version, kind, setting_id, records_version HAVING count(*) > 1
+FROM full_prices GROUP BY config_hash, census_version, kind, setting_id, records_version HAVING count(*) > 1
 UNION ALL
-SELECT 'layer_prices complete',
-       format('{} @ {} / {}: {} rows for {} kinds x {} settings x {} masks (the spec has {} kinds)',
-              g.config_hash, g.census_version, g.records_version, g.n_rows, g.n_kinds, g.n_settings,
-              (SELECT n FROM n_masks), s.n)
-FROM lp_groups AS g LEFT JOIN spec_kinds AS s USING (config_hash, census_version)
-WHERE s.n IS NULL OR g.n_kinds <> s.n OR g.n_rows <> g.n_kinds * g.n_settings * (SELECT n FROM n_masks)
+SELECT 'prices cover every kind of the spec at every setting',
+       format('{} @ {} / {}: {} rows for {} kinds x {} settings (the spec has {} kinds)',
+              g.config_hash, g.census_version, g.records_version, g.n_rows, g.n_kinds, g.n_settings, s.n)
+FROM groups AS g LEFT JOIN spec_kinds AS s USING (config_hash, census_version)
+WHERE s.n IS NULL OR g.n_kinds <> s.n OR g.n_rows <> g.n_kinds * g.n_settings
 UNION ALL
-SELECT 'full_prices match layer_prices',
-       format('{} @ {} / {}: full recompute priced for {} (kind, setting) pairs, layers for {}',
-              config_hash, census_version, records_version, coalesce(f.n, 0), coalesce(l.n, 0))
-FROM (SELECT config_hash, census_version, records_version, count(*) AS n FROM fp GROUP BY ALL) AS f
-FULL JOIN (SELECT config_hash, census_version, records_version, count(DISTINCT (kind, setting_id)) AS n
-           FROM lp GROUP BY ALL) AS l USING (config_hash, census_version, records_version)
-WHERE f.n IS DISTINCT FROM l.n
-UNION ALL
-SELECT 'prices name a stored kind, setting and mask',
-       format('{} @ {}: kind {} setting {} mask {}', config_hash, census_version, kind, setting_id, mask)
-FROM (SELECT DISTINCT config_hash, census_version, kind, setting_id, mask FROM lp) AS p
+SELECT 'prices name a stored kind and setting',
+       format('{} @ {}: kind {} setting {}', config_hash, census_version, kind, setting_id)
+FROM full_prices AS p
 WHERE NOT EXISTS (SELECT 1 FROM kinds AS k WHERE k.config_hash = p.config_hash
                   AND k.census_version = p.census_version AND k.kind = p.kind)
    OR setting_id NOT IN (SELECT setting_id FROM settings)
-   OR mask NOT IN (SELECT mask FROM switch_sets)
 UNION ALL
 SELECT 'switch_sets complete',
        format('{} masks for {} switches', count(*), any_value(len(switches)))

@@ -2,7 +2,14 @@
 -- such a run (StoreError "conflict"): same key, different content means a version that should
 -- have been bumped was not (a census change without a new census_version, a records or grid
 -- change without a new hash), and silently keeping either row would be wrong.
--- Same catalogs as sql/merge.sql: the target is the default catalog, tonight's rows `incoming`.
+-- Same catalogs as sql/merge.sql: the target is the default catalog, tonight's rows `incoming`
+-- and, for the prices, the Arrow tables staged_layer_prices and staged_full_prices. A price
+-- group (config, census and records version) is stored when its full_prices rows are.
+WITH stored_groups AS (
+    SELECT DISTINCT config_hash, census_version, records_version FROM staged_full_prices AS n
+    WHERE EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version)
+)
 SELECT 'configs' AS tbl, config_hash AS key
 FROM (SELECT * FROM incoming.configs EXCEPT SELECT * FROM configs) AS n
 WHERE config_hash IN (SELECT config_hash FROM configs)
@@ -32,16 +39,12 @@ FROM (SELECT * FROM incoming.switch_sets EXCEPT SELECT * FROM switch_sets) AS n
 WHERE mask IN (SELECT mask FROM switch_sets)
 UNION ALL
 SELECT DISTINCT 'layer_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
-FROM (SELECT * FROM incoming.layer_prices
-      EXCEPT SELECT * FROM layer_prices WHERE config_hash IN (SELECT config_hash FROM incoming.layer_prices)) AS n
-WHERE (config_hash, census_version, records_version)
-      IN (SELECT (config_hash, census_version, records_version) FROM layer_prices
-          WHERE config_hash IN (SELECT config_hash FROM incoming.layer_prices))
+FROM (SELECT * FROM staged_layer_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)
+      EXCEPT SELECT * FROM layer_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
+WHERE (config_hash, census_version, records_version) IN (SELECT (config_hash, census_version, records_version) FROM stored_groups)
 UNION ALL
 SELECT DISTINCT 'full_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
-FROM (SELECT * FROM incoming.full_prices
-      EXCEPT SELECT * FROM full_prices WHERE config_hash IN (SELECT config_hash FROM incoming.full_prices)) AS n
-WHERE (config_hash, census_version, records_version)
-      IN (SELECT (config_hash, census_version, records_version) FROM full_prices
-          WHERE config_hash IN (SELECT config_hash FROM incoming.full_prices))
+FROM (SELECT * FROM staged_full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)
+      EXCEPT SELECT * FROM full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
+WHERE (config_hash, census_version, records_version) IN (SELECT (config_hash, census_version, records_version) FROM stored_groups)
 ORDER BY tbl, key;

@@ -6,7 +6,8 @@
 -- Carried tables keep what is stored: a row whose key is already present is not inserted again
 -- (sql/conflicts.sql has refused the run first if tonight's row differs). Spec-derived tables
 -- and prices are carried as whole groups: (config_hash, census_version) for a spec's tables,
--- (config_hash, census_version, records_version) for its prices.
+-- (config_hash, census_version, records_version) for its prices. All of tonight's prices share
+-- one census and one records version, so a group is known by its config_hash.
 
 INSERT INTO configs BY NAME
 SELECT * FROM incoming.configs AS n
@@ -47,19 +48,33 @@ SELECT * FROM incoming.switch_sets AS n
 WHERE NOT EXISTS (SELECT 1 FROM switch_sets AS o WHERE o.mask = n.mask)
 ORDER BY mask;
 
+-- Prices come straight from the staged Arrow tables, whole groups at a time, in the order the
+-- store staged them (by config_hash, which keeps each config's rows together for the zone maps
+-- that make per-model queries fast). A group is stored when its full_prices rows are, so the
+-- (small) full_prices table answers which groups are new. The usual night has only new groups:
+-- then the rows are appended by a plain scan, which keeps their order; when some are already
+-- stored (a run stored again), the new ones are picked by a join and sorted back.
+CREATE OR REPLACE TEMP TABLE new_price_groups AS
+SELECT DISTINCT config_hash, census_version, records_version FROM staged_full_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version);
+SET VARIABLE _all_prices_new = (SELECT count(*) FROM temp.new_price_groups)
+                             = (SELECT count(DISTINCT config_hash) FROM staged_full_prices);
+
 INSERT INTO layer_prices BY NAME
-SELECT * FROM incoming.layer_prices AS n
-WHERE NOT EXISTS (SELECT 1 FROM layer_prices AS o
-                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version
-                    AND o.records_version = n.records_version)
-ORDER BY config_hash, census_version, records_version, kind, setting_id, mask;
+SELECT * FROM staged_layer_prices WHERE getvariable('_all_prices_new');
+INSERT INTO layer_prices BY NAME
+SELECT * FROM staged_layer_prices
+WHERE NOT getvariable('_all_prices_new') AND config_hash IN (SELECT config_hash FROM temp.new_price_groups)
+ORDER BY config_hash, kind, setting_id, mask;
 
 INSERT INTO full_prices BY NAME
-SELECT * FROM incoming.full_prices AS n
-WHERE NOT EXISTS (SELECT 1 FROM full_prices AS o
-                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version
-                    AND o.records_version = n.records_version)
-ORDER BY config_hash, census_version, records_version, kind, setting_id;
+SELECT * FROM staged_full_prices
+WHERE config_hash IN (SELECT config_hash FROM temp.new_price_groups)
+ORDER BY config_hash, kind, setting_id;
+
+DROP TABLE temp.new_price_groups;
+RESET VARIABLE _all_prices_new;
 
 -- Run-scoped tables: tonight's rows replace whatever an earlier store of the same run left.
 -- Only rows that differ are deleted and inserted.

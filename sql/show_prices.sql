@@ -1,20 +1,21 @@
 -- `speccat show`: bytes per layer of each kind and for the whole model under the common switch
 -- sets (none, each switch alone, all, full recompute) at one setting, latest versions.
 -- Parameters: repo_id, setting_id.
+SET VARIABLE _config_hash = (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id'));
+
 WITH v AS (SELECT census_version, records_version FROM latest_run),
-repo AS (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),
 common AS (SELECT mask, name, n_recomputed FROM switch_sets WHERE n_recomputed <= 1 OR name = 'all'),
 layer AS (
     SELECT c.name AS switch_set, c.n_recomputed, p.mask, p.kind, p.attention, p.ffn, p.norm, p.total,
            p.config_hash, p.census_version, p.records_version, p.setting_id
     FROM layer_prices AS p JOIN common AS c USING (mask)
-    WHERE p.config_hash = (SELECT config_hash FROM repo) AND p.setting_id = getvariable('setting_id')
+    WHERE p.config_hash = getvariable('_config_hash') AND p.setting_id = getvariable('setting_id')
       AND (p.census_version, p.records_version) = (SELECT (census_version, records_version) FROM v)
     UNION ALL
     SELECT 'full', NULL, NULL, f.kind, NULL, NULL, NULL, f.kept,
            f.config_hash, f.census_version, f.records_version, f.setting_id
     FROM full_prices AS f
-    WHERE f.config_hash = (SELECT config_hash FROM repo) AND f.setting_id = getvariable('setting_id')
+    WHERE f.config_hash = getvariable('_config_hash') AND f.setting_id = getvariable('setting_id')
       AND (f.census_version, f.records_version) = (SELECT (census_version, records_version) FROM v)
 ),
 model AS (

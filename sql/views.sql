@@ -55,24 +55,24 @@ JOIN configs AS c ON c.config_hash = r.config_hash
 LEFT JOIN spec_params AS p ON p.config_hash = s.config_hash AND p.census_version = s.census_version;
 
 -- Whole-model bytes of every repo at every setting, for every switch set plus full recompute
--- (switch_set 'full', mask NULL), at the latest run's versions.
+-- (switch_set 'full', mask NULL), at the latest run's versions. Filter on config_hash, setting_id
+-- or mask with constants (or getvariable) to have the scan of the prices skip what is not asked.
 CREATE OR REPLACE VIEW repo_prices AS
-WITH v AS (SELECT census_version, records_version FROM latest_run),
-priced AS (
-    SELECT m.config_hash, m.setting_id, m.mask, w.name AS switch_set, w.n_recomputed,
-           m.attention, m.ffn, m.norm, m.total
+WITH priced AS (
+    SELECT m.config_hash, m.census_version, m.records_version, m.setting_id, m.mask,
+           w.name AS switch_set, w.n_recomputed, m.attention, m.ffn, m.norm, m.total
     FROM model_prices AS m JOIN switch_sets AS w USING (mask)
-    WHERE (m.census_version, m.records_version) = (SELECT (census_version, records_version) FROM v)
     UNION ALL
-    SELECT f.config_hash, f.setting_id, NULL, 'full', NULL, NULL, NULL, NULL, f.total
+    SELECT f.config_hash, f.census_version, f.records_version, f.setting_id, NULL, 'full', NULL,
+           NULL, NULL, NULL, f.total
     FROM model_full_prices AS f
-    WHERE (f.census_version, f.records_version) = (SELECT (census_version, records_version) FROM v)
 )
 SELECT r.repo_id, r.downloads, r.likes, r.config_hash,
        s.* EXCLUDE (setting_id), p.setting_id, p.mask, p.switch_set, p.n_recomputed,
        p.attention, p.ffn, p.norm, p.total
 FROM repos AS r
 JOIN priced AS p ON p.config_hash = r.config_hash
+JOIN latest_run AS v ON v.census_version = p.census_version AND v.records_version = p.records_version
 JOIN settings AS s ON s.setting_id = p.setting_id;
 
 -- Priced against measured, per kind: the bytes per token one layer keeps with no recompute,

@@ -159,13 +159,14 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
     (a synthetic catalogue of many configs built from the shipped specs)."""
     out = []
     for i in range(copies):
-        for item in items:
-            suffix = f"{i:08x}"
+        for j, item in enumerate(items):
+            suffix = f"{i * len(items) + j:08x}"
             out.append(
                 Censused(
                     repo_id=f"synthetic/{item.repo_id.split('/')[1]}-{suffix}",
                     config={**item.config, "_copy": i},
-                    config_hash=item.config_hash[: -len(suffix)] + suffix,
+                    # a new prefix, as a real hash has (DuckDB keeps 8-byte prefixes as string stats)
+                    config_hash=suffix + item.config_hash[len(suffix):],
                     spec=item.spec,
                     prices=item.prices,
                 )

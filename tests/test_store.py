@@ -232,15 +232,31 @@ def test_malformed_run_is_refused_naming_the_field(tmp_path, field, value, words
     assert err.value.reason == "bad_run" and words in str(err.value)
 
 
-def test_incomplete_prices_fail_the_checks(tmp_path):
+def test_incomplete_or_duplicated_prices_are_refused(tmp_path):
+    import pyarrow as pa
+
     run = runs.first_run()
     config_hash, tables = next(iter(run.prices.items()))
-    cut = dataclasses.replace(tables, layer_prices=tables.layer_prices.slice(0, tables.layer_prices.num_rows - 1))
-    with pytest.raises(StoreError) as err:
-        publish(tmp_path / "c.duckdb", dataclasses.replace(run, prices={**run.prices, config_hash: cut}))
-    assert err.value.reason == "check_failed"
-    assert "layer_prices complete" in str(err.value) and config_hash in str(err.value)
+    layer = tables.layer_prices
+    short = layer.slice(0, layer.num_rows - 1)
+    doubled = pa.concat_tables([short, layer.slice(0, 1)])  # as many rows, one key twice
+    for bad in (short, doubled):
+        with pytest.raises(StoreError) as err:
+            publish(tmp_path / "c.duckdb", dataclasses.replace(run, prices={**run.prices, config_hash: dataclasses.replace(tables, layer_prices=bad)}))
+        assert err.value.reason == "bad_run"
+        assert config_hash in str(err.value) and "distinct (kind, setting, mask)" in str(err.value)
     assert not (tmp_path / "c.duckdb").exists()
+
+
+def test_prices_without_a_spec_fail_the_checks(tmp_path):
+    run = runs.first_run()
+    config_hash = next(iter(run.specs))
+    specs = {h: s for h, s in run.specs.items() if h != config_hash}
+    with pytest.raises(StoreError) as err:
+        publish(tmp_path / "c.duckdb", dataclasses.replace(run, specs=specs))
+    assert err.value.reason == "check_failed"
+    assert "prices cover every kind of the spec" in str(err.value) and config_hash in str(err.value)
+    assert not (tmp_path / "c.duckdb").exists() and leftovers(tmp_path / "c.duckdb") == []
 
 
 def test_settings_field_without_a_column_is_a_schema_error(tmp_path):

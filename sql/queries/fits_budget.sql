@@ -3,22 +3,27 @@
 -- Parameters (defaults in brackets): budget_gib [80], seq_length [4096], micro_batch [1],
 --   tp [1], cp [1], switches [none]: 'none', 'all', 'full', or switch names joined by commas
 --   in any order (attBMM,softmax).
-WITH wanted AS (
-    SELECT coalesce(getvariable('switches'), 'none') AS switches
-),
-switch_set AS (
-    SELECT w.name FROM switch_sets AS w, wanted
-    WHERE w.name = wanted.switches
-       OR list_sort(w.switches) = list_sort(string_split(replace(wanted.switches, ' ', ''), ','))
-    UNION SELECT 'full' FROM wanted WHERE switches = 'full'
-)
+-- The settings and the switch set are looked up first, so the scan of the prices filters on them.
+SET VARIABLE _setting_ids = coalesce(
+    (SELECT list(setting_id) FROM settings
+     WHERE seq_length = coalesce(getvariable('seq_length'), 4096)
+       AND micro_batch = coalesce(getvariable('micro_batch'), 1)
+       AND tp = coalesce(getvariable('tp'), 1)
+       AND cp = coalesce(getvariable('cp'), 1)),
+    error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
+
+SET VARIABLE _switch_set = coalesce(
+    (SELECT any_value(name) FROM switch_sets
+     WHERE name = coalesce(getvariable('switches'), 'none')
+        OR list_sort(switches) = list_sort(string_split(replace(coalesce(getvariable('switches'), ''), ' ', ''), ','))),
+    CASE WHEN getvariable('switches') = 'full' THEN 'full' END,
+    error('switches ' || getvariable('switches') || ' names no switch set: use none, all, full or switch names joined by commas'));
+SET VARIABLE _mask = (SELECT mask FROM switch_sets WHERE name = getvariable('_switch_set'));
+
 SELECT repo_id, downloads, likes, switch_set, seq_length, micro_batch, tp, cp,
        total, round(total / 2 ** 30, 3) AS total_gib
 FROM repo_prices
-WHERE switch_set IN (SELECT name FROM switch_set)
-  AND seq_length = coalesce(getvariable('seq_length'), 4096)
-  AND micro_batch = coalesce(getvariable('micro_batch'), 1)
-  AND tp = coalesce(getvariable('tp'), 1)
-  AND cp = coalesce(getvariable('cp'), 1)
+WHERE list_contains(getvariable('_setting_ids'), setting_id)
+  AND (mask = getvariable('_mask') OR (getvariable('_mask') IS NULL AND switch_set = 'full'))
   AND total <= coalesce(getvariable('budget_gib'), 80) * 2 ** 30
 ORDER BY downloads DESC NULLS LAST, repo_id;

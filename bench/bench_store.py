@@ -1,0 +1,139 @@
+"""The catalogue store: bulk ingest against row-by-row inserts, query latency, bytes per config.
+
+1. Ingest: the price rows of one run (every shipped config that censuses, default grid),
+   inserted from Arrow in one statement and with executemany row by row into the same table.
+   Row-by-row is timed on the first ROW_SAMPLE rows (all of them would take minutes); both are
+   reported as rows per second and their ratio.
+2. Query latency: synthetic catalogues of 100 and 1,000 configs (the shipped specs and their
+   prices under new config hashes, published by `store.publish`), p50 of each sql/queries file
+   over REPEATS runs. Targets: per-model queries <= 100 ms at 1,000 configs, catalogue-wide
+   ones <= 1 s.
+3. Catalogue bytes per config at both sizes.
+
+Run: `make bench` or `python -m bench store`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROW_SAMPLE = 3_000
+REPEATS = 9
+SIZES = (100, 1_000)
+# Queries about one model, with the parameters they are timed with; the rest are catalogue-wide.
+PER_MODEL = {"model_bytes", "masks_ranked"}
+TARGET_MS = {"per-model": 100, "catalogue-wide": 1000}
+
+
+def shipped_items():
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    sys.path.insert(0, str(tests))
+    import store_runs
+    from conftest import repo_id_of, shipped_config_paths
+
+    from speccat.census.spec import SpecError
+
+    items, failed = [], []
+    for path in shipped_config_paths():
+        try:
+            items.append(store_runs.censused(repo_id_of(path)))
+        except SpecError as err:
+            failed.append(f"{repo_id_of(path)} ({err.reason})")
+    unique = list({i.config_hash: i for i in items}.values())
+    return store_runs, unique, failed
+
+
+def bench_ingest(store_runs, items) -> None:
+    import duckdb
+
+    from speccat import sql
+
+    run = store_runs.make_run("bench", items)
+    layer = run.arrow_tables()["layer_prices"]
+    with tempfile.TemporaryDirectory() as folder:
+        con = duckdb.connect(str(Path(folder) / "ingest.duckdb"))
+        con.execute(sql.load("schema"))
+        started = time.perf_counter()
+        con.execute("INSERT INTO layer_prices BY NAME SELECT * FROM layer")
+        con.execute("CHECKPOINT")
+        bulk_s = time.perf_counter() - started
+        con.execute("DELETE FROM layer_prices")
+        columns = ("config_hash", "census_version", "kind", "setting_id", "mask", "records_version", "attention", "ffn", "norm", "total")
+        sample = layer.slice(0, ROW_SAMPLE).select(list(columns)).to_pylist()
+        rows = [tuple(r[c] for c in columns) for r in sample]
+        started = time.perf_counter()
+        con.executemany(f"INSERT INTO layer_prices VALUES ({', '.join('?' * len(columns))})", rows)
+        con.execute("CHECKPOINT")
+        row_s = time.perf_counter() - started
+        con.close()
+    bulk_rate, row_rate = layer.num_rows / bulk_s, len(rows) / row_s
+    print(f"   ingest of one run's layer prices ({len(items)} configs, {layer.num_rows:,} rows):")
+    print(f"     Arrow, one statement   {bulk_rate:>14,.0f} rows/s  ({bulk_s:.2f} s for all rows)")
+    print(f"     executemany, per row   {row_rate:>14,.0f} rows/s  (first {len(rows):,} rows)")
+    print(f"     ratio                  {bulk_rate / row_rate:>14,.0f} x")
+
+
+def synthetic_catalogue(store_runs, items, n: int, folder: Path) -> tuple[Path, float, str]:
+    from speccat.catalogue.store import publish
+
+    chosen = store_runs.replicated(items, math.ceil(n / len(items)))[:n]
+    repos = [store_runs.repo_row(item, downloads=10 * (n - i)) for i, item in enumerate(chosen)]
+    run = store_runs.make_run("bench-night", chosen, repos=repos)
+    path = folder / f"catalogue-{n}.duckdb"
+    started = time.perf_counter()
+    publish(path, run)
+    return path, time.perf_counter() - started, chosen[0].repo_id
+
+
+def p50_ms(con, text: str, params: dict) -> float:
+    from speccat.catalogue import present
+
+    present.run(con, text, params)  # warm
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        present.run(con, text, params)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def bench_queries(store_runs, items) -> None:
+    from speccat import sql
+    from speccat.catalogue.store import open_readonly
+
+    results: dict[str, dict[int, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in SIZES:
+            path, publish_s, repo_id = synthetic_catalogue(store_runs, items, n, Path(tmp))
+            size = path.stat().st_size
+            print(f"   {n:>5} configs: published in {publish_s:.1f} s, {size / 2**20:.1f} MiB, "
+                  f"{size / n / 2**10:.0f} KiB per config")
+            with contextlib.closing(open_readonly(path)) as con:
+                for name, file in sql.queries().items():
+                    params = {"repo_id": repo_id} if name in PER_MODEL else {}
+                    results.setdefault(name, {})[n] = p50_ms(con, file.read_text(), params)
+    print(f"   p50 latency (ms) of sql/queries over {REPEATS} runs:")
+    print(f"     {'query':22} {'kind':15} " + " ".join(f"{n:>9}" for n in SIZES) + "   target")
+    for name, by_size in results.items():
+        kind = "per-model" if name in PER_MODEL else "catalogue-wide"
+        worst = by_size[SIZES[-1]]
+        verdict = "ok" if worst <= TARGET_MS[kind] else "MISSED"
+        cells = " ".join(f"{by_size[n]:9.1f}" for n in SIZES)
+        print(f"     {name:22} {kind:15} {cells}   <= {TARGET_MS[kind]} ms {verdict}")
+
+
+def main() -> None:
+    store_runs, items, failed = shipped_items()
+    print(f"   {len(items)} distinct shipped configs censused and priced" + (f"; refused: {', '.join(failed)}" if failed else ""))
+    bench_ingest(store_runs, items)
+    bench_queries(store_runs, items)
+
+
+if __name__ == "__main__":
+    main()
