@@ -32,6 +32,8 @@ def register(subparsers) -> None:
     run.add_argument("--source", choices=("snapshot", "hub"), default="snapshot")
     run.add_argument("--limit", type=int, default=None, help="the top N repos by downloads (hub)")
     run.add_argument("--db", default="catalogue.duckdb", help="the catalogue file to publish")
+    run.add_argument("--lake", default=None, metavar="CATALOG", help="publish into this DuckLake catalog instead")
+    run.add_argument("--lake-data", default=None, metavar="PATH", help="the DuckLake's data path")
     run.add_argument("--task-runner", choices=("local", "dask"), default="local")
     run.add_argument("--dask-address", default=None, help="a running Dask scheduler, e.g. tcp://host:8786")
     run.add_argument("--workers", type=int, default=None, help="local census processes (default: cores)")
@@ -56,6 +58,8 @@ def _prefect_environment() -> None:
 def run_refresh(args: argparse.Namespace) -> int:
     if args.task_runner == "dask" and not args.dask_address:
         raise ValueError("--task-runner dask needs --dask-address")
+    if (args.lake is None) != (args.lake_data is None):
+        raise ValueError("--lake and --lake-data go together")
     _prefect_environment()
     from speccat.flows import progress
     from speccat.flows.refresh import refresh
@@ -71,28 +75,35 @@ def run_refresh(args: argparse.Namespace) -> int:
         snapshot_dir=args.snapshot_dir,
         time_limit=args.time_limit,
         rebuild=args.rebuild,
+        lake=args.lake,
+        lake_data=args.lake_data,
     )
     if args.json:
         print(json.dumps(counts, sort_keys=True))
     else:
-        print(format_counts(counts))
+        print(format_counts(counts, lake=args.lake is not None))
     return 0
 
 
-def format_counts(counts: dict[str, Any]) -> str:
+def format_counts(counts: dict[str, Any], lake: bool = False) -> str:
     failures = ", ".join(f"{reason} {n}" for reason, n in counts["failures"].items()) or "none"
     db = counts["db"]
-    return "\n".join(
-        [
-            f"refresh {counts['run_id']} published {db} in {counts['seconds']} s",
-            f"  repos {counts['repos']}, configs {counts['configs']} ({counts['stored']} already stored, "
-            f"{counts['new_configs']} new: {counts['censused']} censused, {counts['cached']} from the cache)",
-            f"  failures: {failures}",
+    lines = [
+        f"refresh {counts['run_id']} published {db} in {counts['seconds']} s",
+        f"  repos {counts['repos']}, configs {counts['configs']} ({counts['stored']} already stored, "
+        f"{counts['new_configs']} new: {counts['censused']} censused, {counts['cached']} from the cache)",
+        f"  failures: {failures}",
+    ]
+    if lake:
+        lines.append("query it by attaching the lake with DuckDB's ducklake extension (READ_ONLY)")
+    else:
+        lines += [
             "query it:",
-            f"  speccat query \"SELECT reason, count(*) FROM failures GROUP BY ALL\" --db {db}",
+            f"  speccat query latest_specs --db {db}",
+            f"  speccat query \"SELECT stage, reason, count(*) FROM failures GROUP BY ALL\" --db {db}",
             f"  duckdb -readonly {db} \"SELECT name, arch, num_hidden_layers FROM specs\"",
         ]
-    )
+    return "\n".join(lines)
 
 
 def find_prefect_yaml(explicit: str | None) -> Path:

@@ -38,6 +38,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from speccat.flows import isolate, progress
 from speccat.flows.hub import FetchError, Listing, make_source
+from speccat.flows.targets import make_target
 from speccat.flows.tasks import (
     Analysis,
     AnalysisError,
@@ -141,19 +142,17 @@ def _fetch_failure(err: BaseException) -> tuple[str, str]:
     return "fetch_failed", f"{type(err).__name__}: {err}"
 
 
-def plan_jobs(night: Night, db: str, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
+def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
     """One job per distinct config the catalogue does not hold at these versions: a census,
     or only a pricing when the spec is stored but not priced under tonight's records."""
-    from speccat.catalogue.store import load_specs, stored
-
     by_hash: dict[str, list[Fetched]] = defaultdict(list)
     for fetched in night.fetched.values():
         by_hash[fetched.config_hash].append(fetched)
-    held = stored(db, versions["census"], versions["records"])
+    held = target.stored(versions["census"], versions["records"])
     specced = set() if rebuild else held.specs & set(by_hash)
     done = specced & held.priced
     to_price = sorted(specced - done)
-    specs = load_specs(db, versions["census"], to_price) if to_price else {}
+    specs = target.load_specs(versions["census"], to_price) if to_price else {}
     night.stored = len(done)
     night.new_hashes = set(by_hash) - specced
     jobs = []
@@ -308,20 +307,22 @@ def refresh(
     seq_length: int = 4096,
     rebuild: bool = False,
     retry_delays: list[float] = list(DEFAULT_RETRY_DELAYS),
+    lake: str | None = None,
+    lake_data: str | None = None,
 ) -> dict[str, Any]:
     """Refresh the catalogue at `db` from `source` ("snapshot" or "hub", the top `limit` repos).
 
     `task_runner` "local" censuses on `workers` local processes (default: one per core);
     "dask" on the cluster at `dask_address`. `time_limit` stops one config's census;
     `rebuild` ignores what the catalogue and the cache hold. `retry_delays` are the waits
-    between tries of a transient fetch error.
+    between tries of a transient fetch error. With `lake` (a DuckLake catalog) and
+    `lake_data` (its data path) the night is published into that lake instead of `db`.
     """
-    from speccat.catalogue.store import publish
-
     log = get_run_logger()
     started = datetime.now(timezone.utc)
     run_id = str(flow_run.id)
     runner = make_task_runner(task_runner, dask_address, workers)
+    target = make_target(db, lake, lake_data)
     src = make_source(source, snapshot_dir=snapshot_dir)
     versions = current_versions()
     night = Night()
@@ -332,21 +333,21 @@ def refresh(
             night.listings = lister(src, limit)
         except FetchError as err:
             night.fail(["(listing)"], "list", err.reason, str(err))
-            publish(db, run_data(night, run_id, started, "failed", source, versions))
+            target.publish(run_data(night, run_id, started, "failed", source, versions))
             raise
     progress.note(f"list: {len(night.listings)} repos from {source}")
     with night.timed("fetch"):
         fetch_stage(night, src, retry_delays)
     with night.timed("plan"):
-        jobs = plan_jobs(night, db, versions, seq_length, rebuild)
+        jobs = plan_jobs(night, target, versions, seq_length, rebuild)
     progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} to census or price")
     with night.timed("census"):
         analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild)
     with night.timed("publish"):
         status = "partial" if night.failures else "completed"
-        publish(db, run_data(night, run_id, started, status, source, versions))
-    progress.note(f"published {db}")
-    counts = summary(night, run_id, db, (datetime.now(timezone.utc) - started).total_seconds())
+        target.publish(run_data(night, run_id, started, status, source, versions))
+    progress.note(f"published {target}")
+    counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds())
     publish_summary(counts)
     log.info("refresh %s: %s", run_id, counts)
     return counts

@@ -42,6 +42,31 @@ def test_refresh_prints_progress_and_the_counts(prefect_api, tmp_path, capsys):
     assert f"speccat query" in out and f"--db {db}" in out
 
 
+@pytest.mark.slow
+def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
+    from speccat.catalogue.lake import Lake, open_lake
+
+    snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
+    catalog, data = f"sqlite:{tmp_path / 'lake.sqlite'}", str(tmp_path / "lake-data")
+    argv = ["refresh", "--snapshot-dir", str(snapshot), "--lake", catalog, "--lake-data", data]
+    try:
+        assert cli.main(argv) == 0
+        assert cli.main(argv) == 0  # a second night into the same lake keeps one row per key
+    finally:
+        progress.disable()
+    assert "published ducklake:" in capsys.readouterr().out
+    with open_lake(Lake(catalog, data)) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT status) FROM runs").fetchone() == (2, 1)
+        assert con.execute("SELECT name FROM specs").fetchall() == [("Qwen/Qwen3-0.6B",)]
+        prices = con.execute("SELECT count(*) FROM full_prices").fetchone()[0]
+        assert prices == con.execute("SELECT count(*) FROM settings").fetchone()[0]  # one kind
+
+
+def test_refresh_refuses_a_lake_without_its_data_path(capsys):
+    assert cli.main(["refresh", "--lake", "sqlite:x.sqlite"]) == 1
+    assert "--lake and --lake-data go together" in capsys.readouterr().err
+
+
 def test_refresh_refuses_dask_without_an_address(capsys):
     assert cli.main(["refresh", "--task-runner", "dask"]) == 1
     assert "--dask-address" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+"""Where a night is published: the single DuckDB file, or a DuckLake (DESIGN §4).
+
+Both answer what they already hold (so the plan stage skips it) and publish a RunData.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from speccat.catalogue.rundata import RunData
+
+
+@dataclass(frozen=True)
+class FileTarget:
+    """The catalogue file, published by an atomic rename (catalogue/store.py)."""
+
+    path: str
+
+    def __str__(self) -> str:
+        return self.path
+
+    def stored(self, census_version: str, records_version: str):
+        from speccat.catalogue.store import stored
+
+        return stored(self.path, census_version, records_version)
+
+    def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
+        from speccat.catalogue.store import load_specs
+
+        return load_specs(self.path, census_version, config_hashes)
+
+    def publish(self, run: RunData) -> None:
+        from speccat.catalogue.store import publish
+
+        publish(self.path, run)
+
+
+@dataclass(frozen=True)
+class LakeTarget:
+    """A DuckLake: a SQL catalog plus Parquet files, one transaction per night (catalogue/lake.py).
+
+    The store has no read of what a lake holds yet, so every fetched config is planned; the
+    census cache answers those already censused, and the lake's merge keeps one row per key.
+    """
+
+    catalog: str
+    data_path: str
+
+    def __str__(self) -> str:
+        return f"ducklake:{self.catalog} ({self.data_path})"
+
+    def stored(self, census_version: str, records_version: str):
+        from speccat.catalogue.store import Stored
+
+        return Stored(frozenset(), frozenset())
+
+    def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
+        return {}
+
+    def publish(self, run: RunData) -> None:
+        from speccat.catalogue.lake import Lake, publish_lake
+
+        publish_lake(Lake(self.catalog, self.data_path), run)
+
+
+def make_target(db: str, lake: str | None = None, lake_data: str | None = None):
+    if lake is None:
+        if lake_data is not None:
+            raise ValueError("--lake-data needs --lake (the lake's catalog)")
+        return FileTarget(db)
+    if not lake_data:
+        raise ValueError("--lake needs --lake-data (where the lake's Parquet files go)")
+    return LakeTarget(lake, lake_data)
