@@ -98,8 +98,11 @@ def model_class_for(top: Any, text: Any):
     """The causal LM class for the language config, else the composite model that holds it."""
     if type(text) in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING:
         return AutoModelForCausalLM, text
-    for auto in (AutoModelForCausalLM, AutoModelForImageTextToText):
-        if type(top) in auto._model_mapping:
+    for auto, mapping in (
+        (AutoModelForCausalLM, modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING),
+        (AutoModelForImageTextToText, modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING),
+    ):
+        if type(top) in mapping:
             return auto, top
     raise SpecError("unknown_model_type", f"model_type {top.model_type!r}: transformers has no causal language model for it")
 

@@ -43,12 +43,13 @@ class LayerView:
     run: LayerRun
     shape: Shape
     hidden: int
-    attention_children: set[str] = field(default_factory=set)
-    ffn_children: set[str] = field(default_factory=set)
-    experts_path: str | None = None
+    attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
+    ffn_children: set[str] = field(init=False)  # other top-level children holding projections or experts
+    experts_path: str | None = field(init=False)
 
     def __post_init__(self):
         self.attention_children = {k.child for k in self.run.kernels if k.child}
+        self.ffn_children, self.experts_path = set(), None
         for name, module in self.layer.named_modules():
             if name and is_experts(module):
                 self.experts_path = name

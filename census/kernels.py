@@ -59,10 +59,11 @@ def _allowed(q: Tensor, k: Tensor, causal: bool, window: int, indices: Tensor | 
     return ok
 
 
-def _logits(q: Tensor, k: Tensor, scale: float, softcap: float) -> tuple[Tensor, Tensor]:
-    """fp32 raw scores and the (optionally soft-capped) logits the softmax sees."""
+def _logits(q: Tensor, k: Tensor, scale: float, causal: bool, window: int, softcap: float, indices: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Raw scores in the accumulation dtype, and the logits the softmax sees: soft-capped, masked."""
     raw = torch.matmul(_acc(q), _acc(_expand_kv(k, q.shape[1])).transpose(-1, -2)) * scale
-    return raw, (softcap * torch.tanh(raw / softcap) if softcap > 0 else raw)
+    logits = softcap * torch.tanh(raw / softcap) if softcap > 0 else raw
+    return raw, logits.masked_fill(~_allowed(q, k, causal, window, indices), float("-inf"))
 
 
 def _dropout_keep(shape, dropout_p: float, seed: int) -> Tensor | None:
@@ -73,17 +74,8 @@ def _dropout_keep(shape, dropout_p: float, seed: int) -> Tensor | None:
     return (torch.rand(shape, generator=generator) >= dropout_p) / (1.0 - dropout_p)
 
 
-def _probabilities(q, k, sinks, scale, causal, window, softcap, indices) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Softmax probabilities, fp32 log-sum-exp per row, and the raw/capped logits."""
-    raw, logits = _logits(q, k, scale, softcap)
-    logits = logits.masked_fill(~_allowed(q, k, causal, window, indices), float("-inf"))
-    if sinks is not None:
-        sink = _acc(sinks).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
-        lse = torch.logsumexp(torch.cat([logits, sink], dim=-1), dim=-1)
-    else:
-        lse = torch.logsumexp(logits, dim=-1)
-    probs = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)  # a row with no key gives zeros
-    return probs, lse, raw, logits
+def _probabilities(logits: Tensor, lse: Tensor) -> Tensor:
+    return torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)  # a row with no key gives zeros
 
 
 @torch.library.custom_op(f"{LIB}::flash_attention", mutates_args=())
@@ -107,7 +99,13 @@ def flash_attention(
     `window` > 0 limits each query to that many most recent keys; `softcap` > 0 caps logits
     with softcap·tanh(x/softcap); dropout regenerates its mask from `seed`.
     """
-    probs, lse, _, _ = _probabilities(q, k, sinks, scale, causal, window, softcap, indices)
+    _, logits = _logits(q, k, scale, causal, window, softcap, indices)
+    if sinks is not None:
+        sink = _acc(sinks).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        lse = torch.logsumexp(torch.cat([logits, sink], dim=-1), dim=-1)
+    else:
+        lse = torch.logsumexp(logits, dim=-1)
+    probs = _probabilities(logits, lse)
     keep = _dropout_keep(probs.shape, dropout_p, seed)
     if keep is not None:
         probs = probs * keep
@@ -142,9 +140,8 @@ def flash_attention_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv, dsinks) recomputed from what the forward kept (dsinks is empty without sinks)."""
     heads, kv_heads = q.shape[1], k.shape[1]
-    raw, logits = _logits(q, k, scale, softcap)
-    logits = logits.masked_fill(~_allowed(q, k, causal, window, indices), float("-inf"))
-    probs = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)
+    raw, logits = _logits(q, k, scale, causal, window, softcap, indices)
+    probs = _probabilities(logits, lse)
     keep = _dropout_keep(probs.shape, dropout_p, seed)
     dout = _acc(grad_out.transpose(1, 2))  # (b, h, s, dv)
     v_full = _acc(_expand_kv(v, heads))

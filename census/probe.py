@@ -123,10 +123,9 @@ class _Watch(TorchDispatchMode):
 class Probe:
     """Hooks, dispatch watching and saved-tensor accounting for the representative layers."""
 
-    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int], seq_length: int):
+    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int]):
         self.layers = layers
         self.excluded = excluded_storages
-        self.seq_length = seq_length
         self.runs = {index: LayerRun(index) for index in layers}
         self.current: LayerRun | None = None
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
@@ -358,7 +357,7 @@ def run_layers(built: Built, indices: list[int], seq_length: int, fake_mode: Fak
     others = [t for child in decoder.children() if child is not built.layers for t in (*child.parameters(), *child.buffers())]
     mine = [t for layer in kept.values() for t in (*layer.parameters(), *layer.buffers())]
     excluded = {_storage_key(t) for t in others + mine}
-    probe = Probe(kept, excluded, seq_length)
+    probe = Probe(kept, excluded)
     setattr(decoder, stack_name, nn.ModuleList([kept[i] for i in indices]))
     try:
         with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), probe.hooks():

@@ -212,6 +212,20 @@ def test_named_op_counts(specs):
     assert specs["google/gemma-3-27b-it"]["qk_norm"] is True
 
 
+def test_sliding_and_full_layers_built_alike_are_one_kind(specs):
+    # gpt-oss-20b alternates sliding and full attention layers (its layer_types), built alike:
+    # one kind, with the window recorded; the same for gemma-3.
+    for repo, window in (("openai/gpt-oss-20b", 128), ("google/gemma-3-1b-it", 512)):
+        config = load_shipped(repo)
+        layer_types = config.get("layer_types") or [
+            "full_attention" if (i + 1) % config["sliding_window_pattern"] == 0 else "sliding_attention"
+            for i in range(config["num_hidden_layers"])
+        ]  # gemma-3-1b states the pattern: every 6th layer full
+        assert {"sliding_attention", "full_attention"} <= set(layer_types)
+        assert specs[repo]["layers"] == [{"kind": "decoder", "count": config["num_hidden_layers"]}]
+        assert specs[repo]["sliding_window"] == window
+
+
 def test_parameters_add_up_to_the_published_count(specs):
     spec = specs["meta-llama/Llama-3.1-8B-Instruct"]
     h, kv_width, width, vocab, layers = 4096, 8 * 128, 14336, 128256, 32
