@@ -132,7 +132,7 @@ class Probe:
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
         self.seen: dict[int, tuple[LayerRun, str, int]] = {}
-        self.kept: list[torch.Tensor] = []  # holds saved tensors so storage identities stay unique
+        self.kept: list[torch.Tensor] = []  # holds saved tensors and masks so storage identities stay unique
         self.forward_done = False
         self.layer_inputs: set[int] = set()
 
@@ -198,6 +198,7 @@ class Probe:
                 run.dropouts += 1
                 mask = args[0] if func is torch.ops.aten.bernoulli_.float else out[1]
                 self.dropout_storages.add(_storage_key(mask))
+                self.kept.append(mask)  # alive, so no later storage can take its identity
 
     # -- module hooks -----------------------------------------------------------------------
 
