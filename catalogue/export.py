@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from speccat.catalogue.rundata import StoreError
-from speccat.catalogue.store import open_readonly
+from speccat.catalogue.store import open_readonly, sql_literal
 
 MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
@@ -38,10 +38,10 @@ def export(db_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
             tables = {}
             for name in PARTITIONED:
                 target = building / name
-                con.execute(f"COPY (SELECT * FROM {name}) TO {_literal(str(target))} (FORMAT parquet, PARTITION_BY (setting_id))")
+                con.execute(f"COPY (SELECT * FROM {name}) TO {sql_literal(str(target))} (FORMAT parquet, PARTITION_BY (setting_id))")
                 tables[name] = _count(con, name)
             for name in WHOLE:
-                con.execute(f"COPY (SELECT * FROM {name}) TO {_literal(str(building / (name + '.parquet')))} (FORMAT parquet)")
+                con.execute(f"COPY (SELECT * FROM {name}) TO {sql_literal(str(building / (name + '.parquet')))} (FORMAT parquet)")
                 tables[name] = _count(con, name)
             latest = con.execute("SELECT run_id, census_version, records_version, settings_version FROM latest_run").fetchone()
         manifest = {
@@ -67,7 +67,3 @@ def _swap_in(building: Path, out: Path) -> None:
 
 def _count(con, name: str) -> int:
     return con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

@@ -34,7 +34,7 @@ import duckdb
 
 from speccat import sql
 from speccat.catalogue.rundata import RunData, StoreError
-from speccat.catalogue.store import INCOMING, TABLES, merge, schema_signature, stage
+from speccat.catalogue.store import INCOMING, TABLES, first_line, merge, schema_signature, sql_literal, stage
 
 LAKE = "lake"
 # Extension name -> the PyPI package that ships its binary for this DuckDB version.
@@ -86,25 +86,35 @@ def extension_path(name: str) -> Path:
 def connect(lake: Lake, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the lake attached as `lake` (extensions loaded offline)."""
     con = duckdb.connect()
-    con.execute(f"LOAD {_literal(str(extension_path('ducklake')))}")
+    con.execute(f"LOAD {sql_literal(str(extension_path('ducklake')))}")
     if lake.backend == "sqlite":
         _prepare_sqlite(Path(lake.catalog.split(":", 1)[1]))
-        con.execute(f"LOAD {_literal(str(extension_path('sqlite_scanner')))}")
+        con.execute(f"LOAD {sql_literal(str(extension_path('sqlite_scanner')))}")
     elif lake.backend == "postgres":
-        con.execute(f"LOAD {_literal(str(extension_path('postgres_scanner')))}")
-    options = [f"DATA_PATH {_literal(lake.data_path)}"]
+        con.execute(f"LOAD {sql_literal(str(extension_path('postgres_scanner')))}")
+    options = [f"DATA_PATH {sql_literal(lake.data_path)}"]
     if read_only:
         options.append("READ_ONLY")
     else:
         # Rows go to Parquet files, not into the catalog database, so a writer holds the
         # catalog only while it commits.
         options.append("DATA_INLINING_ROW_LIMIT 0")
-    try:
-        con.execute(f"ATTACH {_literal('ducklake:' + lake.catalog)} AS {LAKE} ({', '.join(options)})")
-    except duckdb.Error as err:
-        con.close()
-        raise StoreError("lake", f"cannot attach the lake {lake.catalog}: {_first_line(err)}") from None
-    return con
+    attach = f"ATTACH {sql_literal('ducklake:' + lake.catalog)} AS {LAKE} ({', '.join(options)})"
+    wait = FIRST_WAIT_S
+    for n in range(1, ATTEMPTS + 1):
+        try:
+            con.execute(attach)
+            return con
+        except duckdb.Error as err:
+            # Writers attaching a new lake at once race to create its metadata: the loser
+            # finds the catalog locked and tries again, then finds the lake made.
+            if n < ATTEMPTS and _lost_race(err):
+                time.sleep(wait * (1 + random.random()))
+                wait = min(wait * 1.5, 2.0)
+                continue
+            con.close()
+            raise StoreError("lake", f"cannot attach the lake {lake.catalog}: {first_line(err)}") from None
+    raise AssertionError("unreachable")
 
 
 def publish_lake(lake: Lake, run: RunData) -> LakePublished:
@@ -177,9 +187,8 @@ def _retrying(con: duckdb.DuckDBPyConnection, attempt) -> int:
         except (duckdb.TransactionException, duckdb.IOException) as err:
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
-            text = str(err)
-            if n == ATTEMPTS or not ("conflict" in text.lower() or "locked" in text or "busy" in text):
-                raise StoreError("lake", f"commit failed after {n} attempt(s): {_first_line(err)}") from None
+            if n == ATTEMPTS or not _lost_race(err):
+                raise StoreError("lake", f"commit failed after {n} attempt(s): {first_line(err)}") from None
             time.sleep(wait * (1 + random.random()))
             wait = min(wait * 1.5, 2.0)
         except BaseException:
@@ -189,6 +198,12 @@ def _retrying(con: duckdb.DuckDBPyConnection, attempt) -> int:
     raise AssertionError("unreachable")
 
 
+def _lost_race(err: Exception) -> bool:
+    """Whether an error says another writer got there first (worth trying again)."""
+    text = str(err).lower()
+    return "conflict" in text or "locked" in text or "busy" in text
+
+
 def _prepare_sqlite(path: Path) -> None:
     """Create the SQLite catalog in WAL mode: readers then never block the committing writer
     (in the default rollback journal, one writer's open read fails another's commit)."""
@@ -196,11 +211,3 @@ def _prepare_sqlite(path: Path) -> None:
     with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
         if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             db.execute("PRAGMA journal_mode=WAL")
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0]

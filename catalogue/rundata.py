@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.reasons import GATING, RUN_STATUSES, SOURCES
 
 # runs.<key>_version columns, in order (DESIGN §4: speccat, transformers, torch, records,
@@ -61,7 +62,7 @@ STAGED_PRICES: dict[str, pa.Schema] = {
 }
 
 
-class StoreError(ValueError):
+class StoreError(ReasonError):
     """A refusal of the store, with a stable `reason` code.
 
     bad_run: the RunData is malformed (the message names the field);
@@ -76,11 +77,7 @@ class StoreError(ValueError):
     def __init__(self, reason: str, message: str):
         if reason not in self.REASONS:
             raise ValueError(f"unknown StoreError reason {reason!r}; allowed: {self.REASONS}")
-        super().__init__(message)
-        self.reason = reason
-
-    def as_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": str(self)}
+        super().__init__(reason, message)
 
 
 @dataclass(frozen=True)

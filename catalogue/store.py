@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import uuid
@@ -132,8 +133,6 @@ def load_specs(
     """Stored specs at a census version (all, or those named), as plain mappings.
 
     For repricing under a new records version without censusing again."""
-    import json
-
     with contextlib.closing(open_readonly(db_path)) as con:
         rows = con.execute(
             "SELECT config_hash, spec::VARCHAR FROM specs WHERE census_version = ? ORDER BY config_hash",
@@ -195,15 +194,15 @@ def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Tab
             try:
                 con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM arrow_rows")
             except (duckdb.ConstraintException, duckdb.ConversionException, duckdb.BinderException) as err:
-                raise StoreError("bad_run", f"{name}: {_first_line(err)}") from None
+                raise StoreError("bad_run", f"{name}: {first_line(err)}") from None
             finally:
                 con.unregister("arrow_rows")
         try:
             con.execute(sql.load("derive"))
         except (duckdb.ConstraintException, duckdb.ConversionException) as err:
-            raise StoreError("bad_run", f"specs: {_first_line(err)}") from None
+            raise StoreError("bad_run", f"specs: {first_line(err)}") from None
     finally:
-        con.execute(f"USE {_quote(home)}")
+        con.execute(f"USE {sql_identifier(home)}")
 
 
 def merge(con: duckdb.DuckDBPyConnection) -> None:
@@ -248,7 +247,7 @@ def _start(db_path: Path, tmp: Path) -> bool:
             con.execute("USE fresh")
             con.execute(sql.load("schema"))
             current = schema_signature(con, "fresh") == schema_signature(con, home)
-            con.execute(f"USE {_quote(home)}")
+            con.execute(f"USE {sql_identifier(home)}")
             con.execute("DETACH fresh")
         finally:
             con.close()
@@ -268,7 +267,7 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
 
     A column the new schema dropped, or a code an ENUM no longer has, is refused: nothing stored
     may be lost silently."""
-    con.execute(f"ATTACH {_literal(str(old_path))} AS old (READ_ONLY)")
+    con.execute(f"ATTACH {sql_literal(str(old_path))} AS old (READ_ONLY)")
     try:
         new = _columns(con, _database_name(con))
         old = _columns(con, "old")
@@ -278,11 +277,11 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
             dropped = [c for c in old[table] if c not in new[table]]
             if dropped:
                 raise StoreError("schema", f"{table}: the new schema drops column(s) {dropped}; stored values would be lost")
-            columns = ", ".join(_quote(c) for c in old[table])
+            columns = ", ".join(sql_identifier(c) for c in old[table])
             try:
                 con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM old.{table}")
             except (duckdb.ConversionException, duckdb.ConstraintException) as err:
-                raise StoreError("schema", f"{table}: stored rows do not fit the new schema: {_first_line(err)}") from None
+                raise StoreError("schema", f"{table}: stored rows do not fit the new schema: {first_line(err)}") from None
     finally:
         con.execute("DETACH old")
 
@@ -318,15 +317,16 @@ def _database_name(con: duckdb.DuckDBPyConnection) -> str:
     return con.execute("SELECT current_database()").fetchone()[0]
 
 
-def _first_line(err: Exception) -> str:
+def first_line(err: Exception) -> str:
+    """The first line of an error's message: DuckDB's errors run on with hints and context."""
     return str(err).strip().splitlines()[0]
 
 
-def _quote(identifier: str) -> str:
+def sql_identifier(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _literal(text: str) -> str:
+def sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 

@@ -35,7 +35,6 @@ REPOS: tuple[str, ...] = (
     "deepseek-ai/DeepSeek-R1",
     "Qwen/Qwen3-Next-80B-A3B-Thinking",
 )
-CENSUS_VERSION_FALLBACK = "test"
 
 
 @dataclass(frozen=True)
@@ -58,46 +57,17 @@ def grid():
 
 
 def census_version() -> str:
-    from speccat import census
+    from speccat.census import CENSUS_VERSION
 
-    return getattr(census, "CENSUS_VERSION", CENSUS_VERSION_FALLBACK)
-
-
-def _spec_of(config: dict, repo_id: str) -> dict:
-    try:
-        from speccat.census import run_census
-    except ImportError:  # TEMPORARY until census/run.py lands: a dense spec from the config's dims
-        return _dense_spec(config, repo_id)
-    return run_census(config, name=repo_id).to_dict()
-
-
-def _dense_spec(config: dict, name: str) -> dict:
-    from speccat.catalogue.ops import OPS, OTHER
-    from speccat.census import language_config
-
-    c = language_config(config)
-    h, n, a = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    ff, v = c.get("intermediate_size") or 4 * h, c["vocab_size"]
-    ops = dict(family_for("llama").kinds["decoder"].ops)
-    return {
-        "name": name, "arch": "llama", "hidden_size": h, "num_hidden_layers": n, "num_attention_heads": a,
-        "num_key_value_heads": c.get("num_key_value_heads") or a, "intermediate_size": ff, "vocab_size": v,
-        "layers": [{"kind": "decoder", "count": n}], "ops": {"decoder": ops},
-        "flavours": {"decoder": {"attention": "full", "ffn": "dense"}},
-        "params": {"embedding": v * h, "output": v * h, "final_norm": h,
-                   "kinds": {"decoder": {"attention": 4 * h * h, "ffn_routed": 0, "ffn_shared": 0, "ffn_router": 0,
-                                         "ffn_dense": 3 * h * ff, "norm": 2 * h, "other": 0}}},
-        "measured": {"decoder": {"seq_length": 4096, "attention_impl": "fallback",
-                                 "bytes_per_token": {o: float(10 * i + h % 7) for i, o in enumerate(OPS + (OTHER,))}}},
-    }
+    return CENSUS_VERSION
 
 
 @cache
 def censused(repo_id: str) -> Censused:
-    from speccat.census import config_hash
+    from speccat.census import config_hash, run_census
 
     config = load_shipped(repo_id)
-    spec = _spec_of(config, repo_id)
+    spec = run_census(config, name=repo_id).to_dict()
     defaults = family_for(spec["arch"]).pricing_defaults()
     return Censused(repo_id, config, config_hash(config), spec, price_spec(spec, defaults, records(), grid()))
 
