@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from speccat.catalogue.reasons import FETCH_REASONS
+
 SNAPSHOT_DIR = Path(__file__).with_name("snapshot")
 CONFIG_FILE = "config.json"
 
-# Fetch-stage failure reasons (the census adds its own SpecError reasons).
+# Fetch-stage failure reasons (catalogue/reasons.py; the census adds its SpecError reasons).
 GATED = "gated"
 NOT_FOUND = "not_found"
 RATE_LIMITED = "rate_limited"
 FETCH_FAILED = "fetch_failed"
-FETCH_REASONS = (GATED, NOT_FOUND, RATE_LIMITED, FETCH_FAILED)
 
 # Statuses worth another try, as huggingface_hub itself retries them.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -105,7 +106,6 @@ def classify(err: BaseException, repo_id: str) -> FetchError:
     if isinstance(err, FetchError):
         return err
     for cause in _causes(err):
-        where = f"{repo_id}: {type(cause).__name__}: {_first_line(cause)}"
         if isinstance(cause, errors.GatedRepoError):
             return FetchError(GATED, f"{repo_id}: gated repo; the token in the environment has no access")
         if isinstance(cause, errors.DisabledRepoError):
@@ -128,7 +128,7 @@ def classify(err: BaseException, repo_id: str) -> FetchError:
                 return FetchError(NOT_FOUND, f"{repo_id}: not found (HTTP 404)")
             return FetchError(FETCH_FAILED, f"{repo_id}: HTTP {status}", transient=status in TRANSIENT_STATUSES)
         if isinstance(cause, (httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError)):
-            return FetchError(FETCH_FAILED, where, transient=True)
+            return FetchError(FETCH_FAILED, f"{repo_id}: {type(cause).__name__}: {_first_line(cause)}", transient=True)
     return FetchError(FETCH_FAILED, f"{repo_id}: {type(err).__name__}: {_first_line(err)}")
 
 

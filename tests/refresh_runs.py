@@ -3,8 +3,8 @@
 - `prefect_api`: one Prefect API for the session (prefect_test_harness: a temporary database)
   and a fresh result store, so the first census of a config in a session is a real one.
 - `snapshot_runs`: the shipped snapshot plus one broken config, refreshed twice into one
-  catalogue (cold, then warm with nothing changed); the catalogue is copied between the runs
-  so the tests can compare them. Several tests share these two flow runs.
+  catalogue (cold, censusing everything, then warm with nothing changed); the catalogue is
+  copied between the runs so the tests can compare them. Several tests share these runs.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def snapshot_runs(prefect_api, tmp_path_factory) -> SnapshotRuns:
     snapshot = copy_snapshot(base / "snapshot")
     add_config(snapshot, BROKEN_REPO, BROKEN_TEXT)
     db = base / "catalogue.duckdb"
-    cold_state, cold = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    # Cold: every config censused now (--rebuild), whatever other tests left in the cache.
+    cold_state, cold = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), rebuild=True)
     after_cold = base / "after-cold.duckdb"
     shutil.copy(db, after_cold)
     warm_state, warm = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
