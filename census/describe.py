@@ -14,7 +14,7 @@ from torch import nn
 
 from speccat.catalogue.ops import OPS, OTHER
 from speccat.census.build import Built, Shape, is_experts, is_norm
-from speccat.census.limits import FIXED_COUNTS
+from speccat.census.counts import FIXED_COUNTS
 from speccat.census.probe import (
     QK_NORM_NAME,
     SHARED_NAME,

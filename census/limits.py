@@ -1,4 +1,4 @@
-"""The census's data: pre-build bounds (census/limits.yaml) and unobservable op counts (census/counts.yaml)."""
+"""The census's pre-build bounds (census/limits.yaml), loaded once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Mapping
 import yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
-COUNTS_PATH = Path(__file__).with_name("counts.yaml")
 
 
 @dataclass(frozen=True)
@@ -35,16 +34,3 @@ def load_limits(path: Path = LIMITS_PATH) -> Limits:
 
 LIMITS = load_limits()
 
-
-def load_fixed_counts(path: Path = COUNTS_PATH) -> Mapping[str, int]:
-    """Op counts every kind states as given (the census cannot observe them on one device)."""
-    from speccat.catalogue.ops import OPS
-
-    data = yaml.safe_load(path.read_text())
-    for op, count in data.items():
-        if op not in OPS or not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"{path.name}: {op}: must be an op of {list(OPS)} with a non-negative integer count, got {count!r}")
-    return MappingProxyType(dict(data))
-
-
-FIXED_COUNTS = load_fixed_counts()

@@ -124,3 +124,17 @@ def test_config_hash_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [False, False]
+
+
+def test_the_data_loaders_refuse_malformed_files(tmp_path):
+    from speccat.census.counts import load_fixed_counts
+    from speccat.census.limits import load_limits
+
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("max_config_bytes: 10\nrequired: []\nsizes:\n  hidden_size: [8, 4]\n")
+    with pytest.raises(ValueError, match="sizes.hidden_size"):
+        load_limits(limits)
+    counts = tmp_path / "counts.yaml"
+    counts.write_text("gathers: 4\n")
+    with pytest.raises(ValueError, match="gathers"):
+        load_fixed_counts(counts)
