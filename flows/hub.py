@@ -97,27 +97,29 @@ def _causes(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+# huggingface_hub's errors and what each means here, the most specific first: a
+# GatedRepoError is a RepositoryNotFoundError, so it must be matched before it.
+HUB_ERRORS = (
+    ("GatedRepoError", GATED, "gated repo; the token in the environment has no access"),
+    ("DisabledRepoError", NOT_FOUND, "repo disabled"),
+    ("RepositoryNotFoundError", NOT_FOUND, "repo not found (or private)"),
+    ("RevisionNotFoundError", NOT_FOUND, "the listed revision is not on the Hub"),
+    ("RemoteEntryNotFoundError", NOT_FOUND, f"the repo has no {CONFIG_FILE}"),
+    ("OfflineModeIsEnabled", FETCH_FAILED, "not in the local cache and HF_HUB_OFFLINE is set"),
+)
+
+
 def classify(err: BaseException, repo_id: str) -> FetchError:
-    """Map a huggingface_hub / HTTP error to a FetchError (gated before not-found: a
-    GatedRepoError is a RepositoryNotFoundError)."""
+    """Map a huggingface_hub / HTTP error (or any error in its chain) to a FetchError."""
     import httpx2
     from huggingface_hub import errors
 
     if isinstance(err, FetchError):
         return err
     for cause in _causes(err):
-        if isinstance(cause, errors.GatedRepoError):
-            return FetchError(GATED, f"{repo_id}: gated repo; the token in the environment has no access")
-        if isinstance(cause, errors.DisabledRepoError):
-            return FetchError(NOT_FOUND, f"{repo_id}: repo disabled")
-        if isinstance(cause, errors.RepositoryNotFoundError):
-            return FetchError(NOT_FOUND, f"{repo_id}: repo not found (or private)")
-        if isinstance(cause, errors.RevisionNotFoundError):
-            return FetchError(NOT_FOUND, f"{repo_id}: the listed revision is not on the Hub")
-        if isinstance(cause, errors.RemoteEntryNotFoundError):
-            return FetchError(NOT_FOUND, f"{repo_id}: the repo has no {CONFIG_FILE}")
-        if isinstance(cause, errors.OfflineModeIsEnabled):
-            return FetchError(FETCH_FAILED, f"{repo_id}: not in the local cache and HF_HUB_OFFLINE is set")
+        for name, reason, what in HUB_ERRORS:
+            if isinstance(cause, getattr(errors, name)):
+                return FetchError(reason, f"{repo_id}: {what}")
         if isinstance(cause, errors.HfHubHTTPError) and cause.response is not None:
             status = cause.response.status_code
             if status == 429:
