@@ -6,6 +6,7 @@ parameters by part from the module tree; measured bytes from the saved-tensor ac
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,15 +16,11 @@ from torch import nn
 from speccat.catalogue.ops import OPS, OTHER
 from speccat.census.build import Built, Shape, is_experts, is_norm
 from speccat.census.counts import FIXED_COUNTS
-from speccat.census.probe import (
-    QK_NORM_NAME,
-    SHARED_NAME,
-    KernelCall,
-    LayerRun,
-    is_layer_norm,
-    is_projection,
-)
+from speccat.census.probe import KernelCall, LayerRun, is_layer_norm, is_projection
 from speccat.census.spec import SpecError
+
+QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
+SHARED_NAME = re.compile(r"shared")  # shared_expert, shared_experts, shared_expert_gate
 
 ATTENTION_OP = "speccat::flash_attention"
 DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"

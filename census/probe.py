@@ -20,7 +20,6 @@ popped when the run ends, whatever happens.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,8 +43,6 @@ DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
 }
-QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")
-SHARED_NAME = re.compile(r"shared")
 
 _ACTIVATION_CLASSES = tuple(
     {v[0] if isinstance(v, tuple) else v for v in hf_activations.ACT2CLS.values()}
