@@ -164,7 +164,7 @@ def remove_leftovers(db_path: Path) -> list[Path]:
     return leftovers
 
 
-def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Table | None]) -> None:
+def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Table]) -> None:
     """Attach an in-memory `incoming` catalog with the schema and fill it with the run's rows.
 
     Every table is ingested from Arrow in one statement; the spec tables are derived from the
