@@ -85,7 +85,7 @@ def render(result: Result, fmt: str = "table") -> str:
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A plain text table: a header, a rule, text cells left-aligned and numbers right-aligned."""
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
-    numeric = [all(_looks_numeric(r[i]) for r in rows) and rows for i in range(len(columns))]
+    numeric = [bool(rows) and all(_looks_numeric(r[i]) for r in rows) for i in range(len(columns))]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric)).rstrip()

@@ -32,8 +32,6 @@ import pyarrow as pa
 from speccat import sql
 from speccat.catalogue.rundata import STAGED_PRICES, RunData, StoreError
 
-DEFAULT_DB = "catalogue.duckdb"
-
 # Tables in the order the store rebuilds them; the same as sql/schema.sql declares.
 TABLES: tuple[str, ...] = (
     "runs",

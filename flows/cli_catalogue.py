@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 
-DEFAULT_DB = "catalogue.duckdb"  # the same default as speccat.catalogue.store.DEFAULT_DB
+DEFAULT_DB = "catalogue.duckdb"  # the default of `speccat refresh --db` too (DESIGN §4)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
