@@ -8,7 +8,10 @@ functions run only in those children.
 from __future__ import annotations
 
 import torch  # noqa: F401  (preloaded for the forked children)
-import transformers  # noqa: F401
+
+# transformers imports its model machinery lazily, on first use; resolving these names here
+# makes the fork server import it once, instead of every child at its first census.
+from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
 from speccat.catalogue.pricing import price_spec
 from speccat.catalogue.records import load_records

@@ -42,12 +42,15 @@ def context():
         return _context
 
 
-def warm_up() -> None:
-    """Start the fork server now (it imports PRELOAD in the background)."""
+def start(wait: bool = True) -> None:
+    """Start the fork server (it imports PRELOAD); with `wait`, return once it forks warm
+    children, so the one-time import is not charged to the first census."""
     from multiprocessing import forkserver
 
     context()
     forkserver.ensure_running()
+    if wait:
+        run("os:getpid", (), time_limit=300)
 
 
 @dataclass(frozen=True)

@@ -166,8 +166,6 @@ def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, r
 def analyse_stage(night: Night, jobs: list[Job], runner, versions: str, time_limit: float, rebuild: bool) -> None:
     if not jobs:
         return
-    if isinstance(runner, ThreadPoolTaskRunner):
-        isolate.warm_up()  # the fork server imports torch while the first tasks start
     task = analyse_config.with_options(refresh_cache=True) if rebuild else analyse_config
     repos_of = defaultdict(list)
     for fetched in night.fetched.values():
@@ -341,6 +339,9 @@ def refresh(
     with night.timed("plan"):
         jobs = plan_jobs(night, target, versions, seq_length, rebuild)
     progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} to census or price")
+    if jobs and isinstance(runner, ThreadPoolTaskRunner):
+        with night.timed("census_start"):
+            isolate.start()  # the fork server's one-time import of torch, transformers, the census
     with night.timed("census"):
         analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild)
     with night.timed("publish"):
