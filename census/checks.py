@@ -1,7 +1,9 @@
 """Refusals before anything is built (DESIGN §2.6): absurd configs cost nothing.
 
-Two passes, each a tuple of small check functions run in order; adding a case means adding a
-function to one of the tuples:
+The parsed JSON itself is checked first (`unique_keys` while census/config.py parses it,
+`check_json_tree` after): no key twice in one object, nesting within max_config_depth, finite
+numbers, valid Unicode. Then two passes, each a tuple of small check functions run in order;
+adding a case means adding a function to one of the tuples:
 
 - RAW_CHECKS look at the language config as JSON (no torch, no transformers);
 - RESOLVED_CHECKS look at the transformers config object built from it, where class defaults
@@ -12,6 +14,7 @@ Bounds live in census/limits.yaml.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +37,57 @@ def _check_size(field: str, value: Any, where: str = "") -> None:
         raise SpecError("bad_value", f"{label}: must be >= {low}, got {value}")
     if value > high:
         raise SpecError("too_large", f"{label}: {value} is beyond the sane bound {high} (census/limits.yaml)")
+
+
+# --------------------------------------------------------------------------- the parsed text
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json.loads' object_pairs_hook: a key stated twice in one object is refused, since JSON
+    parsers disagree on which value wins (census/config.py reports it as bad_json)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise SpecError("bad_json", f"key {twice!r} appears more than once in one object")
+    return obj
+
+
+def _walk_path(path: str, key: Any) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+
+
+def check_json_tree(data: Any, source: str = "config") -> None:
+    """Walk a parsed config without recursion, so that nothing after it (deep copies, hashing,
+    transformers) recurses into an absurd depth or meets a value JSON cannot carry:
+
+    - nesting deeper than max_config_depth is `bad_json`;
+    - a number literal beyond the float range (1e999 parses as inf) is `bad_value`;
+    - a string with a lone surrogate (\\ud800) is `bad_json`: it is not text.
+    """
+    limit = LIMITS.max_config_depth
+    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                raise SpecError("bad_json", f"{source}: {path or 'the top level'} nests deeper than {limit} levels (census/limits.yaml)")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                if isinstance(key, str):
+                    _check_text(key, source, path)
+                stack.append((child, _walk_path(path, key), depth + 1))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise SpecError("bad_value", f"{source}: {path}: a number beyond the float range ({value}); sizes and constants are finite")
+        elif isinstance(value, str):
+            _check_text(value, source, path)
+
+
+def _check_text(text: str, source: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError("bad_json", f"{source}: {path or 'a key'}: a string with a lone surrogate is not valid Unicode") from None
 
 
 # --------------------------------------------------------------------------- raw JSON

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from speccat.census.checks import check_json_tree, unique_keys
 from speccat.census.limits import LIMITS
 from speccat.census.spec import SpecError
 
@@ -43,13 +44,14 @@ def parse_config_text(text: str | bytes, source: str = "config") -> dict:
     if len(text) > LIMITS.max_config_bytes:
         raise SpecError("too_large", f"{source}: {len(text)} bytes; a config may hold at most {LIMITS.max_config_bytes}")
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=unique_keys)
     except (ValueError, UnicodeDecodeError) as err:
         raise SpecError("bad_json", f"{source}: not valid JSON: {err}") from None
     except RecursionError:
         raise SpecError("bad_json", f"{source}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise SpecError("bad_json", f"{source}: the top level must be a JSON object, got {type(data).__name__}")
+    check_json_tree(data, source)
     return data
 
 

@@ -10,18 +10,21 @@ from typing import Mapping
 import yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
+KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "sizes")
 
 
 @dataclass(frozen=True)
 class Limits:
     max_config_bytes: int
+    max_config_depth: int  # JSON nesting levels of a config
+    census_memory_mib: int  # address space a census child may add (flows/isolate.py)
     required: tuple[str, ...]
     sizes: Mapping[str, tuple[int, int]]  # field -> (min, max)
 
 
 def load_limits(path: Path = LIMITS_PATH) -> Limits:
     data = yaml.safe_load(path.read_text())
-    unknown = sorted(set(data) - {"max_config_bytes", "required", "sizes"})
+    unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise ValueError(f"{path.name}: unknown key(s) {unknown}")
     sizes = {}
@@ -29,8 +32,12 @@ def load_limits(path: Path = LIMITS_PATH) -> Limits:
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int) for b in bounds) and bounds[0] <= bounds[1]):
             raise ValueError(f"{path.name}: sizes.{field}: must be [min, max] integers with min <= max, got {bounds!r}")
         sizes[field] = (bounds[0], bounds[1])
-    return Limits(int(data["max_config_bytes"]), tuple(data["required"]), MappingProxyType(sizes))
+    for key in ("max_config_bytes", "max_config_depth", "census_memory_mib"):
+        if not (isinstance(data.get(key), int) and data[key] > 0):
+            raise ValueError(f"{path.name}: {key}: must be a positive integer, got {data.get(key)!r}")
+    return Limits(
+        data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), MappingProxyType(sizes)
+    )
 
 
 LIMITS = load_limits()
-

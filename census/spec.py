@@ -33,13 +33,24 @@ REASONS: tuple[str, ...] = (
 )
 
 
+# A refusal's message is one line of at most this many characters, whatever the config held
+# (a hostile value, or a multi-line error of transformers quoted in it).
+MAX_MESSAGE_CHARS = 1000
+
+
+def one_line(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`message` on one line (its lines joined by spaces), cut to `limit` characters."""
+    text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class SpecError(ValueError):
-    """A refusal with a stable `reason` code and a message naming the field and what was allowed."""
+    """A refusal with a stable `reason` code and a one-line message naming the field and what was allowed."""
 
     def __init__(self, reason: str, message: str):
         if reason not in REASONS:
             raise ValueError(f"unknown SpecError reason {reason!r}; allowed: {', '.join(REASONS)}")
-        super().__init__(message)
+        super().__init__(one_line(message))
         self.reason = reason
 
     def as_dict(self) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""Broken configs (tests/broken_configs/, reasons in expected.yaml) are refused with their reason code,
-the pre-build ones before any model is built, and the CLI reports each in one line."""
+"""The hostile corpus (tests/hostile/, reasons in expected.yaml; tests/hostile_corpus.py) is refused
+with its reason codes, the pre-build ones before any model is built, and the CLI reports each in one line."""
 
 from __future__ import annotations
 
@@ -9,33 +9,36 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from hostile_corpus import CASES, CORPUS, EXPECTED, GENERATORS, committed, generated, materialize
 
 from speccat.census import load_config_file
 from speccat.census.spec import REASONS, SpecError
 from speccat.flows.cli import main
 
-BROKEN = Path(__file__).with_name("broken_configs")
-EXPECTED = yaml.safe_load((BROKEN / "expected.yaml").read_text())
-CASES = sorted(EXPECTED)
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, Path]:
+    return materialize(tmp_path_factory.mktemp("hostile"))
 
 
 def test_every_broken_config_has_an_expectation_and_vice_versa():
-    assert sorted(p.name for p in BROKEN.glob("*.json")) == CASES
-    assert len(CASES) >= 12
+    assert sorted(p.name for p in CORPUS.glob("*.json")) == committed()
+    assert sorted(GENERATORS) == generated()
+    assert len(CASES) >= 30
     assert {entry["reason"] for entry in EXPECTED.values()} <= set(REASONS)
+    assert {entry["stage"] for entry in EXPECTED.values()} == {"fetch", "census"}
 
 
-def _refusal(name: str) -> SpecError:
+def _refusal(path: Path) -> SpecError:
     from speccat.census import run_census
 
     with pytest.raises(SpecError) as err:
-        run_census(load_config_file(BROKEN / name), name=name)
+        run_census(load_config_file(path), name=path.name)
     return err.value
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_broken_config_is_refused_with_its_reason(name, monkeypatch):
+def test_broken_config_is_refused_with_its_reason(name, paths, monkeypatch):
     expected = EXPECTED[name]
     if expected["before_build"]:
         import speccat.census.run as census_run
@@ -44,26 +47,26 @@ def test_broken_config_is_refused_with_its_reason(name, monkeypatch):
             raise AssertionError("the census built a model for a config it should refuse first")
 
         monkeypatch.setattr(census_run, "build", no_build)
-    error = _refusal(name)
+    error = _refusal(paths[name])
     assert error.reason == expected["reason"], f"{name} ({expected['why']}): {error}"
     assert str(error)  # a message naming the field
 
 
 def test_kind_conflict_names_both_layers():
-    error = _refusal("dense_and_moe_in_one_kind.json")
+    error = _refusal(CORPUS / "dense_and_moe_in_one_kind.json")
     assert "layers 0 and 1" in str(error) and "'decoder'" in str(error)
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_cli_prints_a_refusal_as_one_json_line(name, capsys):
-    assert main(["census", str(BROKEN / name), "--json"]) == 2
+def test_cli_prints_a_refusal_as_one_json_line(name, paths, capsys):
+    assert main(["census", str(paths[name]), "--json"]) == 2
     out, err = capsys.readouterr()
     assert out.count("\n") == 1 and err == ""
     assert json.loads(out)["error"]["reason"] == EXPECTED[name]["reason"]
 
 
 def test_cli_prints_a_refusal_as_one_line_without_json(capsys):
-    assert main(["census", str(BROKEN / "layers_1e6.json")]) == 2
+    assert main(["census", str(CORPUS / "layers_1e6.json")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("speccat: too_large: num_hidden_layers") and err.count("\n") == 1
 
@@ -72,7 +75,7 @@ def test_cli_prints_a_refusal_as_one_line_without_json(capsys):
 def test_cli_process_shows_no_traceback():
     for name in ("hidden_size_1e9.json", "remote_code.json", "mamba_mixer.json"):
         done = subprocess.run(
-            [sys.executable, "-m", "speccat.flows.cli", "census", str(BROKEN / name), "--json"],
+            [sys.executable, "-m", "speccat.flows.cli", "census", str(CORPUS / name), "--json"],
             capture_output=True,
             text=True,
             timeout=300,
