@@ -39,6 +39,10 @@ def register(subparsers) -> None:
     run.add_argument("--workers", type=int, default=None, help="local census processes (default: cores)")
     run.add_argument("--snapshot-dir", default=None, help="a folder laid out like flows/snapshot")
     run.add_argument("--time-limit", type=float, default=600.0, help="seconds one census may take")
+    run.add_argument(
+        "--memory-limit", type=float, default=None, metavar="MIB",
+        help="address space (MiB) one census process may add (default: census/limits.yaml census_memory_mib)",
+    )  # fmt: skip
     run.add_argument("--rebuild", action="store_true", help="census everything again, ignoring the cache")
     run.add_argument("--json", action="store_true", help="print the night's counts as JSON")
     run.set_defaults(run=run_refresh)
@@ -74,6 +78,7 @@ def run_refresh(args: argparse.Namespace) -> int:
         workers=args.workers,
         snapshot_dir=args.snapshot_dir,
         time_limit=args.time_limit,
+        memory_limit=args.memory_limit,
         rebuild=args.rebuild,
         lake=args.lake,
         lake_data=args.lake_data,

@@ -6,9 +6,16 @@ killed when it passes its time limit. Children come from multiprocessing's `fork
 which imports the heavy modules (torch, transformers, the census) once and then forks a
 warm, clean child per call: a call costs a fork, not a five-second import.
 
-`run("module:function", args, time_limit)` returns an `Outcome`: the value, or the error the child
-raised (a SpecError keeps its reason), or a `timeout`, or the child's death. It never raises
-for what happens inside the child.
+`run("module:function", args, time_limit, memory_limit)` returns an `Outcome`: the value, or
+the error the child raised (a SpecError keeps its reason), or a `timeout`, or `memory` when the
+child ran out of its memory budget, or the child's death. It never raises for what happens
+inside the child.
+
+The memory budget is address space: the child sets its RLIMIT_AS to the size it was forked
+with plus `memory_limit` MiB (Linux; the inherited libraries are not the census's to pay for),
+so an allocation past it fails inside the child (MemoryError, or torch's and pyarrow's own
+out-of-memory errors) instead of exhausting the machine. The child keeps a small reserve it
+frees before reporting, so the report itself does not fail for want of memory.
 
 A Dask worker is a daemonic process by default, and a daemonic process may not have
 children: run such workers with `distributed.worker.daemon: False`
@@ -24,8 +31,15 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-# Imported once by the fork server, so each forked child starts warm.
-PRELOAD = ["speccat.flows.analysis"]
+# Imported once by the fork server, so each forked child starts warm. pyarrow (imported lazily
+# by the pricing) maps its libraries before a child's memory budget is set, not inside it.
+PRELOAD = ["speccat.flows.analysis", "pyarrow.compute"]
+
+# Freed by a child that ran out of memory, so that it can still report why (bytes).
+RESERVE_BYTES = 8 << 20
+# Errors other than MemoryError that say an allocation failed (torch's CPU allocator, a shared
+# library that could not be mapped, the C++ runtime).
+OUT_OF_MEMORY_TEXT = ("can't allocate memory", "cannot allocate memory", "failed to map segment", "bad_alloc")
 
 _lock = threading.Lock()
 _context = None
@@ -58,7 +72,7 @@ class Outcome:
     """What a child returned or why it did not: `error` is None on success."""
 
     value: Any = None
-    error: str | None = None  # "spec_error", "exception", "timeout" or "died"
+    error: str | None = None  # "spec_error", "exception", "timeout", "memory" or "died"
     reason: str | None = None  # the SpecError's reason, when error == "spec_error"
     message: str = ""
 
@@ -72,31 +86,77 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _child(conn, target: str, args: tuple) -> None:
+def vm_bytes() -> int | None:
+    """This process's address space now (Linux /proc), or None where it cannot be read."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def limit_memory(memory_limit: float) -> None:
+    """Let this process map at most `memory_limit` MiB more than it has mapped now (Linux only:
+    elsewhere RLIMIT_AS is not enforced the same way, and the budget is not applied)."""
+    import resource
+
+    start = vm_bytes()
+    if start is not None:
+        limit = start + int(memory_limit * 2**20)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether `err`, or an error it was raised from or while handling (the census wraps what
+    it does not expect as a SpecError), is an allocation that failed."""
+    seen = 0
+    while err is not None and seen < 16:
+        text = str(err).lower()
+        if isinstance(err, MemoryError) or any(marker in text for marker in OUT_OF_MEMORY_TEXT):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
+
+
+def _child(conn, target: str, args: tuple, memory_limit: float | None = None) -> None:
     from speccat.census.spec import SpecError
 
+    reserve = None
     try:
+        if memory_limit is not None:
+            reserve = bytearray(RESERVE_BYTES)  # taken before the limit, not out of the budget
+            limit_memory(memory_limit)
         message = ("ok", _resolve(target)(*args))
-    except SpecError as err:
-        message = ("spec_error", err.reason, str(err))
-    except BaseException as err:  # everything else is reported to the parent, never lost
+    except BaseException as err:  # everything is reported to the parent, never lost
+        reserve = None  # room to report in, if memory ran out
         tb = traceback.extract_tb(err.__traceback__)
         where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-        message = ("exception", type(err).__name__, f"{type(err).__name__}: {err}{where}")
+        if memory_limit is not None and out_of_memory(err):
+            message = ("memory", type(err).__name__, f"{type(err).__name__}: {err}{where}")
+        elif isinstance(err, SpecError):
+            message = ("spec_error", err.reason, str(err))
+        else:
+            message = ("exception", type(err).__name__, f"{type(err).__name__}: {err}{where}")
+    del reserve
     try:
         conn.send(message)
     except Exception as err:  # a value that does not pickle is an error, not a silent death
-        conn.send(("exception", type(err).__name__, f"the result could not be sent back: {err}"))
+        kind = "memory" if memory_limit is not None and out_of_memory(err) else "exception"
+        conn.send((kind, type(err).__name__, f"the result could not be sent back: {err}"))
     conn.close()
 
 
-def run(target: str, args: tuple, time_limit: float) -> Outcome:
+def run(target: str, args: tuple, time_limit: float, memory_limit: float | None = None) -> Outcome:
     """Call the function named `target` ("module:function") with `args` in a forked child;
-    kill the child after `time_limit` seconds. Naming the function keeps its heavy module
-    out of the calling process: only the children import it."""
+    kill the child after `time_limit` seconds; let it map at most `memory_limit` MiB more than
+    it starts with (None: no budget). Naming the function keeps its heavy module out of the
+    calling process: only the children import it."""
     ctx = context()
     receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(sender, target, args), name="speccat-census")
+    child = ctx.Process(target=_child, args=(sender, target, args, memory_limit), name="speccat-census")
     child.start()
     sender.close()  # the child holds the only write end: EOF on our side when it dies
     try:
@@ -112,6 +172,8 @@ def run(target: str, args: tuple, time_limit: float) -> Outcome:
             return Outcome(value=rest[0])
         if kind == "spec_error":
             return Outcome(error="spec_error", reason=rest[0], message=rest[1])
+        if kind == "memory":
+            return Outcome(error="memory", message=f"needed more than its memory budget of {memory_limit:g} MiB ({rest[1]})")
         return Outcome(error="exception", message=rest[1])
     finally:
         receiver.close()

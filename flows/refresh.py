@@ -163,7 +163,9 @@ def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, r
     return jobs
 
 
-def analyse_stage(night: Night, jobs: list[Job], runner, versions: str, time_limit: float, rebuild: bool) -> None:
+def analyse_stage(
+    night: Night, jobs: list[Job], runner, versions: str, time_limit: float, rebuild: bool, memory_limit: float | None = None
+) -> None:
     if not jobs:
         return
     task = analyse_config.with_options(refresh_cache=True) if rebuild else analyse_config
@@ -172,7 +174,8 @@ def analyse_stage(night: Night, jobs: list[Job], runner, versions: str, time_lim
         repos_of[fetched.config_hash].append(fetched.listing.repo_id)
     with _api_for(runner), runner:
         futures = {
-            runner.submit(task, {"job": job, "versions": versions, "time_limit": time_limit}): job for job in jobs
+            runner.submit(task, {"job": job, "versions": versions, "time_limit": time_limit, "memory_limit": memory_limit}): job
+            for job in jobs
         }
         for done, future in enumerate(as_completed(list(futures)), 1):
             job = futures[future]
@@ -302,6 +305,7 @@ def refresh(
     workers: int | None = None,
     snapshot_dir: str | None = None,
     time_limit: float = 600.0,
+    memory_limit: float | None = None,
     seq_length: int = 4096,
     rebuild: bool = False,
     retry_delays: list[float] = list(DEFAULT_RETRY_DELAYS),
@@ -312,6 +316,8 @@ def refresh(
 
     `task_runner` "local" censuses on `workers` local processes (default: one per core);
     "dask" on the cluster at `dask_address`. `time_limit` stops one config's census;
+    `memory_limit` (MiB, default census/limits.yaml's census_memory_mib) bounds the address
+    space its process may add;
     `rebuild` ignores what the catalogue and the cache hold. `retry_delays` are the waits
     between tries of a transient fetch error. With `lake` (a DuckLake catalog) and
     `lake_data` (its data path) the night is published into that lake instead of `db`.
@@ -323,6 +329,10 @@ def refresh(
     target = make_target(db, lake, lake_data)
     src = make_source(source, snapshot_dir=snapshot_dir)
     versions = current_versions()
+    if memory_limit is None:
+        from speccat.census.limits import LIMITS
+
+        memory_limit = LIMITS.census_memory_mib
     night = Night()
 
     with night.timed("list"):
@@ -343,7 +353,7 @@ def refresh(
         with night.timed("census_start"):
             isolate.start()  # the fork server's one-time import of torch, transformers, the census
     with night.timed("census"):
-        analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild)
+        analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild, memory_limit)
     with night.timed("publish"):
         status = "partial" if night.failures else "completed"
         target.publish(run_data(night, run_id, started, status, source, versions))

@@ -2,18 +2,21 @@
 
 - `list_repos` and `fetch_config` talk to the source. A transient error (429, 5xx, timeout,
   see flows/hub.py) is retried with backoff through `retry_condition_fn`; anything else fails
-  the task at once and becomes a failures row.
+  the task at once and becomes a failures row. huggingface_hub lists with no read timeout, so
+  a listing that stalls is given up after LIST_TIMEOUT_S and counted as transient.
 - `analyse_config` censuses and prices one distinct config in a killable child process
   (flows/isolate.py). Its result is persisted and cached under the config_hash plus every
   version that could change it, so an unchanged night finds every config in the cache. A
   refusal of the config (a SpecError) is a deterministic answer and is cached like a spec;
-  a timeout or a crashed child is not (the task fails, and the next night tries again).
+  a timeout, a child past its memory budget (`too_large`) or a crashed child is not (the task
+  fails, and the next night tries again).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +24,14 @@ from prefect import task
 from prefect.states import Failed, State
 
 from speccat.flows import isolate
-from speccat.flows.hub import FetchError, Listing, Source
+from speccat.flows.hub import FETCH_FAILED, FetchError, Listing, Source
 
 # What a census child runs (flows/analysis.py; named, so only the children import torch).
 ANALYSE = "speccat.flows.analysis:analyse"
+# Seconds one try of the listing may take (500 repos take a few seconds).
+LIST_TIMEOUT_S = 300.0
+# What a census child's outcome (flows/isolate.py) that is not an answer becomes.
+OUTCOME_REASONS = {"timeout": "timeout", "memory": "too_large"}
 
 
 @dataclass(frozen=True)
@@ -97,11 +104,32 @@ def list_repos(source: Source, limit: int | None) -> list[Listing]:
     from speccat.flows.hub import classify
 
     try:
-        return source.list(limit)
+        return _within(LIST_TIMEOUT_S, source.list, limit)
     except FetchError:
         raise
     except Exception as err:
         raise classify(err, "(listing)") from None
+
+
+def _within(seconds: float, fn, *args):
+    """`fn(*args)` in a daemon thread, given up after `seconds`: a socket read with no timeout
+    cannot be interrupted, so the thread is left behind (it dies with the process)."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as err:  # handed to the caller
+            box["error"] = err
+
+    thread = threading.Thread(target=call, name="speccat-listing", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise FetchError(FETCH_FAILED, f"(listing): no answer within {seconds:g} s", transient=True)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 @task(name="fetch-config", retry_condition_fn=is_transient, task_run_name="fetch {listing.repo_id}")
@@ -140,15 +168,17 @@ def analysis_cache_key(context, parameters: dict) -> str:
     persist_result=True,
     task_run_name="census {job.name}",
 )
-def analyse_config(job: Job, versions: str, time_limit: float) -> Analysis | State:
-    """Census and price one config in a child process (`versions` is `versions_key(...)`).
+def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: float | None = None) -> Analysis | State:
+    """Census and price one config in a child process (`versions` is `versions_key(...)`),
+    stopped after `time_limit` seconds, with `memory_limit` MiB of address space to grow by.
 
-    A timeout or a crash ends the task Failed (so it is not cached) with an AnalysisError."""
-    outcome = isolate.run(ANALYSE, (job.config, job.name, job.seq_length, job.spec), time_limit)
+    A timeout, a child out of memory or a crash ends the task Failed (so it is not cached) with
+    an AnalysisError (`timeout`, `too_large`, `census_failed`)."""
+    outcome = isolate.run(ANALYSE, (job.config, job.name, job.seq_length, job.spec), time_limit, memory_limit)
     if outcome.error == "spec_error":
         return Analysis(job.config_hash, failure=("census", outcome.reason, outcome.message))
     if outcome.error is not None:
-        reason = "timeout" if outcome.error == "timeout" else "census_failed"
+        reason = OUTCOME_REASONS.get(outcome.error, "census_failed")
         err = AnalysisError("census", reason, f"{job.name}: census {outcome.message}")
         return Failed(message=str(err), data=err)
     value = outcome.value

@@ -63,3 +63,12 @@ def materialize(folder: Path) -> dict[str, Path]:
         paths[name] = folder / name
         paths[name].write_bytes(GENERATORS[name]())
     return paths
+
+
+def hog(mib: int) -> int:
+    """A census gone wild, for the memory budget's tests: holds `mib` MiB, one MiB at a time
+    (each page written, so it is really used), and returns how many it got."""
+    held = []
+    for _ in range(mib):
+        held.append(bytearray(b"\x01" * 2**20))
+    return len(held)
