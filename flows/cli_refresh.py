@@ -90,6 +90,14 @@ def run_refresh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _program(name: str) -> str:
+    """`name` as the hints should spell it: beside this command when it was called by path
+    (`.venv/bin/speccat` from `make catalogue`, with the duckdb CLI beside it), else bare."""
+    called = Path(sys.argv[0])
+    beside = called.with_name(name)
+    return str(beside) if called.name == "speccat" and str(called.parent) != "." and beside.exists() else name
+
+
 def format_counts(counts: dict[str, Any], lake: bool = False) -> str:
     failures = ", ".join(f"{reason} {n}" for reason, n in counts["failures"].items()) or "none"
     db = counts["db"]
@@ -104,9 +112,9 @@ def format_counts(counts: dict[str, Any], lake: bool = False) -> str:
     else:
         lines += [
             "query it:",
-            f"  speccat query latest_specs --db {db}",
-            f"  speccat query \"SELECT stage, reason, count(*) FROM failures GROUP BY ALL\" --db {db}",
-            f"  duckdb -readonly {db} \"SELECT name, arch, num_hidden_layers FROM specs\"",
+            f"  {_program('speccat')} query latest_specs --db {db}",
+            f"  {_program('speccat')} query \"SELECT stage, reason, count(*) FROM failures GROUP BY ALL\" --db {db}",
+            f"  {_program('duckdb')} -readonly {db} \"SELECT name, arch, num_hidden_layers FROM specs\"",
         ]
     return "\n".join(lines)
 
