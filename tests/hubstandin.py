@@ -12,13 +12,17 @@ runs against it once HF_ENDPOINT points there:
 
 Faults are scripted per request: `hub.fail(method, path, status, headers)` makes the next
 request with that method and path answer with the status (a queue, so a 429 then success is
-one call). Every request is recorded in `hub.requests` (method, path, time, authorization).
+one call); `hub.stall(...)` answers only after a delay (a client timeout), `hub.reset(...)`
+drops the connection with a TCP reset and no answer. Every request is recorded in
+`hub.requests` (method, path, time, authorization).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections import defaultdict, deque
@@ -106,8 +110,19 @@ class StandinHub:
         `declared_length` announces more bytes than `body` holds and then closes the
         connection: a transfer cut short.
         """
+        self._queue(method, path, (status, headers or {}, body, declared_length))
+
+    def stall(self, method: str, path: str, seconds: float) -> None:
+        """The next `method path` request is answered normally, but only after `seconds`."""
+        self._queue(method, path, ("stall", seconds))
+
+    def reset(self, method: str, path: str) -> None:
+        """The next `method path` request gets no answer: the connection is reset (RST)."""
+        self._queue(method, path, ("reset",))
+
+    def _queue(self, method: str, path: str, fault: tuple) -> None:
         with self._lock:
-            self._faults[(method, path)].append((status, headers or {}, body, declared_length))
+            self._faults[(method, path)].append(fault)
 
     def requests_to(self, path: str, method: str | None = None) -> list[Request]:
         return [r for r in self.requests if r.path == path and (method is None or r.method == method)]
@@ -133,12 +148,24 @@ class StandinHub:
                 pass
 
             def do_GET(self) -> None:
-                hub._serve(self, "GET")
+                hub._serve_quietly(self, "GET")
 
             def do_HEAD(self) -> None:
-                hub._serve(self, "HEAD")
+                hub._serve_quietly(self, "HEAD")
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                except OSError:  # the connection was reset, or the client gave up waiting
+                    pass
 
         return Handler
+
+    def _serve_quietly(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        try:
+            self._serve(h, method)
+        except (BrokenPipeError, ConnectionResetError):  # a stalled answer the client gave up on
+            h.close_connection = True
 
     def _serve(self, h: BaseHTTPRequestHandler, method: str) -> None:
         parts = urlsplit(h.path)
@@ -147,7 +174,14 @@ class StandinHub:
             self.requests.append(Request(method, parts.path, query, time.monotonic(), h.headers.get("authorization")))
             faults = self._faults.get((method, parts.path))
             fault = faults.popleft() if faults else None
-        if fault is not None:
+        if fault is not None and fault[0] == "reset":
+            h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            h.connection.close()  # linger 0: the kernel sends RST, not FIN
+            h.close_connection = True
+            return None
+        if fault is not None and fault[0] == "stall":
+            time.sleep(fault[1])
+        elif fault is not None:
             status, headers, body, declared_length = fault
             return self._reply(h, method, status, body, headers, declared_length)
         if parts.path == "/api/models":

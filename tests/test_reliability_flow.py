@@ -39,10 +39,9 @@ from typing import Any
 import pytest
 from conftest import load_shipped
 from refresh_runs import RUN_TABLES, add_config, copy_snapshot, rows, run_refresh, table_differences
+from reliability_runs import answers
 
-from speccat import sql
-from speccat.catalogue import present
-from speccat.catalogue.store import TABLES, open_readonly
+from speccat.catalogue.store import TABLES
 
 pytestmark = pytest.mark.slow
 
@@ -73,18 +72,6 @@ sys.exit(main(sys.argv[3:]))
 
 def variant(layers: int) -> str:
     return json.dumps(dict(load_shipped(B), num_hidden_layers=layers))
-
-
-def answers(db: Path) -> dict[str, Any]:
-    """What a reader asks the catalogue: the example queries about A and B, and the whole-model prices."""
-    queries = {name: path.read_text() for name, path in sql.queries().items()}
-    with contextlib.closing(open_readonly(db)) as con:
-        return {
-            "latest_specs": sorted(present.run(con, queries["latest_specs"]).rows, key=str),
-            "masks_ranked": {r: present.run(con, queries["masks_ranked"], {"repo_id": r}).rows for r in (A, B)},
-            "priced_vs_measured": sorted(present.run(con, queries["priced_vs_measured"]).rows, key=str),
-            "model_prices": con.execute("SELECT count(*), sum(total) FROM model_prices").fetchone(),
-        }
 
 
 def leftovers(db: Path) -> list[str]:
@@ -256,7 +243,7 @@ def test_a_census_child_killed_mid_census_is_a_failures_row_and_the_night_goes_o
 
 
 def test_after_the_killed_census_the_catalogue_answers_as_before(faults):
-    assert answers(faults.killed) == answers(faults.baseline)
+    assert answers(faults.killed, (A, B)) == answers(faults.baseline, (A, B))
     assert table_differences(faults.baseline, faults.killed, PRICED) == {t: (0, 0) for t in PRICED}
 
 
@@ -275,7 +262,7 @@ def test_censuses_past_their_memory_budget_are_too_large_rows_and_the_night_goes
 
 
 def test_after_the_memory_failures_the_catalogue_answers_as_before(faults):
-    assert answers(faults.out_of_memory) == answers(faults.baseline)
+    assert answers(faults.out_of_memory, (A, B)) == answers(faults.baseline, (A, B))
     assert table_differences(faults.baseline, faults.out_of_memory, PRICED) == {t: (0, 0) for t in PRICED}
 
 
@@ -286,7 +273,7 @@ def test_the_flow_killed_before_its_rename_leaves_the_published_file_untouched(f
     assert faults.paused.returncode == -signal.SIGKILL, faults.paused.stderr
     assert len(faults.paused.leftovers) == 1  # the complete new catalogue, never renamed
     assert filecmp.cmp(faults.after_paused, faults.out_of_memory, shallow=False)
-    assert answers(faults.after_paused) == answers(faults.baseline)
+    assert answers(faults.after_paused, (A, B)) == answers(faults.baseline, (A, B))
 
 
 # -- 4. disk full at publish --------------------------------------------------------------
@@ -305,7 +292,7 @@ def test_a_full_disk_fails_the_publish_cleanly(faults):
 def test_after_the_full_disk_the_published_file_is_the_one_night_2_published(faults):
     assert faults.out_of_memory.stat().st_size == faults.disk_full_limit  # the limit was the file's size
     assert filecmp.cmp(faults.after_disk_full, faults.out_of_memory, shallow=False)
-    assert answers(faults.after_disk_full) == answers(faults.baseline)
+    assert answers(faults.after_disk_full, (A, B)) == answers(faults.baseline, (A, B))
     # Neither failed night left a run in the catalogue.
     run_ids = [r for (r,) in rows(faults.db, "SELECT run_id FROM runs ORDER BY started")]
     assert run_ids == [faults.counts[n]["run_id"] for n in ("baseline", "killed", "out_of_memory", "rerun")]
