@@ -142,6 +142,14 @@ def _fetch_failure(err: BaseException) -> tuple[str, str]:
     return "fetch_failed", f"{type(err).__name__}: {err}"
 
 
+def representative(fetched: Fetched) -> tuple:
+    """Repos sharing a config_hash are censused once, from the most downloaded of them (then
+    the first by id), and its config is the one stored. Keys the hash ignores (token ids,
+    dtype) can still refuse a census: ordering by downloads keeps a repo nobody downloads from
+    choosing what the popular repos sharing its hash get."""
+    return (-(fetched.listing.downloads or 0), fetched.listing.repo_id)
+
+
 def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
     """One job per distinct config the catalogue does not hold at these versions: a census,
     or only a pricing when the spec is stored but not priced under tonight's records."""
@@ -157,7 +165,7 @@ def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, r
     night.new_hashes = set(by_hash) - specced
     jobs = []
     for config_hash in sorted(set(by_hash) - done):
-        first = min(by_hash[config_hash], key=lambda f: f.listing.repo_id)
+        first = min(by_hash[config_hash], key=representative)
         spec = json.dumps(specs[config_hash]) if config_hash in specs else None
         jobs.append(Job(config_hash, first.config, first.listing.repo_id, seq_length, spec))
     return jobs
@@ -233,9 +241,9 @@ def run_data(night: Night, run_id: str, started: datetime, status: str, source: 
             }
         )
     # Repos sharing a config_hash may differ in what the hash leaves out (names): store the
-    # config of the first repo by id, as the census did.
+    # config of the representative repo, as the census did.
     configs = {}
-    for fetched in sorted(night.fetched.values(), key=lambda f: f.listing.repo_id):
+    for fetched in sorted(night.fetched.values(), key=representative):
         if fetched.config_hash in night.new_hashes:
             configs.setdefault(fetched.config_hash, fetched.config)
     specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}

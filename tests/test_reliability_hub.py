@@ -42,6 +42,16 @@ TIMEOUT_S = 1  # huggingface_hub's metadata and download timeouts, and the flow'
 STALL_S = 3
 P1, P2, P3 = "Qwen/Qwen3-0.6B", "HuggingFaceTB/SmolLM2-135M-Instruct", "meta-llama/Llama-3.2-1B-Instruct"
 GATED = "org/gated"
+# P1's config with values in keys its config_hash ignores that transformers refuses (a dtype that
+# is no dtype, a pad id beyond the vocabulary): the same hash, few downloads, a name that sorts first.
+SQUATTER = "Aaa-squatter/qwen3-0.6b"
+
+
+def served(repo_id: str) -> dict:
+    """The config the stand-in serves: P1's with 27 layers (not 28), a config_hash no other test
+    censuses, so the squatter's census is not answered from the session's cache."""
+    config = load_shipped(repo_id)
+    return dict(config, num_hidden_layers=27) if repo_id == P1 else config
 CONTENT = tuple(t for t in TABLES if t not in RUN_TABLES)
 
 
@@ -92,9 +102,11 @@ def nights(prefect_api, tmp_path_factory):
         monkeypatch.setattr(tasks, "LIST_TIMEOUT_S", TIMEOUT_S)
         repos = {}
         for i, repo_id in enumerate((P1, P2, P3)):
-            content = json.dumps(load_shipped(repo_id)).encode()
+            content = json.dumps(served(repo_id)).encode()
             repos[repo_id] = hub.add(Repo(repo_id, f"{i + 1:040x}", files={"config.json": content}, downloads=1000 - i))
         hub.add(Repo(GATED, f"{9:040x}", files={"config.json": b"{}"}, downloads=10, gated="manual", access=403))
+        squatted = dict(served(P1), dtype="load", pad_token_id=10**6)
+        hub.add(Repo(SQUATTER, f"{8:040x}", files={"config.json": json.dumps(squatted).encode()}, downloads=1))
 
         def night(name: str) -> None:
             # A cache of its own each night (a fresh worker): pinned files already cached cost
@@ -130,10 +142,25 @@ def test_the_clean_night_stores_the_three_repos(nights):
     assert {r for (r,) in rows(nights.clean, "SELECT name FROM specs")} == {P1, P2, P3}
 
 
+def test_a_repo_sharing_a_hash_cannot_refuse_the_census_of_a_more_downloaded_one(nights):
+    from speccat.census import config_hash
+
+    shared = config_hash(served(P1))
+    assert config_hash(json.loads(nights.hub.repos[SQUATTER].files["config.json"])) == shared
+    # Censused from P1 (1000 downloads), not from the squatter (1, first by name), whose
+    # dtype and pad id transformers refuses: both repos get the spec.
+    assert rows(nights.clean, "SELECT name FROM specs WHERE config_hash = ?", [shared]) == [(P1,)]
+    assert dict(rows(nights.clean, "SELECT repo_id, config_hash FROM repos WHERE repo_id IN (?, ?)", [P1, SQUATTER])) == {
+        P1: shared,
+        SQUATTER: shared,
+    }
+    assert json.loads(rows(nights.clean, "SELECT config::VARCHAR FROM configs WHERE config_hash = ?", [shared])[0][0]) == served(P1)
+
+
 def test_the_faulty_night_completes_with_the_one_repo_it_could_not_fetch_as_a_row(nights):
     assert nights.states["faulty"].is_completed()
     counts = nights.counts["faulty"]
-    assert counts["repos"] == 4
+    assert counts["repos"] == 5
     assert counts["failures"] == {"fetch_failed": 1, "gated": 1}
     run_id = counts["run_id"]
     failures = rows(nights.faulty, "SELECT repo_id, stage, reason, message FROM failures WHERE run_id = ? ORDER BY repo_id", [run_id])
