@@ -13,26 +13,14 @@ import ast
 import json
 from pathlib import Path
 
-import pytest
 import store_runs as runs
+from test_cli_catalogue import db, speccat  # noqa: F401 (db is a fixture: the two-night catalogue)
 
 from speccat.catalogue.export import MANIFEST
-from speccat.flows.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "Qwen/Qwen3-8B"  # stored by night 2 of tests/store_runs.py
 TAUTOLOGY = "x' OR '1'='1"
-
-
-@pytest.fixture(scope="module")
-def db() -> str:
-    return str(runs.two_night_catalogue())
-
-
-def speccat(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_repo_id_that_is_sql_matches_no_repo(db, capsys):
