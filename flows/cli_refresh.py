@@ -64,6 +64,8 @@ def run_refresh(args: argparse.Namespace) -> int:
         raise ValueError("--task-runner dask needs --dask-address")
     if (args.lake is None) != (args.lake_data is None):
         raise ValueError("--lake and --lake-data go together")
+    if args.memory_limit is not None and not args.memory_limit > 0:
+        raise ValueError(f"--memory-limit must be a positive number of MiB, got {args.memory_limit:g}")
     _prefect_environment()
     from speccat.flows import progress
     from speccat.flows.refresh import refresh

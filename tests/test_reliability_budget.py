@@ -72,3 +72,12 @@ def test_a_budget_does_not_change_an_answer(memory_limit):
     # A SpecError keeps its reason under any budget (it is not mistaken for memory).
     outcome = isolate.run("speccat.census.spec:ModelSpec", ({"name": "x"},), time_limit=60, memory_limit=memory_limit)
     assert (outcome.error, outcome.reason) == ("spec_error", "missing_field")
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_the_cli_refuses_a_budget_that_would_refuse_every_census(value, capsys):
+    from speccat.flows.cli import main
+
+    assert main(["refresh", "--memory-limit", value]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("speccat: error: ValueError: --memory-limit must be a positive") and err.count("\n") == 1
