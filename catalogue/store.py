@@ -7,7 +7,8 @@ by sql/merge.sql. It then runs sql/checks.sql, checkpoints, fsyncs and renames t
 the old one. A reader that has the old file open keeps reading the old inode; a new reader sees
 the whole new run; a writer killed at any point leaves the published file as it was, and the
 next publish removes the leftover. Carried rows are never recomputed: the flow only censuses
-configs the catalogue lacks (`stored()` tells which).
+configs the catalogue lacks and prices those not priced at every setting of its grid
+(`stored()` tells which).
 
 DuckDB lets one process write a file or many read it, never both: readers use
 `open_readonly()`, and in one process a connection to the published path must be closed before
@@ -65,10 +66,10 @@ class Published:
 
 @dataclass(frozen=True)
 class Stored:
-    """What the published catalogue already holds at one census and records version."""
+    """What a catalogue already holds at one census version, records version and grid."""
 
     specs: frozenset[str]  # config_hashes with a spec at the census version
-    priced: frozenset[str]  # config_hashes with prices at both versions
+    priced: frozenset[str]  # config_hashes priced at both versions at every setting of the grid
 
 
 def publish(db_path: str | os.PathLike, run: RunData) -> Published:
@@ -110,19 +111,16 @@ def open_readonly(db_path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(path), read_only=True)
 
 
-def stored(db_path: str | os.PathLike, census_version: str, records_version: str) -> Stored:
-    """Which config_hashes the published catalogue has specced and priced at these versions."""
+def stored(
+    db_path: str | os.PathLike, census_version: str, records_version: str, setting_ids: Iterable[str]
+) -> Stored:
+    """Which config_hashes the published catalogue has specced and priced at these versions and
+    at every one of `setting_ids` (the current grid): a config priced under an older grid that
+    lacks some of them is not priced yet, so the flow prices its stored spec again."""
     if not Path(db_path).is_file():
         return Stored(frozenset(), frozenset())
     with contextlib.closing(open_readonly(db_path)) as con:
-        specs = con.execute(
-            "SELECT config_hash FROM specs WHERE census_version = ?", [census_version]
-        ).fetchall()
-        priced = con.execute(
-            "SELECT DISTINCT config_hash FROM full_prices WHERE census_version = ? AND records_version = ?",
-            [census_version, records_version],
-        ).fetchall()
-    return Stored(frozenset(r[0] for r in specs), frozenset(r[0] for r in priced))
+        return stored_in(con, census_version, records_version, setting_ids)
 
 
 def load_specs(
@@ -130,14 +128,28 @@ def load_specs(
 ) -> dict[str, dict]:
     """Stored specs at a census version (all, or those named), as plain mappings.
 
-    For repricing under a new records version without censusing again."""
+    For pricing again (under new records or a new grid) without censusing again."""
     with contextlib.closing(open_readonly(db_path)) as con:
-        rows = con.execute(
-            "SELECT config_hash, spec::VARCHAR FROM specs WHERE census_version = ? ORDER BY config_hash",
-            [census_version],
-        ).fetchall()
-    wanted = None if config_hashes is None else set(config_hashes)
-    return {h: json.loads(s) for h, s in rows if wanted is None or h in wanted}
+        return specs_in(con, census_version, config_hashes)
+
+
+def stored_in(
+    con: duckdb.DuckDBPyConnection, census_version: str, records_version: str, setting_ids: Iterable[str]
+) -> Stored:
+    """`stored()` on an open catalogue (the file's, or a lake's as its default catalog)."""
+    rows = con.execute(
+        sql.load("stored"), {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
+    ).fetchall()
+    return Stored(*(frozenset(h for held, h in rows if held == kind) for kind in ("spec", "priced")))
+
+
+def specs_in(
+    con: duckdb.DuckDBPyConnection, census_version: str, config_hashes: Iterable[str] | None = None
+) -> dict[str, dict]:
+    """`load_specs()` on an open catalogue (the file's, or a lake's as its default catalog)."""
+    hashes = None if config_hashes is None else sorted(set(config_hashes))
+    rows = con.execute(sql.load("stored_specs"), {"census": census_version, "hashes": hashes}).fetchall()
+    return {h: json.loads(spec) for h, spec in rows}
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ One function per stage; the stages hand plain values to each other:
    hashes it. Transient source errors are retried; the rest become failures rows.
 3. `plan_jobs` groups the repos by config_hash (fine-tunes and re-uploads such as DeepSeek-V3
    and R1 share one) and keeps the configs the published catalogue does not hold yet at the
-   current census and records versions.
+   current census and records versions and at every setting of the current grid.
 4. `analyse_config` censuses and prices each new config in a child process of its own, on the
    chosen task runner: local threads (the default; each drives one census process) or a Dask
    cluster. Results are cached by config_hash and versions (flows/tasks.py).
@@ -152,11 +152,15 @@ def representative(fetched: Fetched) -> tuple:
 
 def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
     """One job per distinct config the catalogue does not hold at these versions: a census,
-    or only a pricing when the spec is stored but not priced under tonight's records."""
+    or only a pricing when the spec is stored but not priced under tonight's records at every
+    setting of tonight's grid (catalogue/settings.yaml)."""
+    from speccat.catalogue.settings import load_settings
+
     by_hash: dict[str, list[Fetched]] = defaultdict(list)
     for fetched in night.fetched.values():
         by_hash[fetched.config_hash].append(fetched)
-    held = target.stored(versions["census"], versions["records"])
+    grid = [s["setting_id"] for s in load_settings().settings]
+    held = target.stored(versions["census"], versions["records"], grid)
     specced = set() if rebuild else held.specs & set(by_hash)
     done = specced & held.priced
     to_price = sorted(specced - done)

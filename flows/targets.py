@@ -19,10 +19,10 @@ class FileTarget:
     def __str__(self) -> str:
         return self.path
 
-    def stored(self, census_version: str, records_version: str):
+    def stored(self, census_version: str, records_version: str, setting_ids):
         from speccat.catalogue.store import stored
 
-        return stored(self.path, census_version, records_version)
+        return stored(self.path, census_version, records_version, setting_ids)
 
     def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
         from speccat.catalogue.store import load_specs
@@ -37,11 +37,7 @@ class FileTarget:
 
 @dataclass(frozen=True)
 class LakeTarget:
-    """A DuckLake: a SQL catalog plus Parquet files, one transaction per night (catalogue/lake.py).
-
-    The store has no read of what a lake holds yet, so every fetched config is planned; the
-    census cache answers those already censused, and the lake's merge keeps one row per key.
-    """
+    """A DuckLake: a SQL catalog plus Parquet files, one transaction per night (catalogue/lake.py)."""
 
     catalog: str
     data_path: str
@@ -49,18 +45,26 @@ class LakeTarget:
     def __str__(self) -> str:
         return f"ducklake:{self.catalog} ({self.data_path})"
 
-    def stored(self, census_version: str, records_version: str):
-        from speccat.catalogue.store import Stored
+    @property
+    def lake(self):
+        from speccat.catalogue.lake import Lake
 
-        return Stored(frozenset(), frozenset())
+        return Lake(self.catalog, self.data_path)
+
+    def stored(self, census_version: str, records_version: str, setting_ids):
+        from speccat.catalogue.lake import stored
+
+        return stored(self.lake, census_version, records_version, setting_ids)
 
     def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
-        return {}
+        from speccat.catalogue.lake import load_specs
+
+        return load_specs(self.lake, census_version, config_hashes)
 
     def publish(self, run: RunData) -> None:
-        from speccat.catalogue.lake import Lake, publish_lake
+        from speccat.catalogue.lake import publish_lake
 
-        publish_lake(Lake(self.catalog, self.data_path), run)
+        publish_lake(self.lake, run)
 
 
 def make_target(db: str, lake: str | None = None, lake_data: str | None = None):

@@ -4,17 +4,18 @@
 -- change without a new hash), and silently keeping either row would be wrong.
 -- Same catalogs as sql/merge.sql: the target is the default catalog, tonight's rows `incoming`
 -- and, for the prices, the Arrow tables staged_layer_prices and staged_full_prices. A price
--- group (config, census and records version) is stored when its full_prices rows are.
+-- group (config, census and records version, setting) is stored when its full_prices rows are.
+--
+-- `configs` is not checked: config_hash leaves out names, versions and token ids, so repos
+-- sharing a hash have different raw JSON. The catalogue keeps the first config it stored for a
+-- hash (sql/merge.sql), the raw JSON of one representative repo.
 WITH stored_groups AS (
-    SELECT DISTINCT config_hash, census_version, records_version FROM staged_full_prices AS n
+    SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_full_prices AS n
     WHERE EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version)
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id)
 )
-SELECT 'configs' AS tbl, config_hash AS key
-FROM (SELECT * FROM incoming.configs EXCEPT SELECT * FROM configs) AS n
-WHERE config_hash IN (SELECT config_hash FROM configs)
-UNION ALL
-SELECT 'specs', config_hash || ' @ ' || census_version
+SELECT 'specs' AS tbl, config_hash || ' @ ' || census_version AS key
 FROM (SELECT * FROM incoming.specs EXCEPT SELECT * FROM specs) AS n
 WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM specs)
 UNION ALL
@@ -41,10 +42,12 @@ UNION ALL
 SELECT DISTINCT 'layer_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
 FROM (SELECT * FROM staged_layer_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)
       EXCEPT SELECT * FROM layer_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
-WHERE (config_hash, census_version, records_version) IN (SELECT (config_hash, census_version, records_version) FROM stored_groups)
+WHERE (config_hash, census_version, records_version, setting_id)
+      IN (SELECT (config_hash, census_version, records_version, setting_id) FROM stored_groups)
 UNION ALL
 SELECT DISTINCT 'full_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
 FROM (SELECT * FROM staged_full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)
       EXCEPT SELECT * FROM full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
-WHERE (config_hash, census_version, records_version) IN (SELECT (config_hash, census_version, records_version) FROM stored_groups)
+WHERE (config_hash, census_version, records_version, setting_id)
+      IN (SELECT (config_hash, census_version, records_version, setting_id) FROM stored_groups)
 ORDER BY tbl, key;

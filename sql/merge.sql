@@ -6,8 +6,10 @@
 -- Carried tables keep what is stored: a row whose key is already present is not inserted again
 -- (sql/conflicts.sql has refused the run first if tonight's row differs). Spec-derived tables
 -- and prices are carried as whole groups: (config_hash, census_version) for a spec's tables,
--- (config_hash, census_version, records_version) for its prices. All of tonight's prices share
--- one census and one records version, so a group is known by its config_hash.
+-- (config_hash, census_version, records_version, setting_id) for its prices, so a spec priced
+-- under an older grid gains the prices of a new grid's settings beside those it has. All of
+-- tonight's prices share one census and one records version, so a price group is known by its
+-- config_hash and setting_id.
 
 INSERT INTO configs BY NAME
 SELECT * FROM incoming.configs AS n
@@ -53,24 +55,30 @@ ORDER BY mask;
 -- that make per-model queries fast). A group is stored when its full_prices rows are, so the
 -- (small) full_prices table answers which groups are new. The usual night has only new groups:
 -- then the rows are appended by a plain scan, which keeps their order; when some are already
--- stored (a run stored again), the new ones are picked by a join and sorted back.
+-- stored (a run stored again, or a stored spec priced at a new grid), the new ones are picked
+-- by a join and sorted back.
 CREATE OR REPLACE TEMP TABLE new_price_groups AS
-SELECT DISTINCT config_hash, census_version, records_version FROM staged_full_prices AS n
+SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_full_prices AS n
 WHERE NOT EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version);
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id);
 SET VARIABLE _all_prices_new = (SELECT count(*) FROM temp.new_price_groups)
-                             = (SELECT count(DISTINCT config_hash) FROM staged_full_prices);
+                             = (SELECT count(*) FROM (SELECT DISTINCT config_hash, setting_id FROM staged_full_prices));
 
 INSERT INTO layer_prices BY NAME
 SELECT * FROM staged_layer_prices WHERE getvariable('_all_prices_new');
 INSERT INTO layer_prices BY NAME
-SELECT * FROM staged_layer_prices
-WHERE NOT getvariable('_all_prices_new') AND config_hash IN (SELECT config_hash FROM temp.new_price_groups)
+SELECT * FROM staged_layer_prices AS n
+WHERE NOT getvariable('_all_prices_new')
+  AND config_hash IN (SELECT config_hash FROM temp.new_price_groups)
+  AND EXISTS (SELECT 1 FROM temp.new_price_groups AS g
+              WHERE g.config_hash = n.config_hash AND g.setting_id = n.setting_id)
 ORDER BY config_hash, kind, setting_id, mask;
 
 INSERT INTO full_prices BY NAME
-SELECT * FROM staged_full_prices
-WHERE config_hash IN (SELECT config_hash FROM temp.new_price_groups)
+SELECT * FROM staged_full_prices AS n
+WHERE EXISTS (SELECT 1 FROM temp.new_price_groups AS g
+              WHERE g.config_hash = n.config_hash AND g.setting_id = n.setting_id)
 ORDER BY config_hash, kind, setting_id;
 
 DROP TABLE temp.new_price_groups;

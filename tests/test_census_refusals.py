@@ -12,7 +12,7 @@ import pytest
 from hostile_corpus import CASES, CORPUS, EXPECTED, GENERATORS, committed, generated, materialize
 
 from speccat.census import load_config_file
-from speccat.census.spec import REASONS, SpecError
+from speccat.census.spec import MAX_MESSAGE_CHARS, REASONS, SpecError
 from speccat.flows.cli import main
 
 
@@ -50,6 +50,7 @@ def test_broken_config_is_refused_with_its_reason(name, paths, monkeypatch):
     error = _refusal(paths[name])
     assert error.reason == expected["reason"], f"{name} ({expected['why']}): {error}"
     assert str(error)  # a message naming the field
+    assert "\n" not in str(error) and len(str(error)) <= MAX_MESSAGE_CHARS  # one bounded line
 
 
 def test_kind_conflict_names_both_layers():

@@ -1,14 +1,17 @@
 """The refresh flow on the shipped snapshot plus one broken config: cold, then warm.
 
 Two flow runs (tests/refresh_runs.py) are shared by the tests of this module; other runs
-fill a new catalogue from the cache, time a census out and fail a listing.
+fill a new catalogue from the cache, price a catalogue of an older grid at the new settings,
+time a census out and fail a listing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 
+import duckdb
 import pytest
 from conftest import load_shipped, repo_id_of, shipped_config_paths
 from refresh_runs import (
@@ -158,6 +161,33 @@ def test_a_new_catalogue_is_filled_from_the_cache_without_censusing(snapshot_run
         query = f"SELECT * FROM {table} WHERE config_hash IN ({marks}) ORDER BY ALL"
         from_cache = rows(db, query, hashes)
         assert from_cache and from_cache == rows(snapshot_runs.after_cold, query, hashes), table
+
+
+def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(snapshot_runs, tmp_path):
+    """A catalogue published before the grid had seq_length 32768 (its prices and settings at
+    32768 removed from a copy of the cold run's): the flow prices the stored spec again, without
+    a census, and the catalogue gains those prices; the others are kept as they were."""
+    repo_id = "Qwen/Qwen3-0.6B"
+    snapshot = copy_snapshot(tmp_path / "snapshot", [repo_id])
+    db = tmp_path / "older-grid.duckdb"
+    shutil.copy(snapshot_runs.after_cold, db)
+    with duckdb.connect(str(db)) as con:
+        newer = [r[0] for r in con.execute("SELECT setting_id FROM settings WHERE seq_length = 32768").fetchall()]
+        assert newer and len(newer) < len(load_settings().settings)
+        for table in ("layer_prices", "full_prices", "settings"):
+            con.execute(f"DELETE FROM {table} WHERE list_contains(?, setting_id)", [newer])
+    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    assert state.is_completed()
+    # the spec is stored, so it is not new; it is not priced at the whole grid, so not "stored"
+    assert (counts["configs"], counts["stored"], counts["new_configs"], counts["censused"]) == (1, 0, 0, 0)
+    assert counts["repriced"] + counts["cached"] == 1
+    qwen = [config_hash(load_shipped(repo_id))]
+    for table in ("layer_prices", "full_prices"):
+        query = f"SELECT * FROM {table} WHERE config_hash = ? ORDER BY ALL"
+        assert rows(db, query, qwen) == rows(snapshot_runs.after_cold, query, qwen), table
+    # other configs, not listed tonight, keep what they had (nothing at 32768)
+    others = "SELECT count(*) FROM full_prices WHERE config_hash <> ? AND list_contains(?, setting_id)"
+    assert rows(db, others, [qwen[0], newer]) == [(0,)]
 
 
 def test_a_census_over_its_time_limit_becomes_a_timeout_row(prefect_api, tmp_path):

@@ -5,9 +5,10 @@ retries (tests/test_refresh_hub.py covers 429 with Retry-After, 503 and gated re
 
 1. clean: three repos stored, a gated one a failures row;
 2. faults: the listing stalls past the flow's listing timeout (the flow gives up and tries
-   again); one repo's metadata request is reset (TCP RST) once; one download stalls past
-   huggingface_hub's download timeout (it resumes); one repo's download is reset on every try
-   (a `fetch_failed` row);
+   again); one repo's metadata request is reset (TCP RST) once; another's is rate limited (429
+   with Retry-After) and then its download stalls past huggingface_hub's download timeout (it
+   resumes); a third repo's download is reset, answered 502, reset: one per try of the flow (a
+   `fetch_failed` row);
 3. the same Hub without faults.
 
 After the faulty night the catalogue answers as before (the repo that could not be fetched keeps
@@ -122,9 +123,11 @@ def nights(prefect_api, tmp_path_factory):
 
             hub.stall("GET", "/api/models", STALL_S)  # past the flow's listing timeout
             hub.reset("HEAD", resolve(repos[P1]))
+            hub.fail("HEAD", resolve(repos[P2]), 429, {"Retry-After": "1"})
             hub.stall("GET", resolve(repos[P2]), STALL_S)  # past the download timeout
-            for _ in range(len(RETRY_DELAYS) + 1):
-                hub.reset("GET", resolve(repos[P3]))
+            hub.reset("GET", resolve(repos[P3]))
+            hub.fail("GET", resolve(repos[P3]), 502)
+            hub.reset("GET", resolve(repos[P3]))
             hub.requests.clear()
             night("faulty")
             shutil.copy(db, tmp / "faulty.duckdb")
@@ -165,7 +168,7 @@ def test_the_faulty_night_completes_with_the_one_repo_it_could_not_fetch_as_a_ro
     run_id = counts["run_id"]
     failures = rows(nights.faulty, "SELECT repo_id, stage, reason, message FROM failures WHERE run_id = ? ORDER BY repo_id", [run_id])
     assert [f[:3] for f in failures] == [(P3, "fetch", "fetch_failed"), (GATED, "fetch", "gated")]
-    assert "reset" in failures[0][3].lower()
+    assert "reset" in failures[0][3].lower()  # the last try's error
 
 
 def task_run_counts(flow_run_id: str) -> dict[str, int]:
@@ -182,8 +185,8 @@ def test_the_flow_gave_up_on_the_stalled_listing_and_retried_what_failed(nights)
     ran = task_run_counts(nights.counts["faulty"]["run_id"])
     assert ran["list-repos"] == 2  # stalled past its timeout, then answered
     assert ran[f"fetch {P1}"] == 2  # reset once
-    assert ran[f"fetch {P2}"] == 1  # huggingface_hub resumed the stalled download itself
-    assert ran[f"fetch {P3}"] == len(RETRY_DELAYS) + 1  # reset on every try
+    assert ran[f"fetch {P2}"] == 1  # huggingface_hub asked again after the 429 and resumed the stalled download
+    assert ran[f"fetch {P3}"] == len(RETRY_DELAYS) + 1  # reset, 502, reset
     assert ran[f"fetch {GATED}"] == 1  # not transient: not retried
 
 
@@ -193,6 +196,7 @@ def test_each_fault_was_met(nights):
     listing = hub.requests_to("/api/models", "GET")
     assert len(listing) >= 2  # stalled, then answered (and the pages after)
     assert len(hub.requests_to(resolve(hub.repos[P1]), "HEAD")) >= 2  # reset, then answered
+    assert len(hub.requests_to(resolve(hub.repos[P2]), "HEAD")) >= 2  # rate limited, then asked again
     assert len(hub.requests_to(resolve(hub.repos[P2]), "GET")) >= 2  # stalled, then resumed
     # P3: reset on each of the flow's tries in the faulty night, then answered in the rerun.
     assert len(hub.requests_to(resolve(hub.repos[P3]), "GET")) == len(RETRY_DELAYS) + 2

@@ -179,12 +179,94 @@ def test_repos_hold_the_latest_metadata():
     assert repos[runs.BROKEN] == (None, None) and repos[runs.GATED] == (None, None)
 
 
+def setting_ids(settings) -> list[str]:
+    return [s["setting_id"] for s in settings]
+
+
 def test_stored_tells_the_flow_what_to_skip(night1):
     run = runs.first_run()
-    known = stored(night1[0], run.census_version, run.records_version)
+    grid = setting_ids(run.settings)
+    known = stored(night1[0], run.census_version, run.records_version, grid)
     assert known.specs == known.priced == frozenset(run.specs)
-    assert stored(night1[0], "another-census", run.records_version).specs == frozenset()
-    assert stored(night1[0], run.census_version, "another-records").priced == frozenset()
+    assert stored(night1[0], "another-census", run.records_version, grid).specs == frozenset()
+    assert stored(night1[0], run.census_version, "another-records", grid).priced == frozenset()
+    # a grid with one setting the catalogue never priced: nothing is priced at all of it
+    assert stored(night1[0], run.census_version, run.records_version, grid + ["new-setting"]).priced == frozenset()
+
+
+def at_settings(tables, settings):
+    """A config's price tables cut down to some settings (what an older or newer grid priced)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = pa.array(setting_ids(settings), pa.string())
+    return dataclasses.replace(
+        tables,
+        layer_prices=tables.layer_prices.filter(pc.is_in(tables.layer_prices["setting_id"], value_set=ids)),
+        full_prices=tables.full_prices.filter(pc.is_in(tables.full_prices["setting_id"], value_set=ids)),
+    )
+
+
+def test_a_new_grid_prices_stored_specs_again_and_keeps_the_old_prices(tmp_path):
+    """Night 1 priced a grid of seq 4096 and 8192; night 2's grid is 8192 and 32768 and brings
+    only prices (the flow prices stored specs again). The 8192 prices are in both nights and
+    stored once; 4096, no longer in the grid, stays; 32768 is added."""
+    grid = runs.grid().settings
+    old = [s for s in grid if s["seq_length"] in (4096, 8192)]
+    new = [s for s in grid if s["seq_length"] in (8192, 32768)]
+    assert old and new and {s["seq_length"] for s in grid} == {4096, 8192, 32768}
+    first = runs.first_run()
+    night1 = dataclasses.replace(first, settings=old, prices={h: at_settings(t, old) for h, t in first.prices.items()})
+    path = tmp_path / "catalogue.duckdb"
+    publish(path, night1)
+    cv, rv = first.census_version, first.records_version
+    assert stored(path, cv, rv, setting_ids(old)).priced == frozenset(first.specs)
+    before = stored(path, cv, rv, setting_ids(new))
+    assert before.specs == frozenset(first.specs) and before.priced == frozenset()
+
+    items = [runs.censused(r) for r in runs.REPOS]
+    night2 = dataclasses.replace(
+        runs.make_run("night-2", items, day=2, new=()),
+        settings=new,
+        prices={h: at_settings(t, new) for h, t in first.prices.items()},
+    )
+    publish(path, night2)
+    assert stored(path, cv, rv, setting_ids(new)).priced == frozenset(first.specs)
+    assert stored(path, cv, rv, setting_ids(old)).priced == frozenset(first.specs)
+    # old and new together are the whole grid: each config holds exactly its full price tables
+    assert stored(path, cv, rv, setting_ids(grid)).priced == frozenset(first.specs)
+    with contextlib.closing(open_readonly(path)) as con:
+        assert con.execute("SELECT count(*) FROM settings").fetchone()[0] == len(grid)
+        for config_hash, tables in first.prices.items():
+            got = con.execute(
+                "SELECT kind, setting_id, mask, total FROM layer_prices WHERE config_hash = ? ORDER BY ALL", [config_hash]
+            ).fetchall()
+            layer = tables.layer_prices
+            assert got == sorted(zip(*(layer.column(c).to_pylist() for c in ("kind", "setting_id", "mask", "total"))))
+            n_full = con.execute("SELECT count(*) FROM full_prices WHERE config_hash = ?", [config_hash]).fetchone()[0]
+            assert n_full == tables.full_prices.num_rows
+
+
+def test_a_different_raw_config_under_a_stored_hash_keeps_the_first(tmp_path, night1):
+    """DeepSeek-V3 and R1 share a config_hash but not their raw JSON (transformers_version):
+    storing the other one's config later is no conflict, and the first stays."""
+    v3, r1 = runs.censused("deepseek-ai/DeepSeek-V3"), runs.censused("deepseek-ai/DeepSeek-R1")
+    assert v3.config_hash == r1.config_hash and v3.config != r1.config
+    path = tmp_path / "catalogue.duckdb"
+    shutil.copyfile(night1[0], path)
+    run = runs.first_run()
+    first = run.configs[v3.config_hash]
+    other = v3.config if first == r1.config else r1.config
+    publish(path, dataclasses.replace(run, run_id="night-1b", configs={**run.configs, v3.config_hash: other}))
+    with contextlib.closing(open_readonly(path)) as con:
+        (config,) = con.execute("SELECT config FROM configs WHERE config_hash = ?", [v3.config_hash]).fetchone()
+        assert con.execute("SELECT count(*) FROM configs").fetchone()[0] == len(run.configs)
+    assert json.loads(config) == first
+    # the spec tables keep their check: a changed spec under the same hash is still refused
+    changed = {**run.specs, v3.config_hash: {**run.specs[v3.config_hash], "name": "another name"}}
+    with pytest.raises(StoreError) as err:
+        publish(path, dataclasses.replace(run, run_id="night-1c", configs={v3.config_hash: other}, specs=changed))
+    assert err.value.reason == "conflict" and "configs" not in str(err.value)
 
 
 def test_a_changed_spec_under_the_same_version_is_a_conflict(tmp_path, night1):
