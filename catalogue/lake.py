@@ -12,6 +12,8 @@ therefore also increments the one row of `lake_epoch`: two overlapping publishes
 (both rewrite that row), the later one fails to commit, and this module runs it again from a
 fresh snapshot, where the merge sees what the other writer stored. The merge is the single
 file's (sql/merge.sql), so a reader of the lake sees the same rows as the single file.
+`stored()` and `load_specs()` answer what a lake holds, as their namesakes in store.py do for
+the file, so the flow skips what the lake already has.
 
 The extensions come from PyPI packages (duckdb-extension-ducklake, and
 duckdb-extension-sqlite-scanner for a SQLite catalog) and are loaded from their files: no
@@ -25,7 +27,7 @@ import importlib
 import random
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -34,7 +36,18 @@ import duckdb
 
 from speccat import sql
 from speccat.catalogue.rundata import RunData, StoreError
-from speccat.catalogue.store import INCOMING, TABLES, first_line, merge, schema_signature, sql_literal, stage
+from speccat.catalogue.store import (
+    INCOMING,
+    TABLES,
+    Stored,
+    first_line,
+    merge,
+    schema_signature,
+    specs_in,
+    sql_literal,
+    stage,
+    stored_in,
+)
 
 LAKE = "lake"
 # Extension name -> the PyPI package that ships its binary for this DuckDB version.
@@ -139,6 +152,47 @@ def open_lake(lake: Lake) -> Iterator[duckdb.DuckDBPyConnection]:
         yield con
     finally:
         con.close()
+
+
+def stored(lake: Lake, census_version: str, records_version: str, setting_ids: Iterable[str]) -> Stored:
+    """What the lake holds, as `store.stored()` tells it of the single file: config_hashes
+    specced at `census_version`, and those priced at both versions at every one of
+    `setting_ids`. A lake not created yet, or never published into, holds nothing."""
+    nothing = Stored(frozenset(), frozenset())
+    catalog_file = _catalog_file(lake)
+    if catalog_file is not None and not catalog_file.exists():
+        return nothing  # not created by reading it
+    try:
+        with open_lake(lake) as con:
+            if not _published(con):
+                return nothing
+            return stored_in(con, census_version, records_version, setting_ids)
+    except StoreError as err:
+        # DuckLake's words for a catalog that holds no lake (a read-only attach creates none).
+        if "does not exist" in str(err):
+            return nothing
+        raise
+
+
+def load_specs(lake: Lake, census_version: str, config_hashes: Iterable[str] | None = None) -> dict[str, dict]:
+    """The lake's specs at a census version (all, or those named), as `store.load_specs()`."""
+    with open_lake(lake) as con:
+        return specs_in(con, census_version, config_hashes) if _published(con) else {}
+
+
+def _published(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the attached lake has the catalogue's tables (a publish created them)."""
+    tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [LAKE]).fetchall()
+    return set(TABLES) <= {t for (t,) in tables}
+
+
+def _catalog_file(lake: Lake) -> Path | None:
+    """The file of a SQLite or DuckDB catalog (None for a PostgreSQL one)."""
+    if lake.backend == "sqlite":
+        return Path(lake.catalog.split(":", 1)[1])
+    if lake.backend == "duckdb":
+        return Path(lake.catalog.removeprefix("duckdb:"))
+    return None
 
 
 def lake_ddl(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -54,7 +54,10 @@ def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
         assert cli.main(argv) == 0  # a second night into the same lake keeps one row per key
     finally:
         progress.disable()
-    assert "published ducklake:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "published ducklake:" in out
+    # the second night found the config in the lake and left it alone, as with the file
+    assert "configs 1 (0 already stored, 1 new" in out and "configs 1 (1 already stored, 0 new: 0 censused, 0 from the cache)" in out
     with open_lake(Lake(catalog, data)) as con:
         assert con.execute("SELECT count(*), count(DISTINCT status) FROM runs").fetchone() == (2, 1)
         assert con.execute("SELECT name FROM specs").fetchall() == [("Qwen/Qwen3-0.6B",)]

@@ -11,6 +11,8 @@ import textwrap
 import pytest
 import store_runs as runs
 
+from speccat.catalogue import lake as lakes
+from speccat.catalogue import store
 from speccat.catalogue.lake import Lake, lake_ddl, open_lake, publish_lake
 from speccat.catalogue.rundata import StoreError
 from speccat.catalogue.store import TABLES, open_readonly, publish
@@ -98,3 +100,28 @@ def test_an_unreachable_lake_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError) as err:
         publish_lake(lake, runs.first_run())
     assert err.value.reason == "lake" and "catalog.ducklake" in str(err.value)
+
+
+def test_a_lake_tells_what_it_holds_as_the_file_does(tmp_path):
+    """lake.stored / lake.load_specs answer the flow's plan stage as store.stored / load_specs
+    do for a file with the same runs; a lake not created yet holds nothing and is not created."""
+    run = runs.first_run()
+    grid = [s["setting_id"] for s in run.settings]
+    cv, rv = run.census_version, run.records_version
+    catalog = tmp_path / "catalog.ducklake"
+    lake = Lake(str(catalog), str(tmp_path / "data") + "/")
+    empty = store.Stored(frozenset(), frozenset())
+    assert lakes.stored(lake, cv, rv, grid) == empty and not catalog.exists()
+    assert lakes.stored(Lake(f"sqlite:{tmp_path / 'none.sqlite'}", str(tmp_path / "d")), cv, rv, grid) == empty
+    assert not (tmp_path / "none.sqlite").exists()
+
+    publish_lake(lake, run)
+    single = tmp_path / "catalogue.duckdb"
+    publish(single, run)
+    for census, records, ids in ((cv, rv, grid), (cv, rv, grid + ["a-setting-not-priced"]), (cv, "other", grid)):
+        assert lakes.stored(lake, census, records, ids) == store.stored(single, census, records, ids)
+    held = lakes.stored(lake, cv, rv, grid)
+    assert held.specs == held.priced == frozenset(run.specs)
+    some = sorted(run.specs)[:2]
+    assert lakes.load_specs(lake, cv, some) == store.load_specs(single, cv, some) == {h: run.specs[h] for h in some}
+    assert lakes.load_specs(lake, cv) == run.specs
