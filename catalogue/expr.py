@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import copy
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -249,7 +250,9 @@ class Expr:
         if len(source) > MAX_LENGTH:
             raise ExprError("too_long", f"the expression is {len(source)} characters; at most {MAX_LENGTH}")
         try:
-            tree = ast.parse(source.strip(), mode="eval")
+            with warnings.catch_warnings():  # text such as `1if x else 2` warns; it is parsed all the same
+                warnings.simplefilter("ignore", SyntaxWarning)
+                tree = ast.parse(source.strip(), mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
             raise ExprError("syntax", f"not an expression: {err}") from None
         self.names = _validate(tree)

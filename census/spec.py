@@ -181,12 +181,16 @@ def _validate_per_kind(field: str, value: Any, kinds: tuple[str, ...]) -> Mappin
     return mapping
 
 
+def _check_counts(field: str, value: Any, keys: tuple[str, ...]) -> None:
+    """A mapping of exactly `keys`, each a non-negative integer."""
+    _check_keys(field, _check_mapping(field, value), keys, keys)
+    for key in keys:
+        _check_int(f"{field}.{key}", value[key], 0)
+
+
 def _validate_ops(spec: Mapping, kinds: tuple[str, ...]) -> None:
     for kind, counts in _validate_per_kind("ops", spec["ops"], kinds).items():
-        field = f"ops.{kind}"
-        _check_keys(field, _check_mapping(field, counts), OPS, OPS)
-        for op in OPS:
-            _check_int(f"{field}.{op}", counts[op], 0)
+        _check_counts(f"ops.{kind}", counts, OPS)
 
 
 def _validate_flavours(spec: Mapping, kinds: tuple[str, ...]) -> None:
@@ -205,10 +209,7 @@ def _validate_params(spec: Mapping, kinds: tuple[str, ...]) -> None:
     for part in MODEL_PARAM_PARTS:
         _check_int(f"params.{part}", params[part], 0)
     for kind, parts in _validate_per_kind("params.kinds", params["kinds"], kinds).items():
-        field = f"params.kinds.{kind}"
-        _check_keys(field, _check_mapping(field, parts), KIND_PARAM_PARTS, KIND_PARAM_PARTS)
-        for part in KIND_PARAM_PARTS:
-            _check_int(f"{field}.{part}", parts[part], 0)
+        _check_counts(f"params.kinds.{kind}", parts, KIND_PARAM_PARTS)
 
 
 def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
