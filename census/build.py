@@ -25,7 +25,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census import checks
 from speccat.census.attention import ATTENTION_IMPL
-from speccat.census.config import language_config
+from speccat.census.config import census_config, language_config
 from speccat.census.spec import SpecError
 
 BUILD_DTYPE = torch.bfloat16
@@ -78,7 +78,7 @@ def resolve_config(config: Mapping) -> tuple[Any, Any, bool]:
             )
         raise SpecError("unknown_model_type", f"model_type {model_type!r}: transformers {_transformers_version()} does not know it")
     try:
-        top = CONFIG_MAPPING[model_type].from_dict(dict(config))
+        top = CONFIG_MAPPING[model_type].from_dict(census_config(config))
         text = top.get_text_config(decoder=True)
     except Exception as err:  # building a config object only parses it: any failure is the config's
         raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None

@@ -106,6 +106,24 @@ def architecture_config(config: Mapping) -> dict:
     }
 
 
+def census_config(config: Mapping) -> dict:
+    """What the census builds from: the language config, under the top-level model_type.
+
+    Other modalities' sub-configs (vision_config, ...) are left out, so they take their class
+    defaults: the census only describes the language model, and a repo that shares a popular
+    config_hash but carries a broken vision_config builds the same model. The keys the hash
+    drops but a build reads (token ids: a pad id indexes the embedding) stay; repos sharing a
+    hash are censused from the most downloaded one (flows/refresh.py).
+    """
+    language = language_config(config)
+    if config.get("text_config") is None:
+        return language
+    view = {"model_type": config.get("model_type"), "text_config": language}
+    if "tie_word_embeddings" in language:
+        view["tie_word_embeddings"] = language["tie_word_embeddings"]
+    return view
+
+
 def config_hash(config: Mapping) -> str:
     """sha256 of the canonical JSON (sorted keys, no spaces) of the architecture config."""
     try:

@@ -287,3 +287,17 @@ def test_flash_kernel_bytes_follow_the_heads(specs):
 def test_spec_json_is_stable(specs):
     spec = specs["Qwen/Qwen3-Next-80B-A3B-Thinking"]
     assert json.loads(spec.to_json()) == spec.to_dict()
+
+
+@pytest.mark.parametrize("repo_id", ["Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct"])
+def test_a_broken_vision_config_changes_neither_hash_nor_census(repo_id):
+    """The census builds from what config_hash covers: a copy of a popular config whose
+    vision_config cannot be built shares the original's hash, so it must get the same spec
+    rather than a refusal that would stand for the original."""
+    from speccat.census import config_hash, run_census
+
+    original = load_shipped(repo_id)
+    poisoned = json.loads(json.dumps(original))
+    poisoned["vision_config"] = dict(poisoned.get("vision_config") or {}, depth="many", hidden_size=-3)
+    assert config_hash(poisoned) == config_hash(original)
+    assert run_census(poisoned, name=repo_id) == run_census(original, name=repo_id)
