@@ -69,10 +69,12 @@ class StoreError(ReasonError):
     schema: the run does not fit the catalogue's schema (a setting field or switch without a column);
     conflict: a row already stored under the same key differs from tonight's (a version not bumped);
     check_failed: the built catalogue failed a consistency check (sql/checks.sql);
-    lake: the DuckLake could not be attached or committed.
+    lake: the DuckLake could not be attached or committed;
+    write_failed: the new file could not be written (a full disk, an I/O error); the published
+    catalogue is unchanged.
     """
 
-    REASONS = ("bad_run", "schema", "conflict", "check_failed", "lake")
+    REASONS = ("bad_run", "schema", "conflict", "check_failed", "lake", "write_failed")
 
     def __init__(self, reason: str, message: str):
         if reason not in self.REASONS:

@@ -98,6 +98,10 @@ def publish(db_path: str | os.PathLike, run: RunData) -> Published:
             _fsync(tmp)
             os.replace(tmp, db_path)
             _fsync(db_path.parent)
+        except (duckdb.IOException, duckdb.FatalException, OSError) as err:
+            raise StoreError(
+                "write_failed", f"{db_path}: the new catalogue could not be written, the published one is unchanged: {first_line(err)}"
+            ) from err
         finally:
             _remove_with_wal(tmp)
     return Published(path=db_path, run_id=run.run_id, rebuilt=rebuilt, rows=rows)

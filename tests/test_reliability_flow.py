@@ -285,7 +285,8 @@ def test_a_full_disk_fails_the_publish_cleanly(faults):
     assert done.stdout == ""
     # The CLI's own report is one line, last (Prefect logs the flow's failure before it).
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("speccat: error: ") and "File too large" in last, done.stderr
+    assert last.startswith("speccat: error: StoreError: ") and "File too large" in last, done.stderr
+    assert "the published one is unchanged" in last
     assert done.leftovers == []  # its own half-written file is gone, and night 3's leftover too
 
 
