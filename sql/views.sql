@@ -9,6 +9,16 @@ SELECT * FROM runs ORDER BY started DESC, run_id DESC LIMIT 1;
 CREATE OR REPLACE VIEW previous_run AS
 SELECT * FROM runs ORDER BY started DESC, run_id DESC LIMIT 1 OFFSET 1;
 
+-- The settings of the grid matching the variables seq_length [4096], micro_batch [1], tp [1]
+-- and cp [1] (set with SET VARIABLE, or `speccat query -p`): the one lookup the per-setting
+-- queries and `speccat show` share.
+CREATE OR REPLACE VIEW chosen_settings AS
+SELECT * FROM settings
+WHERE seq_length = coalesce(getvariable('seq_length'), 4096)
+  AND micro_batch = coalesce(getvariable('micro_batch'), 1)
+  AND tp = coalesce(getvariable('tp'), 1)
+  AND cp = coalesce(getvariable('cp'), 1);
+
 -- Whole-model bytes (DESIGN §3.5): the sum over the stack's kinds of layers x layer bytes,
 -- with one mask for every layer. Per rank, for one micro-batch.
 CREATE OR REPLACE VIEW model_prices AS

@@ -5,11 +5,7 @@
 --   in any order (attBMM,softmax).
 -- The settings and the switch set are looked up first, so the scan of the prices filters on them.
 SET VARIABLE _setting_ids = coalesce(
-    (SELECT list(setting_id) FROM settings
-     WHERE seq_length = coalesce(getvariable('seq_length'), 4096)
-       AND micro_batch = coalesce(getvariable('micro_batch'), 1)
-       AND tp = coalesce(getvariable('tp'), 1)
-       AND cp = coalesce(getvariable('cp'), 1)),
+    (SELECT list(setting_id) FROM chosen_settings),
     error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
 
 SET VARIABLE _switch_set = coalesce(

@@ -8,11 +8,7 @@ SET VARIABLE _config_hash = coalesce(
 SET VARIABLE _census_version = (SELECT census_version FROM latest_run);
 SET VARIABLE _records_version = (SELECT records_version FROM latest_run);
 SET VARIABLE _setting_ids = coalesce(
-    (SELECT list(setting_id) FROM settings
-     WHERE seq_length = coalesce(getvariable('seq_length'), 4096)
-       AND micro_batch = coalesce(getvariable('micro_batch'), 1)
-       AND tp = coalesce(getvariable('tp'), 1)
-       AND cp = coalesce(getvariable('cp'), 1)),
+    (SELECT list(setting_id) FROM chosen_settings),
     error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
 
 WITH priced AS (
