@@ -24,9 +24,9 @@ def rate(fn) -> float:
 
 
 def main() -> None:
-    from speccat.catalogue.names import layer_names
-    from speccat.catalogue.records import load_records
-    from speccat.catalogue.settings import load_settings
+    from speccat.catalogue.records.names import layer_names
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.settings import load_settings
 
     records, grid = load_records(), load_settings()
     ops = {"attMM": 4, "attBMM": 2, "ffMM": 3, "softmax": 1, "dropout": 0, "normOp": 2, "gather": 4, "headCast": 1, "ffAct": 1, "linrec": 0}

@@ -42,9 +42,9 @@ def timed(fn, repeats: int):
 
 
 def main() -> None:
-    from speccat.catalogue.pricing import price_layers
-    from speccat.catalogue.records import load_records
-    from speccat.catalogue.settings import load_settings
+    from speccat.catalogue.records.pricing import price_layers
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.settings import load_settings
 
     records, grid = load_records(), load_settings()
     started = time.perf_counter()

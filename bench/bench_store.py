@@ -80,7 +80,7 @@ def bench_ingest(store_runs, items) -> None:
 
 
 def synthetic_catalogue(store_runs, items, n: int, folder: Path) -> tuple[Path, float, str]:
-    from speccat.catalogue.store import publish
+    from speccat.catalogue.store.file import publish
 
     chosen = store_runs.replicated(items, math.ceil(n / len(items)))[:n]
     repos = [store_runs.repo_row(item, downloads=10 * (n - i)) for i, item in enumerate(chosen)]
@@ -92,7 +92,7 @@ def synthetic_catalogue(store_runs, items, n: int, folder: Path) -> tuple[Path, 
 
 
 def p50_ms(con, text: str, params: dict) -> float:
-    from speccat.catalogue import present
+    from speccat.catalogue.store import present
 
     present.run(con, text, params)  # warm
     times = []
@@ -105,7 +105,7 @@ def p50_ms(con, text: str, params: dict) -> float:
 
 def bench_queries(store_runs, items) -> None:
     from speccat import sql
-    from speccat.catalogue.store import open_readonly
+    from speccat.catalogue.store.file import open_readonly
 
     results: dict[str, dict[int, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:

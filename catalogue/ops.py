@@ -1,7 +1,7 @@
 """The op vector: the ten op names every layer kind counts (DESIGN §2.1), in their fixed order.
 
 These are names, the schema of the vector, not counts or formulas: the counts live in the
-family profiles (census/profiles/*.yaml) and the formulas in catalogue/records.yaml. The
+family profiles (census/profiles/*.yaml) and the formulas in catalogue/records/records.yaml. The
 census imports this module (census → catalogue is the direction data flows).
 """
 

@@ -1,7 +1,7 @@
 """Stable codes the catalogue stores beside the census's own (census/spec.py REASONS).
 
 The SQL schema declares each tuple as an ENUM (sql/schema.sql); tests check the two agree.
-The flow imports these when it builds failures rows and runs (catalogue/rundata.py).
+The flow imports these when it builds failures rows and runs (catalogue/store/rundata.py).
 """
 
 # Why a repo could not be fetched (the flow's fetch stage, DESIGN §5).

@@ -15,9 +15,9 @@ import torch  # noqa: F401  (preloaded for the forked children)
 # makes the fork server import it once, instead of every child at its first census.
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
-from speccat.catalogue.pricing import price_spec
-from speccat.catalogue.records import load_records
-from speccat.catalogue.settings import load_settings
+from speccat.catalogue.records.pricing import price_spec
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
 from speccat.census.family import family_for
 from speccat.census.spec import ModelSpec

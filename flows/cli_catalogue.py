@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from speccat.catalogue import present
-    from speccat.catalogue.store import open_readonly
+    from speccat.catalogue.store import present
+    from speccat.catalogue.store.file import open_readonly
 
     text = present.resolve_query(args.sql_or_file)
     params = present.parse_params(args.param)
@@ -54,8 +54,8 @@ def run_query(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from speccat import sql
-    from speccat.catalogue import present
-    from speccat.catalogue.store import open_readonly
+    from speccat.catalogue.store import present
+    from speccat.catalogue.store.file import open_readonly
 
     wanted = {"seq_length": args.seq, "micro_batch": args.micro_batch, "tp": args.tp, "cp": args.cp}
     with contextlib.closing(open_readonly(args.db)) as con:
@@ -102,7 +102,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from speccat.catalogue.export import export
+    from speccat.catalogue.store.export import export
 
     manifest = export(args.db, args.out_dir)
     for name, rows in manifest["tables"].items():

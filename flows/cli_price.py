@@ -1,6 +1,6 @@
 """`speccat price CONFIG.json`: census one config and price it at one setting (DESIGN §6).
 
-The setting is the grid's defaults (catalogue/settings.yaml: each field's first value) with
+The setting is the grid's defaults (catalogue/records/settings.yaml: each field's first value) with
 --seq/--micro-batch/--tp/--cp and any `--set FIELD=VALUE` on top. `--switches` picks what is
 recomputed: none, all, full (full recompute), or switch names joined by commas. A bad
 setting, an unknown switch or a spec that cannot be priced exits 2 with one line, or with
@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     parser.add_argument("--cp", type=int, help="context-parallel size (default 1)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", dest="fields",
-        help="any other setting field of catalogue/settings.yaml, e.g. --set cp_algo=ulysses --set dtype=fp32",
+        help="any other setting field of catalogue/records/settings.yaml, e.g. --set cp_algo=ulysses --set dtype=fp32",
     )  # fmt: skip
     parser.add_argument(
         "--switches", default="none",
@@ -49,7 +49,7 @@ def register(subparsers) -> None:
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The setting fields the command line names; `--set` values are read as YAML scalars."""
-    from speccat.catalogue.settings import SettingsError
+    from speccat.catalogue.records.settings import SettingsError
 
     fields: dict[str, Any] = {}
     for pair in args.fields:
@@ -79,9 +79,9 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     """Census `config` and price it: the `price --json` mapping of DESIGN §6."""
     import pyarrow.compute as pc
 
-    from speccat.catalogue.pricing import model_totals, price_spec, stack_counts
-    from speccat.catalogue.records import load_records
-    from speccat.catalogue.settings import load_settings
+    from speccat.catalogue.records.pricing import model_totals, price_spec, stack_counts
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.settings import load_settings
 
     records, grid = load_records(), load_settings()
     setting = grid.setting(setting_overrides)
@@ -115,7 +115,7 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
 
 
 def summary(result: dict) -> str:
-    from speccat.catalogue.present import human_bytes, table
+    from speccat.catalogue.store.present import human_bytes, table
 
     setting = " ".join(f"{k}={v}" for k, v in result["setting"].items() if k != "setting_id")
     switches = result["switches"]

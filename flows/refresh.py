@@ -87,8 +87,8 @@ class Night:
 
 def current_versions() -> dict[str, str]:
     """Every version a stored result depends on (the runs table's version columns)."""
-    from speccat.catalogue.records import load_records
-    from speccat.catalogue.settings import load_settings
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.settings import load_settings
     from speccat.census import CENSUS_VERSION
     from speccat.census.family import profiles_version
 
@@ -153,8 +153,8 @@ def representative(fetched: Fetched) -> tuple:
 def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
     """One job per distinct config the catalogue does not hold at these versions: a census,
     or only a pricing when the spec is stored but not priced under tonight's records at every
-    setting of tonight's grid (catalogue/settings.yaml)."""
-    from speccat.catalogue.settings import load_settings
+    setting of tonight's grid (catalogue/records/settings.yaml)."""
+    from speccat.catalogue.records.settings import load_settings
 
     by_hash: dict[str, list[Fetched]] = defaultdict(list)
     for fetched in night.fetched.values():
@@ -224,9 +224,9 @@ def _api_for(runner):
 
 def run_data(night: Night, run_id: str, started: datetime, status: str, source: str, versions: dict[str, str]):
     """The night as the store ingests it: only tonight's new specs and prices."""
-    from speccat.catalogue.records import load_records
-    from speccat.catalogue.rundata import RunData
-    from speccat.catalogue.settings import load_settings
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.store.rundata import RunData
+    from speccat.catalogue.records.settings import load_settings
 
     repos = []
     for listing in night.listings:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speccat.catalogue.rundata import RunData
+from speccat.catalogue.store.rundata import RunData
 
 
 @dataclass(frozen=True)
 class FileTarget:
-    """The catalogue file, published by an atomic rename (catalogue/store.py)."""
+    """The catalogue file, published by an atomic rename (catalogue/store/file.py)."""
 
     path: str
 
@@ -20,24 +20,24 @@ class FileTarget:
         return self.path
 
     def stored(self, census_version: str, records_version: str, setting_ids):
-        from speccat.catalogue.store import stored
+        from speccat.catalogue.store.file import stored
 
         return stored(self.path, census_version, records_version, setting_ids)
 
     def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
-        from speccat.catalogue.store import load_specs
+        from speccat.catalogue.store.file import load_specs
 
         return load_specs(self.path, census_version, config_hashes)
 
     def publish(self, run: RunData) -> None:
-        from speccat.catalogue.store import publish
+        from speccat.catalogue.store.file import publish
 
         publish(self.path, run)
 
 
 @dataclass(frozen=True)
 class LakeTarget:
-    """A DuckLake: a SQL catalog plus Parquet files, one transaction per night (catalogue/lake.py)."""
+    """A DuckLake: a SQL catalog plus Parquet files, one transaction per night (catalogue/store/lake.py)."""
 
     catalog: str
     data_path: str
@@ -47,22 +47,22 @@ class LakeTarget:
 
     @property
     def lake(self):
-        from speccat.catalogue.lake import Lake
+        from speccat.catalogue.store.lake import Lake
 
         return Lake(self.catalog, self.data_path)
 
     def stored(self, census_version: str, records_version: str, setting_ids):
-        from speccat.catalogue.lake import stored
+        from speccat.catalogue.store.lake import stored
 
         return stored(self.lake, census_version, records_version, setting_ids)
 
     def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
-        from speccat.catalogue.lake import load_specs
+        from speccat.catalogue.store.lake import load_specs
 
         return load_specs(self.lake, census_version, config_hashes)
 
     def publish(self, run: RunData) -> None:
-        from speccat.catalogue.lake import publish_lake
+        from speccat.catalogue.store.lake import publish_lake
 
         publish_lake(self.lake, run)
 

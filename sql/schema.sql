@@ -159,7 +159,7 @@ CREATE TABLE IF NOT EXISTS measured (
     PRIMARY KEY (config_hash, census_version, kind, op)
 );
 
--- One column per field of catalogue/settings.yaml (DESIGN §3.4), in its order.
+-- One column per field of catalogue/records/settings.yaml (DESIGN §3.4), in its order.
 CREATE TABLE IF NOT EXISTS settings (
     setting_id          VARCHAR PRIMARY KEY,
     seq_length          INTEGER NOT NULL,

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from speccat import sql
-from speccat.catalogue import present
-from speccat.catalogue.store import open_readonly
+from speccat.catalogue.store import present
+from speccat.catalogue.store.file import open_readonly
 
 
 def answers(db: Path, repo_ids: tuple[str, ...]) -> dict[str, Any]:

@@ -19,10 +19,10 @@ from typing import Any
 
 from conftest import load_shipped
 
-from speccat.catalogue.pricing import PriceTables, price_spec
-from speccat.catalogue.records import load_records
-from speccat.catalogue.rundata import RunData
-from speccat.catalogue.settings import load_settings
+from speccat.catalogue.records.pricing import PriceTables, price_spec
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.store.rundata import RunData
+from speccat.catalogue.records.settings import load_settings
 from speccat.census.family import family_for, profiles_version
 
 # Five shipped configs of different shapes: dense GQA, tied small, MoE, MLA dense+MoE, hybrid
@@ -146,7 +146,7 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
 
 def dump(con) -> dict[str, list[tuple]]:
     """Every table's rows, sorted: a catalogue's whole content, comparable across files."""
-    from speccat.catalogue.store import TABLES
+    from speccat.catalogue.store.file import TABLES
 
     def hashable(row: tuple) -> tuple:
         return tuple(tuple(v) if isinstance(v, list) else v for v in row)
@@ -235,7 +235,7 @@ def second_run(self_contained: bool = False) -> RunData:
 @cache
 def two_night_catalogue() -> Path:
     """A catalogue with night 1 then night 2 published (built once per test process)."""
-    from speccat.catalogue.store import publish
+    from speccat.catalogue.store.file import publish
 
     folder = Path(tempfile.mkdtemp(prefix="speccat-store-"))
     atexit.register(shutil.rmtree, folder, True)

@@ -11,9 +11,9 @@ import duckdb
 import pytest
 import store_runs as runs
 
-from speccat.catalogue.export import MANIFEST, PARTITIONED, WHOLE
-from speccat.catalogue.present import human_bytes
-from speccat.catalogue.store import open_readonly
+from speccat.catalogue.store.export import MANIFEST, PARTITIONED, WHOLE
+from speccat.catalogue.store.present import human_bytes
+from speccat.catalogue.store.file import open_readonly
 from speccat.flows.cli import main
 
 

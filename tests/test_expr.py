@@ -1,4 +1,4 @@
-"""The closed expression language (catalogue/expr.py, DESIGN §3.2)."""
+"""The closed expression language (catalogue/records/expr.py, DESIGN §3.2)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speccat.catalogue import expr as expr_module
-from speccat.catalogue.expr import MAX_DEPTH, MAX_LENGTH, REASONS, Expr, ExprError
+from speccat.catalogue.records import expr as expr_module
+from speccat.catalogue.records.expr import MAX_DEPTH, MAX_LENGTH, REASONS, Expr, ExprError
 
 THE_EXPRESSION = "(0.5*h + 0.5*w if n % 2 == 0 else 1/3*h + 2/3*w) * (b*n) + (d or h/a)"
 

@@ -8,8 +8,8 @@ import os
 import pytest
 from conftest import SNAPSHOT
 
-from speccat.catalogue.records import load_records
-from speccat.catalogue.settings import load_settings
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.settings import load_settings
 from speccat.flows.cli import main
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -2,7 +2,7 @@
 
 Both evaluators price the same (kind, setting, mask) grid; `LayerPrices.same_bits` compares
 every float's bytes. Beyond the default grid and records v1, the grids and records below are
-built to drive the fast path into each of its fallbacks (catalogue/fastpath.py), and the
+built to drive the fast path into each of its fallbacks (catalogue/records/fastpath.py), and the
 tests assert that the fallback really is taken.
 """
 
@@ -15,11 +15,11 @@ import pytest
 import yaml
 from test_pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen15_moe, qwen35_9b
 
-from speccat.catalogue.fastpath import KindPricer, slot_plans
-from speccat.catalogue.names import PricingError, kind_values
-from speccat.catalogue.pricing import price_layers
-from speccat.catalogue.records import RECORDS_PATH, parse_records
-from speccat.catalogue.settings import SETTINGS_PATH, load_settings, parse_settings
+from speccat.catalogue.records.fastpath import KindPricer, slot_plans
+from speccat.catalogue.records.names import PricingError, kind_values
+from speccat.catalogue.records.pricing import price_layers
+from speccat.catalogue.records.oprecords import RECORDS_PATH, parse_records
+from speccat.catalogue.records.settings import SETTINGS_PATH, load_settings, parse_settings
 
 
 @pytest.fixture(scope="module")

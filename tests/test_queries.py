@@ -13,8 +13,8 @@ import pytest
 import store_runs as runs
 
 from speccat import sql
-from speccat.catalogue import present
-from speccat.catalogue.store import open_readonly
+from speccat.catalogue.store import present
+from speccat.catalogue.store.file import open_readonly
 
 TESTED = {
     "latest_specs",

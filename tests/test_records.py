@@ -1,4 +1,4 @@
-"""The op records file and its loader (catalogue/records.py, DESIGN §3.1)."""
+"""The op records file and its loader (catalogue/records/oprecords.py, DESIGN §3.1)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speccat.catalogue.expr import Expr
+from speccat.catalogue.records.expr import Expr
 from speccat.catalogue.ops import OPS
-from speccat.catalogue.records import RECORDS_PATH, RecordsError, Slot, load_records
+from speccat.catalogue.records.oprecords import RECORDS_PATH, RecordsError, Slot, load_records
 
 SWITCHES_V1 = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 

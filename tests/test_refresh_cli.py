@@ -44,7 +44,7 @@ def test_refresh_prints_progress_and_the_counts(prefect_api, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
-    from speccat.catalogue.lake import Lake, open_lake
+    from speccat.catalogue.store.lake import Lake, open_lake
 
     snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
     catalog, data = f"sqlite:{tmp_path / 'lake.sqlite'}", str(tmp_path / "lake-data")

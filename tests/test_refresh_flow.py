@@ -23,9 +23,9 @@ from refresh_runs import (
     table_differences,
 )
 
-from speccat.catalogue.records import load_records
-from speccat.catalogue.settings import load_settings
-from speccat.catalogue.store import TABLES, open_readonly
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.settings import load_settings
+from speccat.catalogue.store.file import TABLES, open_readonly
 from speccat.census import CENSUS_VERSION, config_hash
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def test_every_config_is_priced_for_every_setting_and_mask(snapshot_runs):
 
 def test_the_example_queries_answer_for_every_shipped_repo(snapshot_runs):
     from speccat import sql
-    from speccat.catalogue import present
+    from speccat.catalogue.store import present
 
     queries = {name: path.read_text() for name, path in sql.queries().items()}
     n_masks = 2 ** len(load_records().switches)

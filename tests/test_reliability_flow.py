@@ -41,7 +41,7 @@ from conftest import load_shipped
 from refresh_runs import RUN_TABLES, add_config, copy_snapshot, rows, run_refresh, table_differences
 from reliability_runs import answers
 
-from speccat.catalogue.store import TABLES
+from speccat.catalogue.store.file import TABLES
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ import pytest
 from hostile_corpus import CASES, EXPECTED, materialize
 from refresh_runs import copy_snapshot, rows, run_refresh
 
-from speccat.catalogue.settings import load_settings
+from speccat.catalogue.records.settings import load_settings
 from speccat.census.spec import MAX_MESSAGE_CHARS
 from speccat.flows.cli import main
 

@@ -33,7 +33,7 @@ from hubstandin import Repo, StandinHub, point_huggingface_hub_at
 from refresh_runs import RUN_TABLES, rows, run_refresh, table_differences
 from reliability_runs import answers
 
-from speccat.catalogue.store import TABLES
+from speccat.catalogue.store.file import TABLES
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The expression language has no way out (issue 7, item 4; catalogue/expr.py, DESIGN §3.2).
+"""The expression language has no way out (issue 7, item 4; catalogue/records/expr.py, DESIGN §3.2).
 
 tests/test_expr.py fuzzes arithmetic built from the closed set and a few forbidden constructs.
 Here the fuzz is aimed at escapes: the generated expressions mix known Python sandbox-escape
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_expr import LEAVES, _check, _combine
 
-from speccat.catalogue.expr import Expr, ExprError
+from speccat.catalogue.records.expr import Expr, ExprError
 
 SUITE_EXAMPLES = 1500
 
@@ -73,7 +73,7 @@ PAYLOADS = [
     "not __builtins__",
 ]
 
-# The language of DESIGN §3.2, written apart from catalogue/expr.py: the node types, the two
+# The language of DESIGN §3.2, written apart from catalogue/records/expr.py: the node types, the two
 # functions, number constants only, and (speccat's rule) no name starting with "_".
 LANGUAGE = (
     ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.And, ast.Or,

@@ -31,9 +31,9 @@ SOURCES = sorted(p for folder in ("census", "catalogue", "flows", "sql") for p i
 BUILTINS = {"eval", "exec", "compile", "__import__"}
 LOADERS = {"import_module", "get_class_from_dynamic_module", "run_path", "load_source", "__import__"}
 ALLOWED = {
-    ("catalogue/expr.py", "compile"),  # the closed expression language, validated node by node (tests/test_security_expr.py)
-    ("catalogue/expr.py", "eval"),
-    ("catalogue/lake.py", "import_module"),  # a DuckDB extension package from the constant EXTENSION_PACKAGES
+    ("catalogue/records/expr.py", "compile"),  # the closed expression language, validated node by node (tests/test_security_expr.py)
+    ("catalogue/records/expr.py", "eval"),
+    ("catalogue/store/lake.py", "import_module"),  # a DuckDB extension package from the constant EXTENSION_PACKAGES
     ("flows/cli.py", "import_module"),  # speccat.flows.<name> for the constant COMMAND_MODULES
     ("flows/isolate.py", "import_module"),  # the census child's target, the constant tasks.ANALYSE
 }

@@ -16,7 +16,7 @@ from pathlib import Path
 import store_runs as runs
 from test_cli_catalogue import db, speccat  # noqa: F401 (db is a fixture: the two-night catalogue)
 
-from speccat.catalogue.export import MANIFEST
+from speccat.catalogue.store.export import MANIFEST
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "Qwen/Qwen3-8B"  # stored by night 2 of tests/store_runs.py
@@ -72,10 +72,10 @@ def test_a_catalogue_path_with_quotes_is_a_path(db, capsys, tmp_path):
 # What an f-string handed to DuckDB may interpolate besides sql_literal(...) and
 # sql_identifier(...) calls, file by file, and why none of it comes from a user.
 INTERPOLATED = {
-    "catalogue/export.py": {"name"},  # a table name from the constants PARTITIONED and WHOLE
-    "catalogue/present.py": {"name"},  # a --param name, refused unless str.isidentifier() (above)
-    "catalogue/lake.py": {"LAKE", "t"},  # the constant alias; a table name from TABLES
-    "catalogue/store.py": {"INCOMING", "t", "name", "table", "columns"},  # constants; names from TABLES; columns quoted by sql_identifier
+    "catalogue/store/export.py": {"name"},  # a table name from the constants PARTITIONED and WHOLE
+    "catalogue/store/present.py": {"name"},  # a --param name, refused unless str.isidentifier() (above)
+    "catalogue/store/lake.py": {"LAKE", "t"},  # the constant alias; a table name from TABLES
+    "catalogue/store/file.py": {"INCOMING", "t", "name", "table", "columns"},  # constants; names from TABLES; columns quoted by sql_identifier
 }
 QUOTING = {"sql_literal", "sql_identifier"}
 

@@ -1,4 +1,4 @@
-"""The settings grid (catalogue/settings.py, DESIGN §3.4)."""
+"""The settings grid (catalogue/records/settings.py, DESIGN §3.4)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from speccat.catalogue.settings import FIELDS, SETTINGS_PATH, SettingsError, load_settings
+from speccat.catalogue.records.settings import FIELDS, SETTINGS_PATH, SettingsError, load_settings
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""catalogue/store.py: what a publish stores, idempotence, history, refusals and schema changes."""
+"""catalogue/store/file.py: what a publish stores, idempotence, history, refusals and schema changes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import store_runs as runs
 
 from speccat.catalogue.ops import OPS
-from speccat.catalogue.rundata import StoreError
-from speccat.catalogue.store import TABLES, open_readonly, publish, stored
+from speccat.catalogue.store.rundata import StoreError
+from speccat.catalogue.store.file import TABLES, open_readonly, publish, stored
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ import time
 import pytest
 import store_runs as runs
 
-from speccat.catalogue.store import open_readonly, publish
+from speccat.catalogue.store.file import open_readonly, publish
 
 pytestmark = pytest.mark.slow
 
 WRITER = textwrap.dedent(
     """
     import pickle, sys
-    from speccat.catalogue.store import publish
+    from speccat.catalogue.store.file import publish
     with open(sys.argv[2], "rb") as f:
         run = pickle.load(f)
     publish(sys.argv[1], run)

@@ -11,18 +11,18 @@ import textwrap
 import pytest
 import store_runs as runs
 
-from speccat.catalogue import lake as lakes
-from speccat.catalogue import store
-from speccat.catalogue.lake import Lake, lake_ddl, open_lake, publish_lake
-from speccat.catalogue.rundata import StoreError
-from speccat.catalogue.store import TABLES, open_readonly, publish
+from speccat.catalogue.store import lake as lakes
+from speccat.catalogue.store import file as store
+from speccat.catalogue.store.lake import Lake, lake_ddl, open_lake, publish_lake
+from speccat.catalogue.store.rundata import StoreError
+from speccat.catalogue.store.file import TABLES, open_readonly, publish
 
 pytestmark = pytest.mark.slow
 
 WRITER = textwrap.dedent(
     """
     import pickle, sys
-    from speccat.catalogue.lake import Lake, publish_lake
+    from speccat.catalogue.store.lake import Lake, publish_lake
     with open(sys.argv[3], "rb") as f:
         run = pickle.load(f)
     result = publish_lake(Lake(sys.argv[1], sys.argv[2]), run)
@@ -84,7 +84,7 @@ def test_the_same_run_twice_into_a_lake_changes_nothing(tmp_path):
 def test_lake_tables_have_no_enums_or_keys():
     import duckdb
 
-    from speccat.catalogue.store import stage
+    from speccat.catalogue.store.file import stage
 
     con = duckdb.connect()
     stage(con, runs.first_run(), {})

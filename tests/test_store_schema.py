@@ -8,9 +8,9 @@ import pytest
 from speccat import sql
 from speccat.catalogue.ops import OPS, OTHER
 from speccat.catalogue.reasons import FETCH_REASONS, GATING, RUN_STATUSES, SOURCES, STAGES
-from speccat.catalogue.records import load_records
-from speccat.catalogue.settings import load_settings
-from speccat.catalogue.store import SWITCH_SET_FIXED, TABLES
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.settings import load_settings
+from speccat.catalogue.store.file import SWITCH_SET_FIXED, TABLES
 from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, REASONS
 
 

@@ -2,20 +2,20 @@
 
 The input is plain mappings: a ModelSpec mapping (with `flavours` per kind), the family's
 pricing defaults (Family.pricing_defaults()), a Records and a settings Grid. Two evaluators
-give the same prices bit for bit: `fast` (catalogue/fastpath.py, the default) and `direct`
-(catalogue/direct.py, the reference). `model_totals` adds the kinds up through the stack.
+give the same prices bit for bit: `fast` (catalogue/records/fastpath.py, the default) and `direct`
+(catalogue/records/direct.py, the reference). `model_totals` adds the kinds up through the stack.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from speccat.catalogue.direct import price_direct
-from speccat.catalogue.fastpath import price_fast
-from speccat.catalogue.names import PricingError
-from speccat.catalogue.priced import COLUMNS, LayerPrices, PriceTables, stack_counts
-from speccat.catalogue.records import Records
-from speccat.catalogue.settings import Grid
+from speccat.catalogue.records.direct import price_direct
+from speccat.catalogue.records.fastpath import price_fast
+from speccat.catalogue.records.names import PricingError
+from speccat.catalogue.records.priced import COLUMNS, LayerPrices, PriceTables, stack_counts
+from speccat.catalogue.records.oprecords import Records
+from speccat.catalogue.records.settings import Grid
 
 METHODS = {"fast": price_fast, "direct": price_direct}
 

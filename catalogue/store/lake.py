@@ -35,8 +35,8 @@ from pathlib import Path
 import duckdb
 
 from speccat import sql
-from speccat.catalogue.rundata import RunData, StoreError
-from speccat.catalogue.store import (
+from speccat.catalogue.store.rundata import RunData, StoreError
+from speccat.catalogue.store.file import (
     INCOMING,
     TABLES,
     Stored,

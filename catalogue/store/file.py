@@ -31,7 +31,7 @@ import duckdb
 import pyarrow as pa
 
 from speccat import sql
-from speccat.catalogue.rundata import STAGED_PRICES, RunData, StoreError
+from speccat.catalogue.store.rundata import STAGED_PRICES, RunData, StoreError
 
 # Tables in the order the store rebuilds them; the same as sql/schema.sql declares.
 TABLES: tuple[str, ...] = (

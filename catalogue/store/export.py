@@ -16,8 +16,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from speccat.catalogue.rundata import StoreError
-from speccat.catalogue.store import open_readonly, sql_literal
+from speccat.catalogue.store.rundata import StoreError
+from speccat.catalogue.store.file import open_readonly, sql_literal
 
 MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.

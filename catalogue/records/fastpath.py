@@ -1,6 +1,6 @@
 """The fast pricing path: many (kind, setting, mask) prices per expression evaluation.
 
-Two facts make it fast, and both keep it exact (equal to catalogue/direct.py bit for bit):
+Two facts make it fast, and both keep it exact (equal to catalogue/records/direct.py bit for bit):
 
 1. A slot's value depends on the mask only through which of the slot's own elements the mask
    keeps, so it takes at most 2^k values, k the switches touching the slot (v1: at most 3).
@@ -10,7 +10,7 @@ Two facts make it fast, and both keep it exact (equal to catalogue/direct.py bit
    bound to a float64 numpy array (one row per setting) and `total` to a (setting, combo)
    array. This is exact only for an expression whose every operation on those arrays is
    elementwise IEEE arithmetic (Expr.elementwise: `+ - * /`, unary minus, max/min); names are
-   Python floats (catalogue/names.py), so numpy performs the very operations Python would.
+   Python floats (catalogue/records/names.py), so numpy performs the very operations Python would.
    An expression that is not elementwise (a comparison or conditional on a varying name, `**`
    of one, ...), or whose array evaluation raises, is evaluated setting by setting instead:
    that is the fallback, chosen per expression. numpy runs with floating-point errors raised,
@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from speccat.catalogue.expr import Expr, ExprError
-from speccat.catalogue.names import TOTAL, KindValues, LayerNames, PricingError, bind, setting_values
+from speccat.catalogue.records.expr import Expr, ExprError
+from speccat.catalogue.records.names import TOTAL, KindValues, LayerNames, PricingError, bind, setting_values
 from speccat.catalogue.ops import PARTS
-from speccat.catalogue.priced import LayerPrices, checked, full_bytes, kinds_of, result
-from speccat.catalogue.records import Records, Slot
-from speccat.catalogue.settings import Grid
+from speccat.catalogue.records.priced import LayerPrices, checked, full_bytes, kinds_of, result
+from speccat.catalogue.records.oprecords import Records, Slot
+from speccat.catalogue.records.settings import Grid
 
 
 @dataclass(frozen=True)

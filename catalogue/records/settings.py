@@ -1,4 +1,4 @@
-"""The settings grid (catalogue/settings.yaml, DESIGN §3.4): loader, expansion, setting ids.
+"""The settings grid (catalogue/records/settings.yaml, DESIGN §3.4): loader, expansion, setting ids.
 
 `load_settings()` returns a `Grid`: every combination of the fields' values, in field order,
 each a read-only mapping with a stable `setting_id` (a hash of its canonical mapping: field
@@ -20,12 +20,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from speccat.catalogue.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 
 SETTINGS_PATH = Path(__file__).with_name("settings.yaml")
 
-# The fields pricing reads (catalogue/names.py); the file must define exactly these.
+# The fields pricing reads (catalogue/records/names.py); the file must define exactly these.
 FIELDS = (
     "seq_length", "micro_batch", "tp", "cp", "sequence_parallel", "flash_attention", "cp_algo",
     "dtype", "in_flight", "param_casts", "grouped_gemm", "dropless_tok_factor", "capacity_factor",
@@ -183,7 +183,7 @@ def parse_settings(data: Any, source: str = "<settings>") -> Grid:
 
 
 def load_settings(path: str | Path | None = None) -> Grid:
-    """Load and expand a settings grid file (catalogue/settings.yaml by default)."""
+    """Load and expand a settings grid file (catalogue/records/settings.yaml by default)."""
     path = Path(path) if path is not None else SETTINGS_PATH
     data = read_yaml(path, lambda reason, what: SettingsError(reason, f"{path.name}: {what}"))
     return parse_settings(data, path.name)

@@ -1,6 +1,6 @@
 """The direct evaluator: every (kind, setting, mask) priced on its own, slot by slot.
 
-It is the reference the fast path (catalogue/fastpath.py) must equal bit for bit.
+It is the reference the fast path (catalogue/records/fastpath.py) must equal bit for bit.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from speccat.catalogue.expr import ExprError
-from speccat.catalogue.names import PricingError
+from speccat.catalogue.records.expr import ExprError
+from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.ops import PARTS
-from speccat.catalogue.priced import LayerPrices, checked, full_bytes, kinds_of, layers, result
-from speccat.catalogue.records import Records
-from speccat.catalogue.settings import Grid
+from speccat.catalogue.records.priced import LayerPrices, checked, full_bytes, kinds_of, layers, result
+from speccat.catalogue.records.oprecords import Records
+from speccat.catalogue.records.settings import Grid
 
 
 def price_direct(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> LayerPrices:

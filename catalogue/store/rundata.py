@@ -1,7 +1,7 @@
 """RunData: everything one night of the pipeline hands the store, and its Arrow staging.
 
 The flow fills a RunData with plain values (mappings, sequences, pyarrow tables) and calls
-`speccat.catalogue.store.publish(db_path, run)`. Only what is new tonight needs to be in
+`speccat.catalogue.store.file.publish(db_path, run)`. Only what is new tonight needs to be in
 `configs`, `specs` and `prices`: whatever the published catalogue already holds at the same
 census and records versions is carried over. `repos` lists every repo the source listed
 tonight (including those whose fetch failed, with config_hash None) and `failures` says why.
@@ -87,7 +87,7 @@ class RunData:
     """One run of the pipeline, as the store ingests it.
 
     versions: {speccat, transformers, torch, census, records, profiles, settings} -> str.
-    settings: the grid rows (catalogue/settings.py `Grid.settings`), each with setting_id.
+    settings: the grid rows (catalogue/records/settings.py `Grid.settings`), each with setting_id.
     switches: the records' switch names in mask-bit order (`Records.switches`).
     repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual").
     configs: config_hash -> the config mapping (its model_type is stored as a column).

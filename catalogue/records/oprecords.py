@@ -1,9 +1,9 @@
-"""The op records file (catalogue/records.yaml, DESIGN §3.1): loader, slot evaluation, masks.
+"""The op records file (catalogue/records/records.yaml, DESIGN §3.1): loader, slot evaluation, masks.
 
 `load_records()` parses and validates the file into a `Records`. Every refusal is a
 RecordsError whose message names the file and the key (`records.yaml: slots.qkv.ops.attMX:
-...`) and whose `reason` is stable. Expressions are compiled once (catalogue/expr.py); the
-loader also checks that every name they read is one a layer supplies (catalogue/names.py), a
+...`) and whose `reason` is stable. Expressions are compiled once (catalogue/records/expr.py); the
+loader also checks that every name they read is one a layer supplies (catalogue/records/names.py), a
 derived name defined above it, or `total` in a slot formula.
 
 A switch mask has bit i set when switch i (in `Records.switches` order) is recomputed. An op
@@ -20,10 +20,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from speccat.catalogue.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.expr import FUNCTIONS, Expr, ExprError
-from speccat.catalogue.names import LAYER_NAMES, TOTAL
+from speccat.catalogue.records.expr import FUNCTIONS, Expr, ExprError
+from speccat.catalogue.records.names import LAYER_NAMES, TOTAL
 from speccat.catalogue.ops import OPS, PARTS
 
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
@@ -344,7 +344,7 @@ def parse_records(data: Any, source: str = "<records>") -> Records:
 
 
 def load_records(path: str | Path | None = None) -> Records:
-    """Load and validate a records file (catalogue/records.yaml by default)."""
+    """Load and validate a records file (catalogue/records/records.yaml by default)."""
     path = Path(path) if path is not None else RECORDS_PATH
     data = read_yaml(path, lambda reason, what: RecordsError(reason, f"{path.name}: {what}"))
     return parse_records(data, path.name)

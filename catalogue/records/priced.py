@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from speccat.catalogue.expr import ExprError
-from speccat.catalogue.names import KindValues, LayerNames, PricingError, bind, kind_values
+from speccat.catalogue.records.expr import ExprError
+from speccat.catalogue.records.names import KindValues, LayerNames, PricingError, bind, kind_values
 from speccat.catalogue.ops import PARTS
-from speccat.catalogue.records import Records
-from speccat.catalogue.settings import Grid
+from speccat.catalogue.records.oprecords import Records
+from speccat.catalogue.records.settings import Grid
 
 COLUMNS = (*PARTS, "total")
 
