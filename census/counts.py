@@ -8,7 +8,7 @@ from typing import Mapping
 
 import yaml
 
-from speccat.catalogue.ops import OPS
+from speccat.catalogue.vocabulary import OPS
 
 COUNTS_PATH = Path(__file__).with_name("counts.yaml")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.catalogue.ops import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, OTHER
 from speccat.census.build import Built, Shape, is_experts, is_norm
 from speccat.census.counts import FIXED_COUNTS
 from speccat.census.probe import KernelCall, LayerRun, is_layer_norm, is_projection

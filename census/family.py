@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from speccat.catalogue.ops import OPS
+from speccat.catalogue.vocabulary import OPS
 from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, OPTIONAL_INT
 
 log = logging.getLogger(__name__)

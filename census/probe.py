@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from transformers import activations as hf_activations
 
-from speccat.catalogue.ops import OTHER
+from speccat.catalogue.vocabulary import OTHER
 from speccat.census import attention
 from speccat.census.build import Built, delta_rule_names, is_experts, is_norm
 

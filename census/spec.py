@@ -15,49 +15,17 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from speccat.catalogue.ops import OPS, OTHER
+from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, OPS, OTHER
 
-# Stable reason codes (DESIGN §2.6). The pipeline turns each into a failures row; the SQL
-# schema's ENUM of reasons is checked against this tuple by the tests.
-REASONS: tuple[str, ...] = (
-    "bad_json",
-    "remote_code",
-    "unknown_model_type",
-    "missing_field",
-    "bad_value",
-    "unsupported_layer",
-    "kind_conflict",
-    "too_large",
-    "timeout",
-    "census_failed",
-)
+# Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
+REASONS: tuple[str, ...] = CENSUS_REASONS
 
 
-# A refusal's message is one line of at most this many characters, whatever the config held
-# (a hostile value, or a multi-line error of transformers quoted in it).
-MAX_MESSAGE_CHARS = 1000
+class SpecError(ReasonError):
+    """A census refusal: a stable `reason` code and a one-line message naming the field and what was allowed."""
 
-
-def one_line(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """`message` on one line (its lines joined by spaces), cut to `limit` characters."""
-    text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class SpecError(ValueError):
-    """A refusal with a stable `reason` code and a one-line message naming the field and what was allowed."""
-
-    def __init__(self, reason: str, message: str):
-        if reason not in REASONS:
-            raise ValueError(f"unknown SpecError reason {reason!r}; allowed: {', '.join(REASONS)}")
-        super().__init__(one_line(message))
-        self.reason = reason
-
-    def as_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": str(self)}
-
-    def __reduce__(self):  # survive pickling across process pools
-        return (SpecError, (self.reason, str(self)))
+    group = "census"
 
 
 REQUIRED_STR = ("name", "arch")
@@ -105,8 +73,6 @@ KEYS = frozenset(
     REQUIRED_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
 )
 
-ATTENTION_FLAVOURS = ("full", "linear")
-FFN_FLAVOURS = ("dense", "moe")
 
 # params: whole-model parts, then per-kind parts (one layer of that kind).
 MODEL_PARAM_PARTS = ("embedding", "output", "final_norm")

@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from speccat.catalogue.ops import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, OTHER
 
 
 def register(subparsers) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from speccat.catalogue.reasons import FETCH_REASONS
+from speccat.catalogue.errors import ReasonError
 
 SNAPSHOT_DIR = Path(__file__).with_name("snapshot")
 CONFIG_FILE = "config.json"
@@ -60,14 +60,13 @@ class Listing:
     pipeline_tag: str | None = None
 
 
-class FetchError(Exception):
-    """A config that could not be fetched: a stable `reason`, and whether trying again may help."""
+class FetchError(ReasonError):
+    """A config that could not be fetched: a `fetch` reason, and whether trying again may help."""
+
+    group = "fetch"
 
     def __init__(self, reason: str, message: str, *, transient: bool = False):
-        if reason not in FETCH_REASONS:
-            raise ValueError(f"unknown fetch reason {reason!r}; allowed: {', '.join(FETCH_REASONS)}")
-        super().__init__(message)
-        self.reason = reason
+        super().__init__(reason, message)
         self.transient = transient
 
     def __reduce__(self):  # survive pickling across process pools and Dask workers

@@ -23,6 +23,7 @@ from typing import Any
 from prefect import task
 from prefect.states import Failed, State
 
+from speccat.catalogue.errors import ReasonError
 from speccat.flows import isolate
 from speccat.flows.hub import FETCH_FAILED, FetchError, Listing, Source
 
@@ -80,12 +81,15 @@ class Analysis:
     failure: tuple[str, str, str] | None = None
 
 
-class AnalysisError(Exception):
-    """A census that did not answer (timeout, crash): not cached, becomes a failures row."""
+class AnalysisError(ReasonError):
+    """A census that did not answer (timeout, crash): a `census` reason at a stage; not cached,
+    it becomes a failures row."""
+
+    group = "census"
 
     def __init__(self, stage: str, reason: str, message: str):
-        super().__init__(message)
-        self.stage, self.reason = stage, reason
+        super().__init__(reason, message)
+        self.stage = stage
 
     def __reduce__(self):
         return (AnalysisError, (self.stage, self.reason, str(self)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speccat.catalogue.ops import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, OTHER
 from speccat.census.spec import SpecError
 
 # hidden 64, 4 heads of 16, 2 kv heads, MLP width 128; bf16 activations; 64 tokens.

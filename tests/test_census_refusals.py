@@ -12,7 +12,8 @@ import pytest
 from hostile_corpus import CASES, CORPUS, EXPECTED, GENERATORS, committed, generated, materialize
 
 from speccat.census import load_config_file
-from speccat.census.spec import MAX_MESSAGE_CHARS, REASONS, SpecError
+from speccat.catalogue.errors import MAX_MESSAGE_CHARS
+from speccat.census.spec import REASONS, SpecError
 from speccat.flows.cli import main
 
 

@@ -14,7 +14,7 @@ from itertools import groupby
 import pytest
 
 from conftest import load_shipped, repo_id_of, shipped_config_paths
-from speccat.catalogue.ops import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, OTHER
 from speccat.census.family import family_for
 from speccat.census.spec import FLAGS, ModelSpec
 

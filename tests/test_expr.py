@@ -11,7 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from speccat.catalogue.records import expr as expr_module
-from speccat.catalogue.records.expr import MAX_DEPTH, MAX_LENGTH, REASONS, Expr, ExprError
+from speccat.catalogue.records.expr import MAX_DEPTH, MAX_LENGTH, Expr, ExprError
+from speccat.catalogue.vocabulary import REASONS as ALL_REASONS
+
+REASONS = ALL_REASONS["expr"]
 
 THE_EXPRESSION = "(0.5*h + 0.5*w if n % 2 == 0 else 1/3*h + 2/3*w) * (b*n) + (d or h/a)"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from speccat.catalogue.ops import OPS
+from speccat.catalogue.vocabulary import OPS
 from speccat.census import family as family_mod
 from speccat.census.family import (
     PROFILES_DIR,

@@ -263,7 +263,7 @@ def test_fetch_errors_survive_pickling():
 
     err = pickle.loads(pickle.dumps(FetchError(RATE_LIMITED, "org/x: rate limited", transient=True)))
     assert (err.reason, str(err), err.transient) == (RATE_LIMITED, "org/x: rate limited", True)
-    with pytest.raises(ValueError, match="unknown fetch reason"):
+    with pytest.raises(ValueError, match="unknown FetchError reason"):
         FetchError("nope", "x")
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from speccat.catalogue.records.expr import Expr
-from speccat.catalogue.ops import OPS
+from speccat.catalogue.vocabulary import OPS
 from speccat.catalogue.records.oprecords import RECORDS_PATH, RecordsError, Slot, load_records
 
 SWITCHES_V1 = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")

@@ -24,7 +24,7 @@ from hostile_corpus import CASES, EXPECTED, materialize
 from refresh_runs import copy_snapshot, rows, run_refresh
 
 from speccat.catalogue.records.settings import load_settings
-from speccat.census.spec import MAX_MESSAGE_CHARS
+from speccat.catalogue.errors import MAX_MESSAGE_CHARS
 from speccat.flows.cli import main
 
 # Each kind of hostile config issue 7 names, and the corpus cases that are it.

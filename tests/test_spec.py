@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from speccat.catalogue.ops import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, OTHER
 from speccat.census.spec import REASONS, ModelSpec, SpecError
 
 STD = dict(zip(OPS, (4, 2, 3, 1, 0, 2, 4, 1, 1, 0)))

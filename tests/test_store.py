@@ -11,7 +11,7 @@ import duckdb
 import pytest
 import store_runs as runs
 
-from speccat.catalogue.ops import OPS
+from speccat.catalogue.vocabulary import OPS
 from speccat.catalogue.store.rundata import StoreError
 from speccat.catalogue.store.file import TABLES, open_readonly, publish, stored
 

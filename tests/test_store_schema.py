@@ -6,8 +6,8 @@ import duckdb
 import pytest
 
 from speccat import sql
-from speccat.catalogue.ops import OPS, OTHER
-from speccat.catalogue.reasons import FETCH_REASONS, GATING, RUN_STATUSES, SOURCES, STAGES
+from speccat.catalogue.vocabulary import OPS, OTHER
+from speccat.catalogue.vocabulary import FETCH_REASONS, GATING, RUN_STATUSES, SOURCES, STAGES
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
 from speccat.catalogue.store.file import SWITCH_SET_FIXED, TABLES

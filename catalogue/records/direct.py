@@ -11,7 +11,7 @@ import numpy as np
 
 from speccat.catalogue.records.expr import ExprError
 from speccat.catalogue.records.names import PricingError
-from speccat.catalogue.ops import PARTS
+from speccat.catalogue.vocabulary import PARTS
 from speccat.catalogue.records.priced import LayerPrices, checked, full_bytes, kinds_of, layers, result
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.settings import Grid

@@ -34,23 +34,11 @@ MAX_POW_BITS = 4096  # the largest |a ** b| an integer power may build, in bits
 
 FUNCTIONS = ("max", "min")
 
-REASONS = (
-    "syntax",  # not a Python expression
-    "forbidden",  # a construct outside the closed set
-    "too_long",  # the text exceeds MAX_LENGTH
-    "too_deep",  # the tree exceeds MAX_DEPTH
-    "too_large",  # a literal beyond MAX_LITERAL, or a power beyond MAX_POW_BITS
-    "zero_division",
-    "overflow",  # a float result out of range
-    "domain",  # e.g. a negative number to a fractional power
-    "not_finite",  # the value is inf or nan
-    "bad_type",  # the value is not a number
-    "unknown_name",  # a name the mapping does not hold
-)
-
 
 class ExprError(ReasonError):
-    """A refused or failed expression, with a stable `reason` (one of REASONS)."""
+    """A refused or failed expression: a code of the vocabulary's `expr` group."""
+
+    group = "expr"
 
 
 # Node types and operators of the closed set.

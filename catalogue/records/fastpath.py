@@ -29,7 +29,7 @@ import numpy as np
 
 from speccat.catalogue.records.expr import Expr, ExprError
 from speccat.catalogue.records.names import TOTAL, KindValues, LayerNames, PricingError, bind, setting_values
-from speccat.catalogue.ops import PARTS
+from speccat.catalogue.vocabulary import PARTS
 from speccat.catalogue.records.priced import LayerPrices, checked, full_bytes, kinds_of, result
 from speccat.catalogue.records.oprecords import Records, Slot
 from speccat.catalogue.records.settings import Grid

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.ops import OPS
+from speccat.catalogue.vocabulary import OPS
 
 # Every name a layer can supply, in the order of DESIGN §3.3's table.
 SETTING_NAMES: tuple[str, ...] = (
@@ -40,13 +40,11 @@ LAYER_NAMES: frozenset[str] = frozenset(SETTING_NAMES + KIND_NAMES)
 # The name a slot formula's element sum is bound to; no layer supplies it.
 TOTAL = "total"
 
-# The reasons pricing refuses with: the same codes the census uses for a spec (DESIGN §2.6),
-# so the pipeline books them as failures rows alike.
-PRICING_REASONS = ("missing_field", "bad_value")
-
-
 class PricingError(ReasonError):
-    """A spec or setting that cannot be priced: reason `missing_field` or `bad_value`."""
+    """A spec or setting that cannot be priced: `missing_field` or `bad_value`, census codes, so the
+    pipeline books it as a failures row like a census refusal."""
+
+    group = "census"
 
 
 class LayerNames(dict):

@@ -24,7 +24,7 @@ from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records.expr import FUNCTIONS, Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, TOTAL
-from speccat.catalogue.ops import OPS, PARTS
+from speccat.catalogue.vocabulary import OPS, PARTS
 
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
 MAX_SWITCHES = 15  # masks are stored as int16
@@ -36,24 +36,11 @@ PART_KEYS = ("part_of", "switch", "needs")
 SLOT_KEYS = ("part", "formula", "ops", "when")
 REQUIRED_SLOT = ("part", "formula", "ops")
 
-REASONS = (
-    "not_found",
-    "not_yaml",
-    "unknown_key",
-    "missing_key",
-    "missing_op",
-    "unknown_op",
-    "unknown_switch",
-    "unknown_name",
-    "bad_part",
-    "formula_without_total",
-    "bad_value",
-    "bad_expression",
-)
-
 
 class RecordsError(ReasonError):
     """A records file (or a switch name) refused; the message names the file and the key."""
+
+    group = "records"
 
 
 @dataclass(frozen=True)

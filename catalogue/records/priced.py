@@ -16,7 +16,7 @@ import numpy as np
 
 from speccat.catalogue.records.expr import ExprError
 from speccat.catalogue.records.names import KindValues, LayerNames, PricingError, bind, kind_values
-from speccat.catalogue.ops import PARTS
+from speccat.catalogue.vocabulary import PARTS
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.settings import Grid
 

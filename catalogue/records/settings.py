@@ -32,11 +32,12 @@ FIELDS = (
 )  # fmt: skip
 TYPES = ("int", "number", "bool", "choice", "dtype")
 FIELD_KEYS = ("type", "min", "choices", "values")
-REASONS = ("not_found", "not_yaml", "unknown_key", "missing_key", "unknown_field", "bad_value")
 
 
 class SettingsError(ReasonError):
     """A settings file, or a setting built from overrides, refused."""
+
+    group = "settings"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.reasons import GATING, RUN_STATUSES, SOURCES
+from speccat.catalogue.vocabulary import GATING, RUN_STATUSES, SOURCES
 
 # runs.<key>_version columns, in order (DESIGN §4: speccat, transformers, torch, records,
 # profiles, settings; plus the census version every spec is keyed by).
@@ -63,23 +63,9 @@ STAGED_PRICES: dict[str, pa.Schema] = {
 
 
 class StoreError(ReasonError):
-    """A refusal of the store, with a stable `reason` code.
+    """A refusal of the store: a code of the vocabulary's `store` group (catalogue/vocabulary.yaml)."""
 
-    bad_run: the RunData is malformed (the message names the field);
-    schema: the run does not fit the catalogue's schema (a setting field or switch without a column);
-    conflict: a row already stored under the same key differs from tonight's (a version not bumped);
-    check_failed: the built catalogue failed a consistency check (sql/checks.sql);
-    lake: the DuckLake could not be attached or committed;
-    write_failed: the new file could not be written (a full disk, an I/O error); the published
-    catalogue is unchanged.
-    """
-
-    REASONS = ("bad_run", "schema", "conflict", "check_failed", "lake", "write_failed")
-
-    def __init__(self, reason: str, message: str):
-        if reason not in self.REASONS:
-            raise ValueError(f"unknown StoreError reason {reason!r}; allowed: {self.REASONS}")
-        super().__init__(reason, message)
+    group = "store"
 
 
 @dataclass(frozen=True)
@@ -94,8 +80,8 @@ class RunData:
     specs: config_hash -> ModelSpec mapping, censused at versions["census"].
     prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`:
         pyarrow tables with LAYER_PRICE_COLUMNS and FULL_PRICE_COLUMNS), at versions["records"].
-    failures: mappings with FAILURE_FIELDS; stage and reason are codes of catalogue/reasons.py
-        and census/spec.py REASONS.
+    failures: mappings with FAILURE_FIELDS; stage and reason are codes of
+        catalogue/vocabulary.yaml (`stage`, and a `census` or `fetch` reason).
     """
 
     run_id: str

@@ -1,0 +1,91 @@
+"""speccat's vocabulary, read from catalogue/vocabulary.yaml: the one place every code is defined.
+
+The op vector, the parts, the reason codes of every refusal (by who raises them), the stages,
+statuses, sources, gating codes and flavours. Everything else reads them from here: the
+census and its spec, the records, the store (which creates the catalogue's ENUM types from
+`vocabulary_rows()`), the flow and the CLI. `python -m speccat.catalogue.vocabulary` prints
+the README's reason table, which a test keeps equal to this file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import yaml
+
+VOCABULARY_PATH = Path(__file__).with_name("vocabulary.yaml")
+
+
+def _lists(path: Path = VOCABULARY_PATH) -> Mapping[str, Mapping]:
+    data = yaml.safe_load(path.read_text())
+    return MappingProxyType({name: MappingProxyType(dict(codes)) for name, codes in data.items()})
+
+
+_VOCABULARY = _lists()
+
+OPS: tuple[str, ...] = tuple(_VOCABULARY["ops"])
+(OTHER,) = tuple(_VOCABULARY["other_op"])
+PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
+
+# Reason codes by the group that raises them: census, fetch, store, records, settings, expr, profile.
+REASONS: Mapping[str, tuple[str, ...]] = MappingProxyType({group: tuple(codes) for group, codes in _VOCABULARY["reasons"].items()})
+CENSUS_REASONS = REASONS["census"]
+FETCH_REASONS = REASONS["fetch"]
+# What a failures row may hold: a census (or pricing) refusal, or a failed fetch.
+FAILURE_REASONS = CENSUS_REASONS + FETCH_REASONS
+
+STAGES: tuple[str, ...] = tuple(_VOCABULARY["stage"])
+RUN_STATUSES: tuple[str, ...] = tuple(_VOCABULARY["run_status"])
+SOURCES: tuple[str, ...] = tuple(_VOCABULARY["run_source"])
+GATING_CODES: tuple[str, ...] = tuple(_VOCABULARY["gating"])
+# The Hub's `gated` value (False, "auto" or "manual") → its code; the first code is the Hub's False.
+GATING: Mapping[object, str] = MappingProxyType({False: GATING_CODES[0], **{code: code for code in GATING_CODES[1:]}})
+ATTENTION_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["attention_flavour"])
+FFN_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["ffn_flavour"])
+
+# The catalogue's ENUM types and their values, in order.
+ENUMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "reason": FAILURE_REASONS,
+        "stage": STAGES,
+        "run_status": RUN_STATUSES,
+        "run_source": SOURCES,
+        "gating": GATING_CODES,
+        "attention_flavour": ATTENTION_FLAVOURS,
+        "ffn_flavour": FFN_FLAVOURS,
+        "op_name": OPS + (OTHER,),
+    }
+)
+
+
+def describe(list_name: str, code: str) -> str:
+    """What a code of a list means (`reason` looks in every reason group, census first)."""
+    if list_name == "reason":
+        return next(_VOCABULARY["reasons"][g][code] for g in REASONS if code in _VOCABULARY["reasons"][g])
+    if list_name == "op_name":
+        return {**_VOCABULARY["ops"], **_VOCABULARY["other_op"]}[code]
+    return _VOCABULARY[list_name][code]
+
+
+def vocabulary_rows() -> list[dict[str, object]]:
+    """One row per (ENUM list, code): the `vocabulary` table the store ingests before the schema."""
+    return [
+        {"list": name, "code": code, "position": position, "description": describe(name, code)}
+        for name, codes in ENUMS.items()
+        for position, code in enumerate(codes)
+    ]
+
+
+def reasons_markdown() -> str:
+    """The README's table of the codes a failures row holds, rendered from this vocabulary."""
+    lines = ["| raised by | reason | means |", "|---|---|---|"]
+    for group in ("census", "fetch"):
+        for code in REASONS[group]:
+            lines.append(f"| {group} | `{code}` | {describe('reason', code)} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(reasons_markdown())
