@@ -4,8 +4,10 @@ Each module in COMMAND_MODULES has `register(subparsers)`, which adds its comman
 `run=callable(args) -> int` as the parser default. Heavy imports (torch, transformers,
 prefect, duckdb) stay inside the run functions so `speccat --help` is fast.
 
-Errors print one line, never a traceback, and exit non-zero. A SpecError exits 2; with
-`--json` it is printed on stdout as {"error": {"reason": CODE, "message": TEXT}}.
+Errors print one line, never a traceback, and exit non-zero; `main` is the one place that
+turns an error into that line. A refusal (any ReasonError: a census, settings, records,
+pricing or store refusal) exits 2; with `--json` it is printed on stdout as
+{"error": {"reason": CODE, "message": TEXT}}.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import importlib
 import json
 import sys
 
-from speccat.census.spec import SpecError
+from speccat.catalogue.errors import ReasonError
 
 COMMAND_MODULES: tuple[str, ...] = ("cli_catalogue", "cli_refresh", "cli_census", "cli_price")
 
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except SpecError as err:
+    except ReasonError as err:
         if getattr(args, "json", False):
             print(json.dumps({"error": err.as_dict()}))
         else:

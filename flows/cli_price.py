@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +138,6 @@ def summary(result: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from speccat.catalogue.errors import ReasonError
     from speccat.census import load_config_file
     from speccat.census.checks import precheck
     from speccat.flows.cli_census import default_name
@@ -148,13 +146,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_file(path)
     precheck(config)  # absurd configs are refused before torch is even imported
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is first imported
-    try:
-        result = price(config, args.name or default_name(path), overrides(args), args.switches)
-    except ReasonError as err:  # settings, switches, pricing: census refusals are SpecErrors
-        if args.json:
-            print(json.dumps({"error": err.as_dict()}))
-        else:
-            print(f"speccat: {err.reason}: {err}", file=sys.stderr)
-        return 2
+    result = price(config, args.name or default_name(path), overrides(args), args.switches)
     print(json.dumps(result) if args.json else summary(result))
     return 0
