@@ -31,3 +31,19 @@ def load_shipped(repo_id: str) -> dict:
 @pytest.fixture(scope="session")
 def snapshot_dir() -> Path:
     return SNAPSHOT
+
+
+@pytest.fixture(scope="session")
+def records():
+    """The shipped op records (catalogue/records/records.yaml)."""
+    from speccat.catalogue.records.oprecords import load_records
+
+    return load_records()
+
+
+@pytest.fixture(scope="session")
+def grid():
+    """The shipped settings grid (catalogue/records/settings.yaml)."""
+    from speccat.catalogue.records.settings import load_settings
+
+    return load_settings()

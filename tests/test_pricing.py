@@ -7,23 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen3_30b_a3b, qwen15_moe, qwen35_9b
+from pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen3_30b_a3b, qwen15_moe, qwen35_9b
 
 from speccat.catalogue.records.names import PricingError, layer_names
 from speccat.catalogue.records.pricing import PriceTables, model_totals, price_layers, price_spec
-from speccat.catalogue.records.oprecords import load_records
-from speccat.catalogue.records.settings import load_settings
 from speccat.census.spec import REASONS as SPEC_REASONS
-
-
-@pytest.fixture(scope="module")
-def records():
-    return load_records()
-
-
-@pytest.fixture(scope="module")
-def grid():
-    return load_settings()
 
 
 def names_of(spec, defaults, kind, grid, records, **overrides):

@@ -13,23 +13,18 @@ import itertools
 import numpy as np
 import pytest
 import yaml
-from test_pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen15_moe, qwen35_9b
+from pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen15_moe, qwen35_9b
 
 from speccat.catalogue.records.fastpath import KindPricer, slot_plans
 from speccat.catalogue.records.names import PricingError, kind_values
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.oprecords import RECORDS_PATH, parse_records
-from speccat.catalogue.records.settings import SETTINGS_PATH, load_settings, parse_settings
+from speccat.catalogue.records.settings import SETTINGS_PATH, parse_settings
 
 
 @pytest.fixture(scope="module")
 def records():
     return parse_records(yaml.safe_load(RECORDS_PATH.read_text()), "records.yaml")
-
-
-@pytest.fixture(scope="module")
-def grid():
-    return load_settings()
 
 
 def assert_same(spec, defaults, records, grid):

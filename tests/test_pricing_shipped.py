@@ -14,8 +14,7 @@ import os
 import numpy as np
 import pytest
 from conftest import repo_id_of, shipped_config_paths
-from test_pricing import grid, records  # noqa: F401  (the module fixtures)
-from test_pricing_specs import BUILDERS
+from pricing_specs import BUILDERS
 
 from speccat.catalogue.records.pricing import model_totals, price_layers, price_spec
 from speccat.census import load_config_file

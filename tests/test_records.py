@@ -15,11 +15,6 @@ from speccat.catalogue.records.oprecords import RECORDS_PATH, RecordsError, Slot
 SWITCHES_V1 = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 
 
-@pytest.fixture(scope="module")
-def records():
-    return load_records()
-
-
 def test_v1_loads_with_the_design_switches_ops_and_parts(records):
     assert records.switches == SWITCHES_V1
     assert tuple(records.ops) == OPS

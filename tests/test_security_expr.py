@@ -21,7 +21,8 @@ import keyword
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_expr import LEAVES, _check, _combine
+from expr_fuzz import LEAVES, combine
+from expr_fuzz import check as check_arithmetic
 
 from speccat.catalogue.records.expr import Expr, ExprError
 
@@ -101,7 +102,7 @@ def outside_the_language(source: str) -> bool:
 
 
 def check(source: str) -> None:
-    """Refused when parsed if outside the language; else test_expr's oracle."""
+    """Refused when parsed if outside the language; else the shared arithmetic oracle (tests/expr_fuzz.py)."""
     if outside_the_language(source):
         try:
             Expr(source)
@@ -109,11 +110,11 @@ def check(source: str) -> None:
             assert err.reason in PARSE_REASONS, (source, err)
             return
         raise AssertionError(f"{source!r} is outside the language, but was accepted")
-    _check(source)
+    check_arithmetic(source)
 
 
 # test_expr's arithmetic, with escape payloads among its leaves.
-ESCAPES = st.recursive(st.one_of(LEAVES, st.sampled_from(PAYLOADS)), _combine, max_leaves=12)
+ESCAPES = st.recursive(st.one_of(LEAVES, st.sampled_from(PAYLOADS)), combine, max_leaves=12)
 TEXT = st.text(max_size=60)
 
 

@@ -14,11 +14,6 @@ import yaml
 from speccat.catalogue.records.settings import FIELDS, SETTINGS_PATH, SettingsError, load_settings
 
 
-@pytest.fixture(scope="module")
-def grid():
-    return load_settings()
-
-
 def test_the_default_grid_is_the_designs_36_settings(grid):
     # seq_length 3 values × micro_batch 1 × tp 4 × cp 3 × one value for every other field
     assert len(grid.settings) == 3 * 1 * 4 * 3 == 36

@@ -1,0 +1,124 @@
+"""Hand-built ModelSpec mappings of shipped configs, for the pricing tests.
+
+Each builder reads its dims from the shipped config.json (tests/conftest.py `load_shipped`)
+and states the layer stack, flavours and op counts the way the census does, so pricing can be
+tested on its own with values traceable to the file. tests/test_pricing_specs.py checks the builders.
+"""
+
+from __future__ import annotations
+
+from conftest import load_shipped
+
+from speccat.census.family import family_for
+
+DENSE = {"attention": "full", "ffn": "dense"}
+MOE = {"attention": "full", "ffn": "moe"}
+
+
+def _ops(model_type: str, kind: str) -> dict:
+    return dict(family_for(model_type).kinds[kind].ops)
+
+
+def _base(repo_id: str, c: dict, **extra) -> dict:
+    spec = {
+        "name": repo_id,
+        "arch": c["model_type"],
+        "hidden_size": c["hidden_size"],
+        "num_hidden_layers": c["num_hidden_layers"],
+        "num_attention_heads": c["num_attention_heads"],
+        "vocab_size": c["vocab_size"],
+    }
+    spec.update(extra)
+    return spec
+
+
+def llama_8b() -> tuple[dict, dict]:
+    """Llama-3.1-8B: one dense decoder kind; no head_dim in the config (dh = h/a)."""
+    repo = "meta-llama/Llama-3.1-8B-Instruct"
+    c = load_shipped(repo)
+    spec = _base(
+        repo, c,
+        num_key_value_heads=c["num_key_value_heads"], intermediate_size=c["intermediate_size"],
+        layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
+        ops={"decoder": _ops("llama", "decoder")}, flavours={"decoder": DENSE},
+    )  # fmt: skip
+    return spec, family_for("llama").pricing_defaults()
+
+
+def qwen3_30b_a3b() -> tuple[dict, dict]:
+    """Qwen3-30B-A3B: every layer MoE (128 experts, top 8, no shared expert), QK-norm."""
+    repo = "Qwen/Qwen3-30B-A3B"
+    c = load_shipped(repo)
+    spec = _base(
+        repo, c,
+        num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
+        intermediate_size=c["intermediate_size"], moe_intermediate_size=c["moe_intermediate_size"],
+        num_experts=c["num_experts"], num_experts_per_tok=c["num_experts_per_tok"], qk_norm=True,
+        layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
+        ops={"decoder": _ops("qwen3_moe", "decoder")}, flavours={"decoder": MOE},
+    )  # fmt: skip
+    return spec, family_for("qwen3_moe").pricing_defaults()
+
+
+def qwen15_moe() -> tuple[dict, dict]:
+    """Qwen1.5-MoE-A2.7B: 60 experts, top 4, a shared expert of 4 routed widths."""
+    repo = "Qwen/Qwen1.5-MoE-A2.7B-Chat"
+    c = load_shipped(repo)
+    spec = _base(
+        repo, c,
+        num_key_value_heads=c["num_key_value_heads"], intermediate_size=c["intermediate_size"],
+        moe_intermediate_size=c["moe_intermediate_size"],
+        shared_expert_intermediate_size=c["shared_expert_intermediate_size"],
+        num_experts=c["num_experts"], num_experts_per_tok=c["num_experts_per_tok"],
+        qkv_bias=True, shared_expert_gate=True,
+        layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
+        ops={"decoder": _ops("qwen2_moe", "decoder")}, flavours={"decoder": MOE},
+    )  # fmt: skip
+    return spec, family_for("qwen2_moe").pricing_defaults()
+
+
+def deepseek_v2_lite() -> tuple[dict, dict]:
+    """DeepSeek-V2-Lite: MLA without a q latent (q_lora_rank null); first layer dense."""
+    repo = "deepseek-ai/DeepSeek-V2-Lite"
+    c = load_shipped(repo)
+    assert c["q_lora_rank"] is None
+    dense = c["first_k_dense_replace"]
+    spec = _base(
+        repo, c,
+        num_key_value_heads=c["num_key_value_heads"], intermediate_size=c["intermediate_size"],
+        moe_intermediate_size=c["moe_intermediate_size"], num_experts=c["n_routed_experts"],
+        num_experts_per_tok=c["num_experts_per_tok"], num_shared_experts=c["n_shared_experts"],
+        first_k_dense_replace=dense, kv_lora_rank=c["kv_lora_rank"],
+        qk_rope_head_dim=c["qk_rope_head_dim"], qk_nope_head_dim=c["qk_nope_head_dim"],
+        v_head_dim=c["v_head_dim"],
+        layers=[{"kind": "dense", "count": dense}, {"kind": "moe", "count": c["num_hidden_layers"] - dense}],
+        ops={"dense": _ops("deepseek_v2", "dense"), "moe": _ops("deepseek_v2", "moe")},
+        flavours={"dense": DENSE, "moe": MOE},
+    )  # fmt: skip
+    return spec, family_for("deepseek_v2").pricing_defaults()
+
+
+def qwen35_9b() -> tuple[dict, dict]:
+    """Qwen3.5-9B's text model: gated-delta-rule linear layers between full attention layers."""
+    repo = "Qwen/Qwen3.5-9B"
+    c = load_shipped(repo)["text_config"]
+    layers: list[dict] = []
+    for kind in c["layer_types"]:
+        if layers and layers[-1]["kind"] == kind:
+            layers[-1]["count"] += 1
+        else:
+            layers.append({"kind": kind, "count": 1})
+    spec = _base(
+        repo, c,
+        num_key_value_heads=c["num_key_value_heads"], head_dim=c["head_dim"],
+        intermediate_size=c["intermediate_size"],
+        **{k: c[k] for k in ("linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads",
+                             "linear_value_head_dim", "linear_conv_kernel_dim")},
+        qk_norm=True, attn_output_gate=True, layers=layers,
+        ops={k: _ops("qwen3_5_text", k) for k in ("linear_attention", "full_attention")},
+        flavours={"linear_attention": {"attention": "linear", "ffn": "dense"}, "full_attention": DENSE},
+    )  # fmt: skip
+    return spec, family_for("qwen3_5_text").pricing_defaults()
+
+
+BUILDERS = (llama_8b, qwen3_30b_a3b, qwen15_moe, deepseek_v2_lite, qwen35_9b)
