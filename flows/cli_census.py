@@ -1,4 +1,4 @@
-"""`speccat census CONFIG.json [--json]`: census one config and print its ModelSpec (DESIGN §6).
+"""`speccat census CONFIG.json [--json]`: census one config and print its ModelSpec.
 
 With --json the ModelSpec mapping is printed as JSON (a stable contract); without it, a
 readable summary. A refusal exits 2 (cli.py prints it: one line, or {"error": ...} with --json).

@@ -1,4 +1,4 @@
-"""`speccat price CONFIG.json`: census one config and price it at one setting (DESIGN §6).
+"""`speccat price CONFIG.json`: census one config and price it at one setting.
 
 The setting is the grid's defaults (catalogue/records/settings.yaml: each field's first value) with
 --seq/--micro-batch/--tp/--cp and any `--set FIELD=VALUE` on top. `--switches` picks what is
@@ -75,7 +75,7 @@ def switch_mask(records, text: str) -> int | None:
 
 
 def price(config: dict, name: str, setting_overrides: dict, switches: str) -> dict:
-    """Census `config` and price it: the `price --json` mapping of DESIGN §6."""
+    """Census `config` and price it: the `price --json` mapping (docs/pricing.md)."""
     import pyarrow.compute as pc
 
     from speccat.catalogue.records.pricing import model_totals, price_spec, stack_counts

@@ -41,7 +41,7 @@ FETCH_FAILED = "fetch_failed"
 # Statuses worth another try, as huggingface_hub itself retries them.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
-# What the Hub is asked to return for each listed model (DESIGN §5).
+# What the Hub is asked to return for each listed model (docs/refresh.md).
 LIST_EXPAND = ("sha", "gated", "downloads", "likes", "lastModified", "pipeline_tag", "tags")
 
 

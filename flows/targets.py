@@ -1,4 +1,4 @@
-"""Where a night is published: the single DuckDB file, or a DuckLake (DESIGN §4).
+"""Where a night is published: the single DuckDB file, or a DuckLake (docs/catalogue.md).
 
 Both answer what they already hold (so the plan stage skips it) and publish a RunData.
 """

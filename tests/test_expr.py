@@ -1,4 +1,4 @@
-"""The closed expression language (catalogue/records/expr.py, DESIGN §3.2)."""
+"""The closed expression language (catalogue/records/expr.py, docs/pricing.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pricing: the names a layer reads (DESIGN §3.3) and the prices of records v1 (§3.5).
+"""Pricing: the names a layer reads (docs/pricing.md) and the prices of records v1 (§3.5).
 
 Expected numbers are derived in each test from the shipped config's dims, step by step.
 """

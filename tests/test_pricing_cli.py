@@ -1,4 +1,4 @@
-"""`speccat price CONFIG.json` (flows/cli_price.py, DESIGN §6), run in-process."""
+"""`speccat price CONFIG.json` (flows/cli_price.py), run in-process."""
 
 from __future__ import annotations
 

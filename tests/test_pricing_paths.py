@@ -1,4 +1,4 @@
-"""The fast pricing path equals the direct evaluator bit for bit (DESIGN §3.5).
+"""The fast pricing path equals the direct evaluator bit for bit (docs/pricing.md).
 
 Both evaluators price the same (kind, setting, mask) grid; `LayerPrices.same_bits` compares
 every float's bytes. Beyond the default grid and records v1, the grids and records below are

@@ -1,4 +1,4 @@
-"""The op records file and its loader (catalogue/records/oprecords.py, DESIGN §3.1)."""
+"""The op records file and its loader (catalogue/records/oprecords.py, docs/pricing.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_v1_loads_with_the_design_switches_ops_and_parts(records):
     assert tuple(records.ops) == OPS
     assert records.n_masks == 256
     assert records.parts["attUp"].part_of == "attMM" and records.parts["attUp"].switch == "attUp"
-    # DESIGN §3.1's table: switch, needs, comm
+    # the records table: switch, needs, comm
     assert records.ops["attMM"].switch is None and records.ops["ffMM"].switch is None
     assert records.ops["linrec"].switch is None and records.ops["linrec"].needs == ("attMM",)
     assert records.ops["dropout"].needs == ("softmax",)

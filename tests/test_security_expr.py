@@ -1,11 +1,11 @@
-"""The expression language has no way out (issue 7, item 4; catalogue/records/expr.py, DESIGN §3.2).
+"""The expression language has no way out (issue 7, item 4; catalogue/records/expr.py, docs/pricing.md).
 
 tests/test_expr.py fuzzes arithmetic built from the closed set and a few forbidden constructs.
 Here the fuzz is aimed at escapes: the generated expressions mix known Python sandbox-escape
 payloads (dunder walks to `object.__subclasses__`, `__import__`, `open`, lambdas and
 comprehensions, walrus, f-strings, Unicode look-alikes that NFKC folds into `max` or
 `__import__`, powers that would run for ever) into arithmetic, and random text comes from all of
-Unicode. Every example goes through two oracles: one written here from DESIGN §3.2 alone says
+Unicode. Every example goes through two oracles: one written here from the language as docs/pricing.md states it says
 whether the text is outside the language, and then it must be refused when it is parsed; and
 test_expr's: an expression is refused or fails with a documented reason, or it evaluates, calls
 nothing but max, min and the guarded power, and equals Python's own arithmetic. `fuzz(n)` runs
@@ -74,7 +74,7 @@ PAYLOADS = [
     "not __builtins__",
 ]
 
-# The language of DESIGN §3.2, written apart from catalogue/records/expr.py: the node types, the two
+# The language as docs/pricing.md states it, written apart from catalogue/records/expr.py: the node types, the two
 # functions, number constants only, and (speccat's rule) no name starting with "_".
 LANGUAGE = (
     ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.And, ast.Or,

@@ -1,4 +1,4 @@
-"""The settings grid (catalogue/records/settings.py, DESIGN §3.4)."""
+"""The settings grid (catalogue/records/settings.py, docs/pricing.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The closed expression language of the op records (DESIGN §3.2).
+"""The closed expression language of the op records (docs/pricing.md).
 
 An expression is Python arithmetic over numbers and names: `+ - * / // % **`, unary `+ - not`,
 comparisons, `and`/`or`, conditional expressions and calls of `max` and `min`. Anything else

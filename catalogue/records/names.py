@@ -1,4 +1,4 @@
-"""The names a layer's record expressions read (DESIGN §3.3).
+"""The names a layer's record expressions read (docs/pricing.md).
 
 Every value is a Python float (counts and flags included), so all pricing arithmetic is IEEE
 double arithmetic; that is what lets the fast path evaluate expressions over numpy arrays and
@@ -25,7 +25,7 @@ from typing import Any
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.vocabulary import OPS
 
-# Every name a layer can supply, in the order of DESIGN §3.3's table.
+# Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
     "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "s_fa",
     "bytes_compute", "n_attParamCast", "n_ffParamCast", "micro_factor", "kv_shards",
@@ -110,7 +110,7 @@ class KindValues:
 
 
 def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
-    """The spec-and-kind rows of DESIGN §3.3 for `kind`; `defaults` = Family.pricing_defaults()."""
+    """The names from the spec and the kind (docs/pricing.md) for `kind`; `defaults` = Family.pricing_defaults()."""
     ops = spec.get("ops", {}).get(kind)
     if ops is None:
         raise PricingError("missing_field", f"ops.{kind}: the spec has no op counts for kind {kind!r}")
@@ -227,7 +227,7 @@ def bind(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int], recor
 def layer_names(
     spec: Mapping, kind: str, setting: Mapping, defaults: Mapping, records: Any, dtype_bytes: Mapping[str, int]
 ) -> LayerNames:
-    """Every name one layer of `kind` reads at `setting` (DESIGN §3.3), as one mapping.
+    """Every name one layer of `kind` reads at `setting` (docs/pricing.md), as one mapping.
 
     `defaults` is the family's pricing defaults (`run`, `model`); `records` a loaded Records
     (its derived names and defaults); `dtype_bytes` the settings grid's byte widths.

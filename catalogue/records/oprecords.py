@@ -1,4 +1,4 @@
-"""The op records file (catalogue/records/records.yaml, DESIGN §3.1): loader, slot evaluation, masks.
+"""The op records file (catalogue/records/records.yaml, docs/pricing.md): loader, slot evaluation, masks.
 
 `load_records()` parses and validates the file into a `Records`. Every refusal is a
 RecordsError whose message names the file and the key (`records.yaml: slots.qkv.ops.attMX:

@@ -1,4 +1,4 @@
-"""Pricing a spec: bytes per part for every switch mask, kind and setting (DESIGN §3.3–3.5).
+"""Pricing a spec: bytes per part for every switch mask, kind and setting (docs/pricing.md).
 
 The input is plain mappings: a ModelSpec mapping (with `flavours` per kind), the family's
 pricing defaults (Family.pricing_defaults()), a Records and a settings Grid. Two evaluators
@@ -39,7 +39,7 @@ def price_spec(spec: Mapping, defaults: Mapping, records: Records, settings: Gri
 
 def model_totals(spec: Mapping, tables: PriceTables) -> PriceTables:
     """Whole-model prices through the layer stack: the sum over kinds of count × layer bytes,
-    one mask for every layer (DESIGN §3.5). The same tables as `tables` without `kind`, in
+    one mask for every layer (docs/pricing.md). The same tables as `tables` without `kind`, in
     the order of their first rows."""
     import pyarrow as pa
     import pyarrow.compute as pc

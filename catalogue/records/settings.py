@@ -1,4 +1,4 @@
-"""The settings grid (catalogue/records/settings.yaml, DESIGN §3.4): loader, expansion, setting ids.
+"""The settings grid (catalogue/records/settings.yaml, docs/pricing.md): loader, expansion, setting ids.
 
 `load_settings()` returns a `Grid`: every combination of the fields' values, in field order,
 each a read-only mapping with a stable `setting_id` (a hash of its canonical mapping: field

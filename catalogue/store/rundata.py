@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.vocabulary import GATING, RUN_STATUSES, SOURCES
 
-# runs.<key>_version columns, in order (DESIGN §4: speccat, transformers, torch, records,
+# runs.<key>_version columns, in order (speccat, transformers, torch, records,
 # profiles, settings; plus the census version every spec is keyed by).
 VERSION_KEYS: tuple[str, ...] = (
     "speccat",
