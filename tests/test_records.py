@@ -20,11 +20,8 @@ def test_v1_loads_with_the_design_switches_ops_and_parts(records):
     assert tuple(records.ops) == OPS
     assert records.n_masks == 256
     assert records.parts["attUp"].part_of == "attMM" and records.parts["attUp"].switch == "attUp"
-    # the records table: switch, needs, comm
-    assert records.ops["attMM"].switch is None and records.ops["ffMM"].switch is None
-    assert records.ops["linrec"].switch is None and records.ops["linrec"].needs == ("attMM",)
-    assert records.ops["dropout"].needs == ("softmax",)
-    assert [op for op, rec in records.ops.items() if rec.comm] == ["gather"]
+    # the ops only full recompute drops
+    assert [op for op, rec in records.ops.items() if rec.switch is None] == ["attMM", "ffMM", "linrec"]
     assert {s.name: s.part for s in records.slots} == {
         "qkv": "attention", "qkv_mla": "attention", "score": "attention", "proj": "attention",
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm",
@@ -116,12 +113,10 @@ def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
     "old, new, reason, key",
     [
         ("  attMM:    {switch: null", "  attMX:    {switch: null", "unknown_op", "ops.attMX"),
-        ("  linrec:   {switch: null,     needs: [attMM],   comm: false}\n", "", "missing_op", "ops.linrec"),
+        ("  linrec:   {switch: null}\n", "", "missing_op", "ops.linrec"),
         ("switches: [attBMM, headCast", "switches: [atBMM, headCast", "unknown_switch", "ops.attBMM.switch"),
         ("softmax:  {switch: softmax", "softmax:  {switch: sofmax", "unknown_switch", "ops.softmax.switch"),
-        ("{switch: dropout,  needs: [softmax]", "{switch: dropout,  needs: [sofmax]", "unknown_op", "ops.dropout.needs[0]"),
-        ("{switch: normOp,   needs: [],        comm: false}", "{switch: normOp, needs: [], comm: no_bool}", "bad_value", "ops.normOp.comm"),
-        ("{switch: gather,   needs: [],        comm: true}", "{switch: gather, needs: [], comm: true, cost: 1}", "unknown_key", "ops.gather.cost"),
+        ("{switch: gather}", "{switch: gather, cost: 1}", "unknown_key", "ops.gather.cost"),
         ("attUp: {part_of: attMM", "attUp: {part_of: attMX", "unknown_op", "parts.attUp.part_of"),
         ("    formula: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "    formulae: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "unknown_key", "slots.norm.formulae"),
         ("    part: norm\n", "    part: memory\n", "bad_part", "slots.norm.part"),
@@ -132,7 +127,7 @@ def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
         ("      normOp: h*n_normOp", "      normOp: h.real*n_normOp", "bad_expression", "slots.norm.ops.normOp"),
         ("  dc_q: 0", "  dc_qq: 0", "unknown_name", "defaults.dc_qq"),
         ("  N: n_attMM + n_attParamCast", "  h: n_attMM + n_attParamCast", "bad_value", "names.h"),
-        ("label: v1", "lable: v1", "unknown_key", "lable"),
+        ("switches: [", "lable: v1\nswitches: [", "unknown_key", "lable"),
         ("full: micro_factor", "fulll: micro_factor", "unknown_key", "fulll"),
     ],
 )
@@ -143,12 +138,12 @@ def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reaso
 
 
 def test_a_switch_that_drops_nothing_is_refused(tmp_path):
-    err = refused(tmp_path, "gather:   {switch: gather,", "gather:   {switch: null,")
+    err = refused(tmp_path, "gather:   {switch: gather}", "gather:   {switch: null}")
     assert err.reason == "unknown_switch" and "records.yaml: switches[5]:" in str(err)
 
 
 def test_two_records_claiming_one_switch_are_refused(tmp_path):
-    err = refused(tmp_path, "headCast: {switch: headCast,", "headCast: {switch: softmax,")
+    err = refused(tmp_path, "headCast: {switch: headCast}", "headCast: {switch: softmax}")
     assert "records.yaml: ops.headCast.switch:" in str(err) and "already drops" in str(err)
 
 

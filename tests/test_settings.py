@@ -7,7 +7,6 @@ import itertools
 import json
 import re
 
-import pyarrow as pa
 import pytest
 import yaml
 
@@ -119,13 +118,3 @@ def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reaso
         load_settings(bad)
     assert err.value.reason == reason
     assert f"settings.yaml: {key}:" in str(err.value)
-
-
-def test_the_settings_table_is_typed(grid):
-    table = grid.to_arrow()
-    assert table.column_names == ["setting_id", *FIELDS]
-    assert table.num_rows == 36
-    assert table.schema.field("tp").type == pa.int64()
-    assert table.schema.field("flash_attention").type == pa.bool_()
-    assert table.schema.field("capacity_factor").type == pa.float64()
-    assert table.column("setting_id").to_pylist() == [s["setting_id"] for s in grid.settings]

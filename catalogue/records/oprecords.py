@@ -29,10 +29,10 @@ from speccat.catalogue.vocabulary import OPS, PARTS
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
 MAX_SWITCHES = 15  # masks are stored as int16
 
-TOP_KEYS = ("label", "switches", "ops", "parts", "names", "defaults", "full", "slots")
+TOP_KEYS = ("switches", "ops", "parts", "names", "defaults", "full", "slots")
 REQUIRED_TOP = ("switches", "ops", "full", "slots")
-OP_KEYS = ("switch", "needs", "comm")
-PART_KEYS = ("part_of", "switch", "needs")
+OP_KEYS = ("switch",)
+PART_KEYS = ("part_of", "switch")
 SLOT_KEYS = ("part", "formula", "ops", "when")
 REQUIRED_SLOT = ("part", "formula", "ops")
 
@@ -49,8 +49,6 @@ class OpRecord:
 
     name: str
     switch: str | None
-    needs: tuple[str, ...]
-    comm: bool
     part_of: str | None = None
 
 
@@ -92,8 +90,6 @@ class Records:
     """A validated records file. `version` is a short hash of its canonical content."""
 
     version: str
-    path: str
-    label: str | None
     switches: tuple[str, ...]
     ops: Mapping[str, OpRecord]
     parts: Mapping[str, OpRecord]
@@ -105,11 +101,6 @@ class Records:
     @property
     def n_masks(self) -> int:
         return 1 << len(self.switches)
-
-    def bit_of(self, name: str) -> int | None:
-        """The mask bit that drops op or part `name` by its own switch (None: no switch)."""
-        record = self.ops.get(name) or self.parts[name]
-        return None if record.switch is None else self.switches.index(record.switch)
 
     def mask_of(self, names: Iterable[str]) -> int:
         """The mask recomputing exactly the switches named. An unknown name is refused."""
@@ -180,31 +171,23 @@ class _Loader(Loader):
             raise self.fail("bad_value", "switches", f"names a switch twice: {list(names)}")
         return names
 
-    def record(self, key: str, name: str, body: Any, switches, known, is_part: bool) -> OpRecord:
+    def record(self, key: str, name: str, body: Any, switches, is_part: bool) -> OpRecord:
         keys = PART_KEYS if is_part else OP_KEYS
         body = self.mapping(key, body, keys, keys)
         switch = body["switch"]
         if switch is not None and switch not in switches:
             raise self.fail("unknown_switch", f"{key}.switch", f"unknown switch {switch!r}; switches: {', '.join(switches)}")
-        needs = body["needs"]
-        if not isinstance(needs, list):
-            raise self.fail("bad_value", f"{key}.needs", "must be a list of op names")
-        for i, need in enumerate(needs):
-            if need not in known:
-                raise self.fail("unknown_op", f"{key}.needs[{i}]", f"unknown op {need!r}; ops: {', '.join(known)}")
         if is_part:
             if switch is None:
                 raise self.fail("bad_value", f"{key}.switch", "a part needs a switch of its own")
             if body["part_of"] not in OPS:
                 raise self.fail("unknown_op", f"{key}.part_of", f"unknown op {body['part_of']!r}; ops: {', '.join(OPS)}")
-            return OpRecord(name, switch, tuple(needs), False, body["part_of"])
-        if not isinstance(body["comm"], bool):
-            raise self.fail("bad_value", f"{key}.comm", f"must be true or false, got {body['comm']!r}")
-        return OpRecord(name, switch, tuple(needs), body["comm"])
+            return OpRecord(name, switch, body["part_of"])
+        return OpRecord(name, switch)
 
     def ops(self, value: Any, switches) -> dict[str, OpRecord]:
         self.mapping("ops", value, OPS, OPS, what="op", unknown="unknown_op", missing="missing_op")
-        return {name: self.record(f"ops.{name}", name, value[name], switches, OPS, False) for name in OPS}
+        return {name: self.record(f"ops.{name}", name, value[name], switches, False) for name in OPS}
 
     def parts(self, value: Any, switches) -> dict[str, OpRecord]:
         value = {} if value is None else value
@@ -216,7 +199,7 @@ class _Loader(Loader):
             self.identifier(key, name)
             if name in OPS:
                 raise self.fail("bad_value", key, "a part may not share an op's name")
-            parts[name] = self.record(key, name, body, switches, OPS, True)
+            parts[name] = self.record(key, name, body, switches, True)
         return parts
 
     def claims(self, switches, records: Iterable[OpRecord]) -> None:
@@ -285,9 +268,6 @@ class _Loader(Loader):
 
     def load(self, data: Any, version: str) -> Records:
         data = self.mapping("", data, TOP_KEYS, REQUIRED_TOP)
-        label = data.get("label")
-        if label is not None and not isinstance(label, str):
-            raise self.fail("bad_value", "label", f"must be text, got {label!r}")
         switches = self.switches(data["switches"])
         ops = self.ops(data["ops"], switches)
         parts = self.parts(data.get("parts"), switches)
@@ -299,8 +279,6 @@ class _Loader(Loader):
         slots = self.slots(data["slots"], known, (*OPS, *parts))
         return Records(
             version=version,
-            path=self.source,
-            label=label,
             switches=switches,
             ops=MappingProxyType(ops),
             parts=MappingProxyType(parts),

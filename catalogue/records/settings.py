@@ -117,16 +117,6 @@ class Grid:
         """A grid holding just `settings` (each as built by `setting`)."""
         return replace(self, settings=tuple(settings))
 
-    def to_arrow(self):
-        """The settings table: setting_id, then one typed column per field."""
-        import pyarrow as pa
-
-        types = {"int": pa.int64(), "number": pa.float64(), "bool": pa.bool_(), "choice": pa.string(), "dtype": pa.string()}
-        columns = {"setting_id": pa.array([s["setting_id"] for s in self.settings], pa.string())}
-        for name in self.fields:
-            columns[name] = pa.array([s[name] for s in self.settings], types[self.schema[name].type])
-        return pa.table(columns)
-
 
 class _Loader(Loader):
     """Validation of one parsed settings file."""
