@@ -52,13 +52,13 @@ def shipped_items():
 def bench_ingest(store_runs, items) -> None:
     import duckdb
 
-    from speccat import sql
+    from speccat.catalogue.store.file import create_schema
 
     run = store_runs.make_run("bench", items)
     layer = run.arrow_tables()["layer_prices"]
     with tempfile.TemporaryDirectory() as folder:
         con = duckdb.connect(str(Path(folder) / "ingest.duckdb"))
-        con.execute(sql.load("schema"))
+        create_schema(con)
         started = time.perf_counter()
         con.execute("INSERT INTO layer_prices BY NAME SELECT * FROM layer")
         con.execute("CHECKPOINT")

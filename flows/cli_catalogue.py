@@ -1,4 +1,9 @@
-"""`speccat query`, `speccat show` and `speccat export`: reading the published catalogue (DESIGN §6)."""
+"""`speccat query`, `speccat show` and `speccat export`: reading the published catalogue (docs/catalogue.md).
+
+Their SQL is sql/queries/ (named queries), sql/show/ (what `show` prints) and sql/steps/export_*
+(the export). A setting left unchosen is the grid's default, which the catalogue holds in its
+table `setting_defaults` (from catalogue/records/settings.yaml): the same default the queries use.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import contextlib
 import json
 import sys
 
-DEFAULT_DB = "catalogue.duckdb"  # the default of `speccat refresh --db` too (DESIGN §4)
+DEFAULT_DB = "catalogue.duckdb"  # the catalogue every command reads or publishes by default
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,10 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = subparsers.add_parser("show", help="a readable summary of one model in the catalogue")
     show.add_argument("repo_id", metavar="REPO_ID")
     show.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
-    show.add_argument("--seq", type=int, default=4096, help="sequence length (default 4096)")
-    show.add_argument("--micro-batch", type=int, default=1)
-    show.add_argument("--tp", type=int, default=1)
-    show.add_argument("--cp", type=int, default=1)
+    grid_default = "default: the grid's, from the catalogue's setting_defaults"
+    show.add_argument("--seq", type=int, help=f"sequence length ({grid_default})")
+    show.add_argument("--micro-batch", type=int, help=f"sequences per micro-batch ({grid_default})")
+    show.add_argument("--tp", type=int, help=f"tensor-parallel ranks ({grid_default})")
+    show.add_argument("--cp", type=int, help=f"context-parallel ranks ({grid_default})")
     show.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     show.set_defaults(run=run_show)
 
@@ -57,25 +63,24 @@ def run_show(args: argparse.Namespace) -> int:
     from speccat.catalogue.store import present
     from speccat.catalogue.store.file import open_readonly
 
+    # None leaves a field to the grid's default (sql/views/chosen_settings.sql).
     wanted = {"seq_length": args.seq, "micro_batch": args.micro_batch, "tp": args.tp, "cp": args.cp}
     with contextlib.closing(open_readonly(args.db)) as con:
-        repo = present.run(con, sql.load("show_repo"), {"repo_id": args.repo_id})
+        repo = present.run(con, sql.load("show/repo"), {"repo_id": args.repo_id})
         if not repo.rows:
-            known = con.execute("SELECT count(*) FROM repos").fetchone()[0]
+            (known,) = present.run(con, sql.load("show/repo_count")).rows[0]
             raise LookupError(f"{args.repo_id} has no spec at the latest census version in {args.db} ({known} repos stored)")
-        settings = present.run(con, sql.load("show_settings"), wanted)
+        settings = present.run(con, sql.load("show/settings"), wanted)
         if len(settings.rows) != 1:
-            grid = con.execute(
-                "SELECT list(DISTINCT seq_length ORDER BY seq_length), list(DISTINCT tp ORDER BY tp), "
-                "list(DISTINCT cp ORDER BY cp), list(DISTINCT micro_batch ORDER BY micro_batch) FROM settings"
-            ).fetchone()
+            grid = _records(present.run(con, sql.load("show/grid"), wanted))[0]
+            chosen = {k: grid[k] for k in wanted}
             raise LookupError(
-                f"{len(settings.rows)} settings of the grid match {wanted}; the grid has seq {grid[0]}, "
-                f"tp {grid[1]}, cp {grid[2]}, micro-batch {grid[3]}"
+                f"{len(settings.rows)} settings of the grid match {chosen}; the grid has seq {grid['grid_seq_length']}, "
+                f"tp {grid['grid_tp']}, cp {grid['grid_cp']}, micro-batch {grid['grid_micro_batch']}"
             )
         setting = dict(zip(settings.columns, settings.rows[0]))
-        kinds = present.run(con, sql.load("show_kinds"), {"repo_id": args.repo_id})
-        prices = present.run(con, sql.load("show_prices"), {"repo_id": args.repo_id, "setting_id": setting["setting_id"]})
+        kinds = present.run(con, sql.load("show/kinds"), {"repo_id": args.repo_id})
+        prices = present.run(con, sql.load("show/prices"), {"repo_id": args.repo_id, "setting_id": setting["setting_id"]})
         measured = present.run(con, present.resolve_query("priced_vs_measured"), {"repo_id": args.repo_id})
     if args.json:
         print(json.dumps(

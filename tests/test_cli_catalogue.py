@@ -1,4 +1,4 @@
-"""`speccat query`, `speccat show`, `speccat export` (flows/cli_catalogue.py, DESIGN §6)."""
+"""`speccat query`, `speccat show`, `speccat export` (flows/cli_catalogue.py, docs/catalogue.md)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def query(con, name: str, **params):
 
 def latest_repos() -> dict[str, dict]:
     """Each repo's row from the last night that listed it; a failed fetch at a sha an earlier
-    night fetched keeps that night's config (DESIGN: a config at a pinned sha never changes)."""
+    night fetched keeps that night's config (a config at a pinned sha never changes)."""
     latest: dict[str, dict] = {}
     for run in (runs.first_run(), runs.second_run()):
         for row in run.repos:

@@ -1,10 +1,10 @@
-"""SQL built by the CLI takes user input as parameters, never as SQL text (issue 7, item 4).
+"""SQL built by the CLI takes user input as parameters, never as SQL text.
 
 `speccat query` runs the SQL its user writes (read-only): that is its purpose. Everything else
 the user types (a repo id, a --param value, a file or folder path) reaches DuckDB as a bound
-parameter or through the quoting helpers. Hostile inputs, each of which would change the
-statement if it were pasted into the SQL, are shown to change nothing; and a tripwire lists
-every f-string handed to DuckDB with what it may interpolate.
+parameter or quoted by `sql.render`. Hostile inputs, each of which would change the
+statement if it were pasted into the SQL, are shown to change nothing; and a tripwire checks
+that every statement handed to DuckDB is a file of sql/.
 """
 
 from __future__ import annotations
@@ -13,14 +13,26 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
 import store_runs as runs
-from test_cli_catalogue import db, speccat  # noqa: F401 (db is a fixture: the two-night catalogue)
 
 from speccat.catalogue.store.export import MANIFEST
+from speccat.flows.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "Qwen/Qwen3-8B"  # stored by night 2 of tests/store_runs.py
 TAUTOLOGY = "x' OR '1'='1"
+
+
+@pytest.fixture(scope="module")
+def db() -> str:
+    return str(runs.two_night_catalogue())
+
+
+def speccat(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def test_a_repo_id_that_is_sql_matches_no_repo(db, capsys):
@@ -69,36 +81,44 @@ def test_a_catalogue_path_with_quotes_is_a_path(db, capsys, tmp_path):
 
 # -- the tripwire --------------------------------------------------------------------------
 
-# What an f-string handed to DuckDB may interpolate besides sql_literal(...) and
-# sql_identifier(...) calls, file by file, and why none of it comes from a user.
-INTERPOLATED = {
-    "catalogue/store/export.py": {"name"},  # a table name from the constants PARTITIONED and WHOLE
-    "catalogue/store/present.py": {"name"},  # a --param name, refused unless str.isidentifier() (above)
-    "catalogue/store/lake.py": {"LAKE", "t"},  # the constant alias; a table name from TABLES
-    "catalogue/store/file.py": {"INCOMING", "t", "name", "table", "columns"},  # constants; names from TABLES; columns quoted by sql_identifier
+# Every statement handed to DuckDB (or SQLite) from catalogue/, census/ and flows/ is a file
+# of sql/: `sql.load(NAME)`, `sql.render(NAME, ...)` (which quotes what it fills in) or
+# `sql.schema()`. Anything else passed to `.execute` is listed here, file by file, with why
+# it is not built from user input; an f-string or a literal would be listed, and fail.
+PASSED = {
+    "catalogue/store/file.py": {"text"},  # a view's CREATE statement, from sql.views()
+    "catalogue/store/lake.py": {"attach", "statement"},  # sql.render("steps/attach_lake..."); a CREATE TABLE sql/steps/lake_ddl.sql wrote
+    "catalogue/store/present.py": {"text"},  # the SQL `speccat query` runs: its user's, by purpose (read-only)
 }
-QUOTING = {"sql_literal", "sql_identifier"}
+SQL_CALLS = {"load", "render", "schema"}
 
 
-def _interpolations(path: Path) -> set[str]:
-    """What the f-strings passed to `.execute(...)` in `path` interpolate, other than quoting calls."""
+def _passed(path: Path) -> set[str]:
+    """What `path` passes to `.execute(...)` (and kin) other than a call into speccat.sql."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("execute", "sql", "query")):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany", "sql", "query")):
             continue
         for arg in node.args[:1]:
-            if not isinstance(arg, ast.JoinedStr):
+            if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr in SQL_CALLS
+                    and isinstance(arg.func.value, ast.Name) and arg.func.value.id == "sql"):
                 continue
-            for part in arg.values:
-                if isinstance(part, ast.FormattedValue):
-                    value = part.value
-                    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in QUOTING:
-                        continue
-                    found.add(ast.unparse(value))
+            found.add(ast.unparse(arg))
     return found
 
 
-def test_every_interpolation_into_sql_is_listed():
-    sources = sorted(p for folder in ("catalogue", "flows") for p in (ROOT / folder).glob("*.py"))
-    found = {p.relative_to(ROOT).as_posix(): _interpolations(p) for p in sources}
-    assert {f: names for f, names in found.items() if names} == INTERPOLATED
+def test_every_statement_comes_from_sql_files():
+    sources = sorted(p for folder in ("catalogue", "census", "flows") for p in (ROOT / folder).rglob("*.py"))
+    found = {p.relative_to(ROOT).as_posix(): _passed(p) for p in sources}
+    assert {f: names for f, names in found.items() if names} == PASSED
+
+
+def test_render_quotes_what_it_fills_in():
+    from speccat import sql
+
+    hostile = 'x" ; DROP TABLE runs; --'
+    text = sql.render("steps/count_rows", table=hostile)
+    assert '"x"" ; DROP TABLE runs; --"' in text
+    path = "out' (FORMAT csv); COPY (SELECT 42) TO 'smuggled.csv"
+    assert "'out'' (FORMAT csv); COPY (SELECT 42) TO ''smuggled.csv'" in sql.render("steps/export_whole", table="runs", path=path)

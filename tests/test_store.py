@@ -108,7 +108,7 @@ def test_switch_sets_and_settings(night1):
         rows = con.execute("SELECT mask, switches, n_recomputed, name FROM switch_sets ORDER BY mask").fetchall()
         assert len(rows) == 2 ** len(run.switches)
         for mask, switches, n, name in rows:
-            # bit i of the mask set <=> switch i recomputed (DESIGN §3.1)
+            # bit i of the mask set <=> switch i recomputed (sql/schema/tables/switch_sets.sql)
             assert switches == [s for i, s in enumerate(run.switches) if mask & (1 << i)]
             assert n == bin(mask).count("1")
         assert rows[0][3] == "none" and rows[-1][3] == "all"

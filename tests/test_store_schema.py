@@ -1,23 +1,23 @@
-"""sql/schema.sql against the Python tuples its codes and columns mirror."""
+"""sql/schema/ against the vocabulary its ENUM types are made from and the columns it mirrors."""
 
 from __future__ import annotations
+
+import re
 
 import duckdb
 import pytest
 
 from speccat import sql
-from speccat.catalogue.vocabulary import OPS, OTHER
-from speccat.catalogue.vocabulary import FETCH_REASONS, GATING, RUN_STATUSES, SOURCES, STAGES
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
-from speccat.catalogue.store.file import SWITCH_SET_FIXED, TABLES
-from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, REASONS
+from speccat.catalogue.store.file import REFERENCE_TABLES, SWITCH_SET_FIXED, TABLES, create_schema
+from speccat.catalogue.vocabulary import ENUMS, FAILURE_REASONS, GATING, OPS, OTHER, vocabulary_rows
 
 
 @pytest.fixture(scope="module")
 def con():
     con = duckdb.connect()
-    con.execute(sql.load("schema"))
+    create_schema(con)
     yield con
     con.close()
 
@@ -36,30 +36,34 @@ def columns(con, table: str) -> list[str]:
     ).fetchall()]
 
 
-@pytest.mark.parametrize(
-    "name, codes",
-    [
-        ("reason", REASONS + FETCH_REASONS),
-        ("stage", STAGES),
-        ("run_status", RUN_STATUSES),
-        ("run_source", SOURCES),
-        ("gating", tuple(GATING.values())),
-        ("op_name", OPS + (OTHER,)),
-        ("attention_flavour", ATTENTION_FLAVOURS),
-        ("ffn_flavour", FFN_FLAVOURS),
-    ],
-)
-def test_enum_matches_python_codes(con, name, codes):
-    assert enum(con, name) == codes
+@pytest.mark.parametrize("name", sorted(ENUMS))
+def test_each_enum_is_its_vocabulary_list(con, name):
+    assert enum(con, name) == ENUMS[name]
 
 
-def test_fetch_reasons_do_not_overlap_census_reasons():
-    assert not set(FETCH_REASONS) & set(REASONS)
+def test_the_enums_are_the_vocabulary_lists():
+    types = sql.load("schema/types")
+    made = set(re.findall(r"CREATE TYPE IF NOT EXISTS (\w+) AS ENUM", types))
+    assert made == set(ENUMS)
 
 
-def test_every_design_table_exists(con):
+def test_the_vocabulary_table_holds_every_code_with_its_meaning(con):
+    rows = con.execute("SELECT list, code, position, description FROM vocabulary ORDER BY list, position").fetchall()
+    assert rows == sorted(((r["list"], r["code"], r["position"], r["description"]) for r in vocabulary_rows()),
+                          key=lambda r: (r[0], r[2]))
+    assert all(description for *_, description in rows)
+
+
+def test_the_codes_a_python_caller_stores_are_enum_codes(con):
+    assert enum(con, "reason") == FAILURE_REASONS
+    assert set(GATING.values()) == set(enum(con, "gating"))
+    assert enum(con, "op_name") == OPS + (OTHER,)
+
+
+def test_every_table_exists(con):
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    assert tables == set(TABLES)
+    assert tables == set(TABLES) | set(REFERENCE_TABLES)
+    assert set(sql.tables()) == tables - {"vocabulary"}  # vocabulary is made first, apart
 
 
 def test_switch_columns_are_the_records_switches(con):
@@ -71,13 +75,23 @@ def test_settings_columns_are_the_grid_fields(con):
     assert columns(con, "settings") == ["setting_id", *load_settings().fields]
 
 
+def test_setting_defaults_has_the_settings_columns_and_types(con):
+    def typed(table):
+        return con.execute(
+            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+            [table],
+        ).fetchall()
+
+    assert typed("setting_defaults") == typed("settings")
+
+
 def test_op_count_columns_are_the_op_vector(con):
     kind_columns = columns(con, "kinds")
     assert [c for c in kind_columns if c in OPS] == list(OPS)
 
 
 def test_schema_runs_twice(con):
-    con.execute(sql.load("schema"))  # every statement is IF NOT EXISTS
+    con.execute(sql.schema())  # every statement is IF NOT EXISTS
     assert len(columns(con, "runs")) == 16
 
 

@@ -4,7 +4,8 @@ Tables and views with a setting_id are written as hive partitions (DIR/NAME/sett
 data_0.parquet); the small ones as one file each (DIR/NAME.parquet). A manifest
 (DIR/_speccat_export.json) names the run, the versions and each table's row count. The export
 is built in a sibling folder and swapped in, so DIR never holds half of two exports; an
-existing DIR that has no manifest is refused rather than overwritten.
+existing DIR that has no manifest is refused (FileExistsError) rather than overwritten.
+The statements are sql/steps/export_*.sql.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from speccat.catalogue.store.rundata import StoreError
-from speccat.catalogue.store.file import open_readonly, sql_literal
+from speccat import sql
+from speccat.catalogue.store.file import count_rows, open_readonly
 
 MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
@@ -30,23 +31,24 @@ def export(db_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
     """Write the planners' tables of the catalogue at `db_path` into `out_dir`; return the manifest."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
-        raise StoreError("bad_run", f"{out} exists and is not a speccat export (no {MANIFEST}); choose another folder")
+        raise FileExistsError(f"{out} exists and is not a speccat export (no {MANIFEST}); choose another folder")
     building = out.with_name(f".{out.name}.export-{uuid.uuid4().hex[:8]}")
     building.mkdir(parents=True)
     try:
         with contextlib.closing(open_readonly(db_path)) as con:
             tables = {}
             for name in PARTITIONED:
-                target = building / name
-                con.execute(f"COPY (SELECT * FROM {name}) TO {sql_literal(str(target))} (FORMAT parquet, PARTITION_BY (setting_id))")
-                tables[name] = _count(con, name)
+                con.execute(sql.render("steps/export_partitioned", table=name, path=str(building / name)))
+                tables[name] = count_rows(con, name)
             for name in WHOLE:
-                con.execute(f"COPY (SELECT * FROM {name}) TO {sql_literal(str(building / (name + '.parquet')))} (FORMAT parquet)")
-                tables[name] = _count(con, name)
-            latest = con.execute("SELECT run_id, census_version, records_version, settings_version FROM latest_run").fetchone()
+                con.execute(sql.render("steps/export_whole", table=name, path=str(building / f"{name}.parquet")))
+                tables[name] = count_rows(con, name)
+            cursor = con.execute(sql.load("steps/export_latest_run"))
+            latest = cursor.fetchone()
+            latest_columns = [d[0] for d in cursor.description]
         manifest = {
             "catalogue": str(Path(db_path).resolve()),
-            "latest_run": None if latest is None else dict(zip(("run_id", "census_version", "records_version", "settings_version"), latest)),
+            "latest_run": None if latest is None else dict(zip(latest_columns, latest)),
             "partitioned_by": "setting_id",
             "tables": tables,
         }
@@ -63,7 +65,3 @@ def _swap_in(building: Path, out: Path) -> None:
         os.replace(out, old)
     os.replace(building, out)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _count(con, name: str) -> int:
-    return con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]

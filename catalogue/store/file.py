@@ -2,17 +2,20 @@
 
 `publish(db_path, run)` never writes the published file. Under a writer lock it builds the
 next catalogue in a new file beside it (`.NAME.publish-PID-ID.tmp`): a copy of the published
-file (or a rebuild into sql/schema.sql when the schema changed), plus tonight's rows merged
-by sql/merge.sql. It then runs sql/checks.sql, checkpoints, fsyncs and renames the new file over
-the old one. A reader that has the old file open keeps reading the old inode; a new reader sees
-the whole new run; a writer killed at any point leaves the published file as it was, and the
-next publish removes the leftover. Carried rows are never recomputed: the flow only censuses
-configs the catalogue lacks and prices those not priced at every setting of its grid
-(`stored()` tells which).
+file (or a rebuild into the schema of sql/schema/ when the schema changed), plus tonight's rows
+merged by sql/steps/merge.sql. It then runs sql/steps/checks.sql, recreates the views of
+sql/views/, checkpoints, fsyncs and renames the new file over the old one. A reader that has
+the old file open keeps reading the old inode; a new reader sees the whole new run; a writer
+killed at any point leaves the published file as it was, and the next publish removes the
+leftover. Carried rows are never recomputed: the flow only censuses configs the catalogue
+lacks and prices those not priced at every setting of its grid (`stored()` tells which).
 
 DuckDB lets one process write a file or many read it, never both: readers use
 `open_readonly()`, and in one process a connection to the published path must be closed before
 the same process opens the new file (DuckDB caches open instances by path).
+
+Every statement is a file of sql/ (docs/catalogue.md); this module passes it parameters, and
+names quoted by `sql.render`.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import pyarrow as pa
 
 from speccat import sql
 from speccat.catalogue.store.rundata import STAGED_PRICES, RunData, StoreError
+from speccat.catalogue.vocabulary import vocabulary_rows
 
-# Tables in the order the store rebuilds them; the same as sql/schema.sql declares.
+# The catalogue's data tables, in the order the store rebuilds them (sql/schema/tables/):
+# what a publish carries from the published catalogue into the next.
 TABLES: tuple[str, ...] = (
     "runs",
     "repo_history",
@@ -49,9 +54,20 @@ TABLES: tuple[str, ...] = (
     "full_prices",
     "failures",
 )
+# Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
+# (filled before the schema runs) and the grid's default setting (sql/schema/).
+REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults")
 # switch_sets columns that are not a switch.
 SWITCH_SET_FIXED = ("mask", "n_recomputed", "switches", "name")
+# The in-memory catalog tonight's rows are staged in; sql/steps/*.sql read it by this name.
 INCOMING = "incoming"
+# Catalogs a publish attaches for a moment: the current schema, the published file.
+FRESH, OLD = "fresh", "old"
+# The name an Arrow table is registered under while sql/steps/ingest.sql appends it.
+ARROW_ROWS = "arrow_rows"
+VOCABULARY_SCHEMA = pa.schema(
+    [("list", pa.string()), ("code", pa.string()), ("position", pa.int32()), ("description", pa.string())]
+)
 
 
 @dataclass(frozen=True)
@@ -89,10 +105,10 @@ def publish(db_path: str | os.PathLike, run: RunData) -> Published:
                     _carry_into_new_schema(con, db_path)
                 stage(con, run, tables)
                 merge(con)
-                con.execute(sql.load("views"))
-                rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
-                con.execute(f"DETACH {INCOMING}")
-                con.execute("CHECKPOINT")
+                create_views(con)
+                rows = {t: count_rows(con, t) for t in TABLES}
+                con.execute(sql.render("steps/detach", catalog=INCOMING))
+                con.execute(sql.load("steps/checkpoint"))
             finally:
                 con.close()
             _fsync(tmp)
@@ -142,7 +158,7 @@ def stored_in(
 ) -> Stored:
     """`stored()` on an open catalogue (the file's, or a lake's as its default catalog)."""
     rows = con.execute(
-        sql.load("stored"), {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
+        sql.load("steps/stored"), {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
     ).fetchall()
     return Stored(*(frozenset(h for held, h in rows if held == kind) for kind in ("spec", "priced")))
 
@@ -152,7 +168,7 @@ def specs_in(
 ) -> dict[str, dict]:
     """`load_specs()` on an open catalogue (the file's, or a lake's as its default catalog)."""
     hashes = None if config_hashes is None else sorted(set(config_hashes))
-    rows = con.execute(sql.load("stored_specs"), {"census": census_version, "hashes": hashes}).fetchall()
+    rows = con.execute(sql.load("steps/stored_specs"), {"census": census_version, "hashes": hashes}).fetchall()
     return {h: json.loads(spec) for h, spec in rows}
 
 
@@ -182,46 +198,80 @@ def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Tab
     """Attach an in-memory `incoming` catalog with the schema and fill it with the run's rows.
 
     Every table is ingested from Arrow in one statement; the spec tables are derived from the
-    staged spec JSON by sql/derive.sql. Types, ENUM codes and keys are enforced here, so a bad
-    code or a duplicate key in the run is refused before anything is merged. The price tables,
-    millions of rows, are not copied: they are registered as `staged_layer_prices` and
+    staged spec JSON by sql/steps/derive.sql. Types, ENUM codes and keys are enforced here, so a
+    bad code or a duplicate key in the run is refused before anything is merged. The price
+    tables, millions of rows, are not copied: they are registered as `staged_layer_prices` and
     `staged_full_prices` (RunData has checked each config's prices whole)."""
     home = _database_name(con)
-    con.execute(f"ATTACH ':memory:' AS {INCOMING}")
-    con.execute(f"USE {INCOMING}")
+    con.execute(sql.render("steps/attach_memory", catalog=INCOMING))
+    con.execute(sql.render("steps/use", catalog=INCOMING))
     try:
-        con.execute(sql.load("schema"))
+        create_schema(con)
         _check_fits_schema(con, run)
-        con.execute("CREATE TABLE raw_configs (config_hash VARCHAR PRIMARY KEY, config VARCHAR NOT NULL)")
-        con.execute(
-            "CREATE TABLE raw_specs (config_hash VARCHAR, census_version VARCHAR, spec VARCHAR NOT NULL,"
-            " PRIMARY KEY (config_hash, census_version))"
-        )
+        con.execute(sql.load("steps/raw_tables"))
+        if "setting_defaults" not in tables:
+            tables = {**tables, "setting_defaults": setting_defaults()}
         for name, table in tables.items():
             if name in STAGED_PRICES:
-                # Prices stay in Arrow: sql/merge.sql appends the new groups straight from them.
+                # Prices stay in Arrow: sql/steps/merge.sql appends the new groups straight from them.
                 con.register(f"staged_{name}", table)
                 continue
-            if table.num_rows == 0:
-                continue
-            con.register("arrow_rows", table)
             try:
-                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM arrow_rows")
+                ingest(con, name, table)
             except (duckdb.ConstraintException, duckdb.ConversionException, duckdb.BinderException) as err:
                 raise StoreError("bad_run", f"{name}: {first_line(err)}") from None
-            finally:
-                con.unregister("arrow_rows")
         try:
-            con.execute(sql.load("derive"))
+            con.execute(sql.load("steps/derive"))
         except (duckdb.ConstraintException, duckdb.ConversionException) as err:
             raise StoreError("bad_run", f"specs: {first_line(err)}") from None
     finally:
-        con.execute(f"USE {sql_identifier(home)}")
+        con.execute(sql.render("steps/use", catalog=home))
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """The catalogue's schema in the default catalog, which must not have it yet: the
+    vocabulary table filled from catalogue/vocabulary.yaml, then the ENUM types made from it
+    and every table (sql/schema/)."""
+    con.execute(sql.load("schema/vocabulary"))
+    ingest(con, "vocabulary", pa.Table.from_pylist(vocabulary_rows(), schema=VOCABULARY_SCHEMA))
+    con.execute(sql.schema())
+
+
+def create_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (or replace) every view of sql/views/ in the default catalog, in dependency order."""
+    for text in sql.views().values():
+        con.execute(text)
+
+
+def ingest(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """Append an Arrow table to table `name` of the default catalog, columns matched by name."""
+    if table.num_rows == 0:
+        return
+    con.register(ARROW_ROWS, table)
+    try:
+        con.execute(sql.render("steps/ingest", table=name, rows=ARROW_ROWS))
+    finally:
+        con.unregister(ARROW_ROWS)
+
+
+def setting_defaults() -> pa.Table:
+    """The grid's default setting as one row (each field of catalogue/records/settings.yaml at
+    its first value, `Grid.setting({})`): the `setting_defaults` table's row, for a RunData
+    whose Arrow tables do not carry it. It is read from the shipped settings file, the grid
+    the flow prices with."""
+    from speccat.catalogue.records.settings import load_settings
+
+    return pa.Table.from_pylist([dict(load_settings().setting({}))])
+
+
+def count_rows(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    """How many rows a table or view of the default catalog holds."""
+    return con.execute(sql.render("steps/count_rows", table=table)).fetchone()[0]
 
 
 def merge(con: duckdb.DuckDBPyConnection) -> None:
     """Refuse conflicting rows, merge `incoming` into the default catalog, then check it."""
-    conflicts = con.execute(sql.load("conflicts")).fetchall()
+    conflicts = con.execute(sql.load("steps/conflicts")).fetchall()
     if conflicts:
         listed = "; ".join(f"{t} {k}" for t, k in conflicts[:10])
         raise StoreError(
@@ -229,8 +279,8 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
             f"{len(conflicts)} stored row group(s) differ from this run's under the same key "
             f"(bump the census, records or settings version): {listed}",
         )
-    con.execute(sql.load("merge"))
-    problems = con.execute(sql.load("checks")).fetchall()
+    con.execute(sql.load("steps/merge"))
+    problems = con.execute(sql.load("steps/checks")).fetchall()
     if problems:
         listed = "; ".join(f"{c}: {d}" for c, d in problems[:10])
         raise StoreError("check_failed", f"{len(problems)} problem(s): {listed}")
@@ -238,13 +288,7 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
 
 def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:
     """Every column of every table of `database` with its type (an ENUM's type lists its codes)."""
-    return con.execute(
-        "SELECT table_name, column_index, column_name, data_type, is_nullable FROM duckdb_columns()"
-        " WHERE database_name = $db AND schema_name = 'main' AND table_name IN"
-        " (SELECT table_name FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'main')"
-        " ORDER BY table_name, column_index",
-        {"db": database},
-    ).fetchall()
+    return con.execute(sql.load("steps/schema_signature"), {"db": database}).fetchall()
 
 
 def _start(db_path: Path, tmp: Path) -> bool:
@@ -257,12 +301,12 @@ def _start(db_path: Path, tmp: Path) -> bool:
         con = duckdb.connect(str(tmp))
         try:
             home = _database_name(con)
-            con.execute("ATTACH ':memory:' AS fresh")
-            con.execute("USE fresh")
-            con.execute(sql.load("schema"))
-            current = schema_signature(con, "fresh") == schema_signature(con, home)
-            con.execute(f"USE {sql_identifier(home)}")
-            con.execute("DETACH fresh")
+            con.execute(sql.render("steps/attach_memory", catalog=FRESH))
+            con.execute(sql.render("steps/use", catalog=FRESH))
+            create_schema(con)
+            current = schema_signature(con, FRESH) == schema_signature(con, home)
+            con.execute(sql.render("steps/use", catalog=home))
+            con.execute(sql.render("steps/detach", catalog=FRESH))
         finally:
             con.close()
         if current:
@@ -270,7 +314,7 @@ def _start(db_path: Path, tmp: Path) -> bool:
         _remove_with_wal(tmp)
     con = duckdb.connect(str(tmp))
     try:
-        con.execute(sql.load("schema"))
+        create_schema(con)
     finally:
         con.close()
     return True
@@ -281,42 +325,43 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
 
     A column the new schema dropped, or a code an ENUM no longer has, is refused: nothing stored
     may be lost silently."""
-    con.execute(f"ATTACH {sql_literal(str(old_path))} AS old (READ_ONLY)")
+    con.execute(sql.render("steps/attach_readonly", path=str(old_path), catalog=OLD))
     try:
         new = _columns(con, _database_name(con))
-        old = _columns(con, "old")
+        old = _columns(con, OLD)
         for table in TABLES:
             if table not in old:
                 continue
             dropped = [c for c in old[table] if c not in new[table]]
             if dropped:
                 raise StoreError("schema", f"{table}: the new schema drops column(s) {dropped}; stored values would be lost")
-            columns = ", ".join(sql_identifier(c) for c in old[table])
             try:
-                con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM old.{table}")
+                con.execute(sql.render("steps/carry_table", table=table, columns=old[table], source=OLD))
             except (duckdb.ConversionException, duckdb.ConstraintException) as err:
                 raise StoreError("schema", f"{table}: stored rows do not fit the new schema: {first_line(err)}") from None
     finally:
-        con.execute("DETACH old")
+        con.execute(sql.render("steps/detach", catalog=OLD))
 
 
 def _check_fits_schema(con: duckdb.DuckDBPyConnection, run: RunData) -> None:
     """Settings fields and switches must each have their column (run inside `incoming`)."""
     columns = _columns(con, INCOMING)
     setting_columns = set(columns["settings"])
+    if set(columns["setting_defaults"]) != setting_columns:
+        raise StoreError("schema", "the setting_defaults table's columns are not the settings table's (sql/schema/tables/)")
     for i, setting in enumerate(run.settings):
         if set(setting) != setting_columns:
             raise StoreError(
                 "schema",
                 f"settings[{i}] fields {sorted(setting)} are not the settings table's columns "
-                f"{sorted(setting_columns)} (sql/schema.sql)",
+                f"{sorted(setting_columns)} (sql/schema/tables/settings.sql)",
             )
     switch_columns = [c for c in columns["switch_sets"] if c not in SWITCH_SET_FIXED]
     if sorted(run.switches) != sorted(switch_columns):
         raise StoreError(
             "schema",
             f"switches {list(run.switches)} are not the switch_sets table's switch columns "
-            f"{switch_columns} (sql/schema.sql)",
+            f"{switch_columns} (sql/schema/tables/switch_sets.sql)",
         )
 
 
@@ -328,20 +373,12 @@ def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[st
 
 
 def _database_name(con: duckdb.DuckDBPyConnection) -> str:
-    return con.execute("SELECT current_database()").fetchone()[0]
+    return con.execute(sql.load("steps/current_database")).fetchone()[0]
 
 
 def first_line(err: Exception) -> str:
     """The first line of an error's message: DuckDB's errors run on with hints and context."""
     return str(err).strip().splitlines()[0]
-
-
-def sql_identifier(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-def sql_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _fsync(path: Path) -> None:

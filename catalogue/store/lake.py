@@ -1,18 +1,18 @@
-"""Publishing into a DuckLake: the scale-out path (DESIGN §4).
+"""Publishing into a DuckLake: the scale-out path (docs/catalogue.md, DuckLake).
 
 A lake is a SQL catalog (SQLite locally, PostgreSQL in production, or a DuckDB file) plus
 Parquet data files under a path. Several flow workers may publish into one lake at once: each
 publish is one DuckLake transaction, which is one snapshot, so a reader sees a run whole or not
-at all. The lake holds the catalogue's tables (sql/schema.sql with ENUM columns as VARCHAR and
-keys unenforced, as DuckLake has neither; sql/checks.sql checks the keys) and its views.
+at all. The lake holds the catalogue's tables (sql/schema/ with ENUM columns as VARCHAR and
+keys unenforced, as DuckLake has neither; sql/steps/checks.sql checks the keys) and its views.
 
 Concurrency: DuckLake retries a commit whose changes do not conflict, and two appends to one
 table never do, so two writers adding the same config could both add it. Every publish
 therefore also increments the one row of `lake_epoch`: two overlapping publishes then conflict
 (both rewrite that row), the later one fails to commit, and this module runs it again from a
 fresh snapshot, where the merge sees what the other writer stored. The merge is the single
-file's (sql/merge.sql), so a reader of the lake sees the same rows as the single file.
-`stored()` and `load_specs()` answer what a lake holds, as their namesakes in store.py do for
+file's (sql/steps/merge.sql), so a reader of the lake sees the same rows as the single file.
+`stored()` and `load_specs()` answer what a lake holds, as their namesakes in file.py do for
 the file, so the flow skips what the lake already has.
 
 The extensions come from PyPI packages (duckdb-extension-ducklake, and
@@ -38,13 +38,14 @@ from speccat import sql
 from speccat.catalogue.store.rundata import RunData, StoreError
 from speccat.catalogue.store.file import (
     INCOMING,
+    REFERENCE_TABLES,
     TABLES,
     Stored,
+    count_rows,
+    create_views,
     first_line,
     merge,
-    schema_signature,
     specs_in,
-    sql_literal,
     stage,
     stored_in,
 )
@@ -99,20 +100,18 @@ def extension_path(name: str) -> Path:
 def connect(lake: Lake, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the lake attached as `lake` (extensions loaded offline)."""
     con = duckdb.connect()
-    con.execute(f"LOAD {sql_literal(str(extension_path('ducklake')))}")
+    con.execute(sql.render("steps/load_extension", path=str(extension_path("ducklake"))))
     if lake.backend == "sqlite":
         _prepare_sqlite(Path(lake.catalog.split(":", 1)[1]))
-        con.execute(f"LOAD {sql_literal(str(extension_path('sqlite_scanner')))}")
+        con.execute(sql.render("steps/load_extension", path=str(extension_path("sqlite_scanner"))))
     elif lake.backend == "postgres":
-        con.execute(f"LOAD {sql_literal(str(extension_path('postgres_scanner')))}")
-    options = [f"DATA_PATH {sql_literal(lake.data_path)}"]
-    if read_only:
-        options.append("READ_ONLY")
-    else:
-        # Rows go to Parquet files, not into the catalog database, so a writer holds the
-        # catalog only while it commits.
-        options.append("DATA_INLINING_ROW_LIMIT 0")
-    attach = f"ATTACH {sql_literal('ducklake:' + lake.catalog)} AS {LAKE} ({', '.join(options)})"
+        con.execute(sql.render("steps/load_extension", path=str(extension_path("postgres_scanner"))))
+    attach = sql.render(
+        "steps/attach_lake_readonly" if read_only else "steps/attach_lake",
+        lake="ducklake:" + lake.catalog,
+        catalog=LAKE,
+        data_path=lake.data_path,
+    )
     wait = FIRST_WAIT_S
     for n in range(1, ATTEMPTS + 1):
         try:
@@ -138,8 +137,8 @@ def publish_lake(lake: Lake, run: RunData) -> LakePublished:
         stage(con, run, tables)
         _retrying(con, lambda: _create_tables(con))
         attempts = _retrying(con, lambda: _merge_and_commit(con))
-        con.execute(f"USE {LAKE}")
-        rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+        con.execute(sql.render("steps/use", catalog=LAKE))
+        rows = {t: count_rows(con, t) for t in TABLES}
     return LakePublished(run.run_id, attempts, rows)
 
 
@@ -148,7 +147,7 @@ def open_lake(lake: Lake) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection whose default catalog is the lake (tables and views)."""
     con = connect(lake, read_only=True)
     try:
-        con.execute(f"USE {LAKE}")
+        con.execute(sql.render("steps/use", catalog=LAKE))
         yield con
     finally:
         con.close()
@@ -182,7 +181,7 @@ def load_specs(lake: Lake, census_version: str, config_hashes: Iterable[str] | N
 
 def _published(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the attached lake has the catalogue's tables (a publish created them)."""
-    tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [LAKE]).fetchall()
+    tables = con.execute(sql.load("steps/table_names"), {"db": LAKE}).fetchall()
     return set(TABLES) <= {t for (t,) in tables}
 
 
@@ -196,36 +195,29 @@ def _catalog_file(lake: Lake) -> Path | None:
 
 
 def lake_ddl(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """CREATE TABLE statements for the lake, from the staged schema: ENUMs become VARCHAR,
-    keys are left to sql/checks.sql, NOT NULL is kept."""
-    columns: dict[str, list[str]] = {}
-    for table, _, column, data_type, nullable in schema_signature(con, INCOMING):
-        if table not in TABLES:
-            continue
-        kind = "VARCHAR" if data_type.startswith("ENUM(") else data_type
-        columns.setdefault(table, []).append(f'"{column}" {kind}{"" if nullable else " NOT NULL"}')
-    statements = [f"CREATE TABLE IF NOT EXISTS {t} ({', '.join(columns[t])})" for t in TABLES]
-    statements.append("CREATE TABLE IF NOT EXISTS lake_epoch (epoch BIGINT NOT NULL)")
-    return statements
+    """CREATE TABLE statements for the lake's tables (the catalogue's and the reference
+    tables), from the schema staged in `incoming` by sql/steps/lake_ddl.sql: ENUMs become
+    VARCHAR, keys are left to sql/steps/checks.sql, NOT NULL is kept."""
+    tables = list(TABLES + REFERENCE_TABLES)
+    return [s for (s,) in con.execute(sql.load("steps/lake_ddl"), {"db": INCOMING, "tables": tables}).fetchall()]
 
 
 def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("BEGIN")
-    con.execute(f"USE {LAKE}")
+    con.begin()
+    con.execute(sql.render("steps/use", catalog=LAKE))
     for statement in lake_ddl(con):
         con.execute(statement)
-    if con.execute("SELECT count(*) FROM lake_epoch").fetchone()[0] == 0:
-        con.execute("INSERT INTO lake_epoch VALUES (0)")
-    con.execute(sql.load("views"))
-    con.execute("COMMIT")
+    con.execute(sql.load("steps/lake_epoch"))
+    create_views(con)
+    con.commit()
 
 
 def _merge_and_commit(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("BEGIN")
-    con.execute(f"USE {LAKE}")
+    con.begin()
+    con.execute(sql.render("steps/use", catalog=LAKE))
     merge(con)
-    con.execute("UPDATE lake_epoch SET epoch = epoch + 1")
-    con.execute("COMMIT")
+    con.execute(sql.load("steps/lake_epoch_bump"))
+    con.commit()
 
 
 def _retrying(con: duckdb.DuckDBPyConnection, attempt) -> int:
@@ -240,14 +232,14 @@ def _retrying(con: duckdb.DuckDBPyConnection, attempt) -> int:
             return n
         except (duckdb.TransactionException, duckdb.IOException) as err:
             with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
+                con.rollback()
             if n == ATTEMPTS or not _lost_race(err):
                 raise StoreError("lake", f"commit failed after {n} attempt(s): {first_line(err)}") from None
             time.sleep(wait * (1 + random.random()))
             wait = min(wait * 1.5, 2.0)
         except BaseException:
             with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
+                con.rollback()
             raise
     raise AssertionError("unreachable")
 
@@ -263,5 +255,5 @@ def _prepare_sqlite(path: Path) -> None:
     (in the default rollback journal, one writer's open read fails another's commit)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode=WAL")
+        if db.execute(sql.load("steps/sqlite_journal_mode")).fetchone()[0] != "wal":
+            db.execute(sql.load("steps/sqlite_wal"))

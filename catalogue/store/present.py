@@ -59,9 +59,11 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def run(con: duckdb.DuckDBPyConnection, text: str, params: Mapping[str, Any] | None = None) -> Result:
-    """Set each parameter as a DuckDB variable, run the SQL (the last statement's result)."""
+    """Set each parameter as a DuckDB variable, run the SQL (the last statement's result).
+
+    A parameter whose value is None is set to NULL: the queries then use their default."""
     for name, value in (params or {}).items():
-        con.execute(f"SET VARIABLE {name} = $value", {"value": value})
+        con.execute(sql.render("steps/set_variable", name=name), {"value": value})
     cursor = con.execute(text)
     if cursor.description is None:
         return Result((), [])

@@ -1,6 +1,7 @@
 -- One repo's switch sets ranked by the whole-model bytes they keep at one setting, least
 -- first, with what each saves against no recompute, at the latest versions.
--- Parameters: repo_id (required); seq_length [4096], micro_batch [1], tp [1], cp [1].
+-- Parameters: repo_id (required); seq_length, micro_batch, tp, cp [the grid's defaults: the
+--   table setting_defaults, through the view chosen_settings].
 -- The repo's config, the setting and the versions are looked up first, as constants for the scan.
 SET VARIABLE _config_hash = coalesce(
     (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),

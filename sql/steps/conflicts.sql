@@ -2,13 +2,13 @@
 -- such a run (StoreError "conflict"): same key, different content means a version that should
 -- have been bumped was not (a census change without a new census_version, a records or grid
 -- change without a new hash), and silently keeping either row would be wrong.
--- Same catalogs as sql/merge.sql: the target is the default catalog, tonight's rows `incoming`
+-- Same catalogs as sql/steps/merge.sql: the target is the default catalog, tonight's rows `incoming`
 -- and, for the prices, the Arrow tables staged_layer_prices and staged_full_prices. A price
 -- group (config, census and records version, setting) is stored when its full_prices rows are.
 --
 -- `configs` is not checked: config_hash leaves out names, versions and token ids, so repos
 -- sharing a hash have different raw JSON. The catalogue keeps the first config it stored for a
--- hash (sql/merge.sql), the raw JSON of one representative repo.
+-- hash (sql/steps/merge.sql), the raw JSON of one representative repo.
 WITH stored_groups AS (
     SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_full_prices AS n
     WHERE EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash

@@ -2,8 +2,8 @@
 -- where the store has created this file's two inputs from Arrow:
 --   raw_configs(config_hash, config VARCHAR)          the config JSON of each new config
 --   raw_specs(config_hash, census_version, spec VARCHAR)  each new ModelSpec as JSON
--- The column names of a spec are the ModelSpec field names (DESIGN §2.3); a field the spec
--- leaves absent becomes NULL, never zero.
+-- The column names of a spec are the ModelSpec field names (README.md, ModelSpec); a field
+-- the spec leaves absent becomes NULL, never zero.
 
 INSERT INTO configs
 SELECT config_hash, config::JSON ->> 'model_type', config::JSON

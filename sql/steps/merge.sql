@@ -4,7 +4,7 @@
 -- same run twice changes nothing.
 --
 -- Carried tables keep what is stored: a row whose key is already present is not inserted again
--- (sql/conflicts.sql has refused the run first if tonight's row differs). Spec-derived tables
+-- (sql/steps/conflicts.sql has refused the run first if tonight's row differs). Spec-derived tables
 -- and prices are carried as whole groups: (config_hash, census_version) for a spec's tables,
 -- (config_hash, census_version, records_version, setting_id) for its prices, so a spec priced
 -- under an older grid gains the prices of a new grid's settings beside those it has. All of
@@ -83,6 +83,20 @@ ORDER BY config_hash, kind, setting_id;
 
 DROP TABLE temp.new_price_groups;
 RESET VARIABLE _all_prices_new;
+
+-- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
+-- earlier night stored (a new description, a new default). Only rows that differ are touched.
+
+DELETE FROM vocabulary
+WHERE (list, code) IN (SELECT (list, code) FROM (SELECT * FROM vocabulary EXCEPT SELECT * FROM incoming.vocabulary));
+INSERT INTO vocabulary BY NAME
+SELECT * FROM (SELECT * FROM incoming.vocabulary EXCEPT SELECT * FROM vocabulary)
+ORDER BY list, position;
+
+DELETE FROM setting_defaults
+WHERE setting_id NOT IN (SELECT setting_id FROM incoming.setting_defaults);
+INSERT INTO setting_defaults BY NAME
+SELECT * FROM (SELECT * FROM incoming.setting_defaults EXCEPT SELECT * FROM setting_defaults);
 
 -- Run-scoped tables: tonight's rows replace whatever an earlier store of the same run left.
 -- Only rows that differ are deleted and inserted.

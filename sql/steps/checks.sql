@@ -68,4 +68,7 @@ SELECT 'rows name a stored run', format('{} {} run {}', tbl, repo_id, run_id)
 FROM (SELECT 'repo_history' AS tbl, repo_id, run_id FROM repo_history
       UNION ALL SELECT 'failures', repo_id, run_id FROM failures) AS r
 WHERE run_id NOT IN (SELECT run_id FROM runs)
+UNION ALL
+SELECT 'setting_defaults holds one row', format('{} rows', count(*))
+FROM setting_defaults HAVING count(*) <> 1
 LIMIT 50;

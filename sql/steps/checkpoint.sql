@@ -1,0 +1,2 @@
+-- Write everything into the database file (and empty its WAL) before it is published.
+CHECKPOINT;

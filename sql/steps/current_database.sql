@@ -1,0 +1,2 @@
+-- The connection's default catalog, to return to after USE of another.
+SELECT current_database();

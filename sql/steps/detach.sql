@@ -1,0 +1,2 @@
+-- Detach a catalog this connection attached.
+DETACH {{ identifier(catalog) }};

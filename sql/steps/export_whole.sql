@@ -1,0 +1,2 @@
+-- `speccat export`: a small table as one Parquet file.
+COPY (SELECT * FROM {{ identifier(table) }}) TO {{ literal(path) }} (FORMAT parquet);

@@ -1,0 +1,2 @@
+-- Make a catalog the default: the statements after it read and write its tables.
+USE {{ identifier(catalog) }};

@@ -1,0 +1,26 @@
+-- View chosen_settings: the settings of the grid a per-setting question asks about. Each of
+-- seq_length, micro_batch, tp and cp is the variable of that name (SET VARIABLE, or
+-- `speccat query -p`), or the grid's default from setting_defaults where it is unset. The one
+-- lookup the per-setting queries and `speccat show` share.
+-- Grain: one row per matching setting (the other fields of the grid may leave several).
+-- Columns: those of the settings table:
+--   setting_id           id      the setting: a hash of its fields
+--   seq_length           tokens  sequence length of one micro-batch
+--   micro_batch          count   sequences per micro-batch
+--   tp                   count   tensor-parallel ranks
+--   cp                   count   context-parallel ranks
+--   sequence_parallel    flag    sequence parallelism with tensor parallelism
+--   flash_attention      flag    a fused attention kernel (no saved scores)
+--   cp_algo              code    the context-parallel algorithm: ring or ulysses
+--   dtype                code    the compute dtype: bf16, fp16 or fp32
+--   in_flight            count   micro-batches in flight at once
+--   param_casts          flag    casts of parameters are kept for backward
+--   grouped_gemm         flag    MoE experts run as one grouped GEMM
+--   dropless_tok_factor  ratio   MoE tokens per expert against the even share, when dropless
+--   capacity_factor      ratio   MoE expert capacity against the even share, otherwise
+CREATE OR REPLACE VIEW chosen_settings AS
+SELECT * FROM settings
+WHERE seq_length = coalesce(getvariable('seq_length'), (SELECT seq_length FROM setting_defaults))
+  AND micro_batch = coalesce(getvariable('micro_batch'), (SELECT micro_batch FROM setting_defaults))
+  AND tp = coalesce(getvariable('tp'), (SELECT tp FROM setting_defaults))
+  AND cp = coalesce(getvariable('cp'), (SELECT cp FROM setting_defaults));

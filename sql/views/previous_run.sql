@@ -1,0 +1,21 @@
+-- View previous_run: the night before the latest one, by start (ties by run_id).
+-- Grain: one row (none while fewer than two nights are stored).
+-- Columns: those of latest_run (the runs table):
+--   run_id                id       the night's id
+--   started               time     when the night started (UTC)
+--   ended                 time     when it ended (UTC)
+--   status                code     completed, partial or failed (vocabulary list run_status)
+--   source                code     hub or snapshot (vocabulary list run_source)
+--   speccat_version       version  the speccat package
+--   transformers_version  version  the transformers package the census built with
+--   torch_version         version  the torch package the census ran with
+--   census_version        version  the census's version (census/version.py); keys the specs
+--   records_version       version  a hash of catalogue/records/records.yaml's content; keys the prices
+--   profiles_version      version  a hash of census/profiles/*.yaml's content
+--   settings_version      version  a hash of catalogue/records/settings.yaml's content
+--   n_repos               count    repos the source listed
+--   n_configs             count    distinct configs among them
+--   n_specs               count    specs censused that night (carried ones not counted)
+--   n_failures            count    repos that failed, with a failures row each
+CREATE OR REPLACE VIEW previous_run AS
+SELECT * FROM runs ORDER BY started DESC, run_id DESC LIMIT 1 OFFSET 1;
