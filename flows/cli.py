@@ -1,8 +1,8 @@
 """The `speccat` console script: one argparse parser, one module per command group.
 
 Each module in COMMAND_MODULES has `register(subparsers)`, which adds its commands and sets
-`run=callable(args) -> int` as the parser default. Heavy imports (torch, transformers,
-prefect, duckdb) stay inside the run functions so `speccat --help` is fast.
+`handler=callable(args) -> int` as the parser default. Heavy imports (torch, transformers,
+prefect, duckdb) stay inside the handlers so `speccat --help` is fast.
 
 Errors print one line, never a traceback, and exit non-zero; `main` is the one place that
 turns an error into that line. A refusal (any ReasonError: a census, settings, records,
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        return int(args.handler(args) or 0)
     except ReasonError as err:
         if getattr(args, "json", False):
             print(json.dumps({"error": err.as_dict()}))

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     query.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
     query.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    query.set_defaults(run=run_query)
+    query.set_defaults(handler=query_command)
 
     show = subparsers.add_parser("show", help="a readable summary of one model in the catalogue")
     show.add_argument("repo_id", metavar="REPO_ID")
@@ -38,15 +38,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--tp", type=int, help=f"tensor-parallel ranks ({grid_default})")
     show.add_argument("--cp", type=int, help=f"context-parallel ranks ({grid_default})")
     show.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    show.set_defaults(run=run_show)
+    show.set_defaults(handler=show_command)
 
     export = subparsers.add_parser("export", help="write the planners' tables as Parquet, partitioned by setting")
     export.add_argument("out_dir", metavar="DIR")
     export.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
-    export.set_defaults(run=run_export)
+    export.set_defaults(handler=export_command)
 
 
-def run_query(args: argparse.Namespace) -> int:
+def query_command(args: argparse.Namespace) -> int:
     from speccat.catalogue.store import present
     from speccat.catalogue.store.file import open_readonly
 
@@ -58,7 +58,7 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_show(args: argparse.Namespace) -> int:
+def show_command(args: argparse.Namespace) -> int:
     from speccat import sql
     from speccat.catalogue.store import present
     from speccat.catalogue.store.file import open_readonly
@@ -106,7 +106,7 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_export(args: argparse.Namespace) -> int:
+def export_command(args: argparse.Namespace) -> int:
     from speccat.catalogue.store.export import export
 
     manifest = export(args.db, args.out_dir)

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true", help="print the ModelSpec as JSON")
     parser.add_argument("--seq", type=int, default=4096, help="sequence length of the measured bytes (default 4096)")
     parser.add_argument("--name", help="the spec's name (default: ORG/NAME from an ORG__NAME/config.json path, else the file name)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(handler=census_command)
 
 
 def default_name(path: Path) -> str:
@@ -32,7 +32,7 @@ def default_name(path: Path) -> str:
     return path.stem
 
 
-def run(args: argparse.Namespace) -> int:
+def census_command(args: argparse.Namespace) -> int:
     from speccat.census import load_config_file
     from speccat.census.checks import precheck
 

@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     )  # fmt: skip
     parser.add_argument("--name", help="the spec's name (default: ORG/NAME from an ORG__NAME/config.json path)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (a stable contract)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(handler=price_command)
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +137,7 @@ def summary(result: dict) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def price_command(args: argparse.Namespace) -> int:
     from speccat.census import load_config_file
     from speccat.census.checks import precheck
     from speccat.flows.cli_census import default_name

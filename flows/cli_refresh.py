@@ -45,13 +45,13 @@ def register(subparsers) -> None:
     )  # fmt: skip
     run.add_argument("--rebuild", action="store_true", help="census everything again, ignoring the cache")
     run.add_argument("--json", action="store_true", help="print the night's counts as JSON")
-    run.set_defaults(run=run_refresh)
+    run.set_defaults(handler=refresh_command)
 
     serve = subparsers.add_parser("serve", help=f"serve the {DEPLOYMENT} deployment (needs a Prefect server)")
     serve.add_argument("--file", default=None, help=f"the {PREFECT_YAML} to read (default: the project's)")
     serve.add_argument("--deployment", default=DEPLOYMENT)
     serve.add_argument("--check", action="store_true", help="print the deployment and exit")
-    serve.set_defaults(run=run_serve)
+    serve.set_defaults(handler=serve_command)
 
 
 def _prefect_environment() -> None:
@@ -59,7 +59,7 @@ def _prefect_environment() -> None:
         os.environ.setdefault(key, value)
 
 
-def run_refresh(args: argparse.Namespace) -> int:
+def refresh_command(args: argparse.Namespace) -> int:
     if args.task_runner == "dask" and not args.dask_address:
         raise ValueError("--task-runner dask needs --dask-address")
     if (args.lake is None) != (args.lake_data is None):
@@ -159,7 +159,7 @@ def serve_options(deployment: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def serve_command(args: argparse.Namespace) -> int:
     _prefect_environment()
     path = find_prefect_yaml(args.file)
     options = serve_options(load_deployment(path, args.deployment))

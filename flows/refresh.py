@@ -11,7 +11,7 @@ One function per stage; the stages hand plain values to each other:
 4. `analyse_config` censuses and prices each new config in a child process of its own, on the
    chosen task runner: local threads (the default; each drives one census process) or a Dask
    cluster. Results are cached by config_hash and versions (flows/tasks.py).
-5. The flow process alone writes: it builds a RunData and `store.publish`es it atomically.
+5. The flow process alone writes: it builds a NightData and `store.publish`es it atomically.
 6. A table artifact `refresh-summary` records the night's counts; the flow returns them too.
 
 A bad config never fails the flow: every refusal, timeout or crash is a failures row. Only a
@@ -222,10 +222,10 @@ def _api_for(runner):
     return temporary_settings({PREFECT_API_URL: str(get_client(sync_client=True).api_url)})
 
 
-def run_data(night: Night, run_id: str, started: datetime, status: str, source: str, versions: dict[str, str]):
+def night_data(night: Night, run_id: str, started: datetime, status: str, source: str, versions: dict[str, str]):
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.store.rundata import RunData
+    from speccat.catalogue.store.night import NightData
     from speccat.catalogue.records.settings import load_settings
 
     repos = []
@@ -252,7 +252,7 @@ def run_data(night: Night, run_id: str, started: datetime, status: str, source: 
             configs.setdefault(fetched.config_hash, fetched.config)
     specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}
     prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
-    return RunData(
+    return NightData(
         run_id=run_id,
         started=started,
         ended=datetime.now(timezone.utc),
@@ -353,7 +353,7 @@ def refresh(
             night.listings = lister(src, limit)
         except FetchError as err:
             night.fail(["(listing)"], "list", err.reason, str(err))
-            target.publish(run_data(night, run_id, started, "failed", source, versions))
+            target.publish(night_data(night, run_id, started, "failed", source, versions))
             raise
     progress.note(f"list: {len(night.listings)} repos from {source}")
     with night.timed("fetch"):
@@ -368,7 +368,7 @@ def refresh(
         analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild, memory_limit)
     with night.timed("publish"):
         status = "partial" if night.failures else "completed"
-        target.publish(run_data(night, run_id, started, status, source, versions))
+        target.publish(night_data(night, run_id, started, status, source, versions))
     progress.note(f"published {target}")
     counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds())
     publish_summary(counts)

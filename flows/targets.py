@@ -1,13 +1,13 @@
 """Where a night is published: the single DuckDB file, or a DuckLake (docs/catalogue.md).
 
-Both answer what they already hold (so the plan stage skips it) and publish a RunData.
+Both answer what they already hold (so the plan stage skips it) and publish a NightData.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speccat.catalogue.store.rundata import RunData
+from speccat.catalogue.store.night import NightData
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,10 @@ class FileTarget:
 
         return load_specs(self.path, census_version, config_hashes)
 
-    def publish(self, run: RunData) -> None:
+    def publish(self, night: NightData) -> None:
         from speccat.catalogue.store.file import publish
 
-        publish(self.path, run)
+        publish(self.path, night)
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,10 @@ class LakeTarget:
 
         return load_specs(self.lake, census_version, config_hashes)
 
-    def publish(self, run: RunData) -> None:
+    def publish(self, night: NightData) -> None:
         from speccat.catalogue.store.lake import publish_lake
 
-        publish_lake(self.lake, run)
+        publish_lake(self.lake, night)
 
 
 def make_target(db: str, lake: str | None = None, lake_data: str | None = None):

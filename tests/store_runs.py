@@ -1,8 +1,8 @@
-"""Runs for the store's tests: shipped configs censused and priced for real, as RunData.
+"""Runs for the store's tests: shipped configs censused and priced for real, as NightData.
 
 `censused(repo_ids)` censuses shipped configs once per process (run_census, the family's
 pricing defaults, the real records and settings grid); `make_run(...)` wraps any subset of
-them, plus failures, into a RunData the store can publish.
+them, plus failures, into a NightData the store can publish.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from conftest import load_shipped
 
 from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
-from speccat.catalogue.store.rundata import RunData
+from speccat.catalogue.store.night import NightData
 from speccat.catalogue.records.settings import load_settings
 from speccat.census.family import family_for, profiles_version
 
@@ -101,13 +101,13 @@ def make_run(
     status: str | None = None,
     source: str = "hub",
     **version_overrides: str,
-) -> RunData:
+) -> NightData:
     """A run that lists `items` (or the given repo rows) and stores the specs and prices of
     `new` config hashes (all of the items' by default)."""
     started = datetime(2026, 11, day, 3, 0, tzinfo=timezone.utc)
     fresh = {i.config_hash for i in items} if new is None else set(new)
     by_hash = {i.config_hash: i for i in items}
-    return RunData(
+    return NightData(
         run_id=run_id,
         started=started,
         ended=started + timedelta(minutes=5),
@@ -192,7 +192,7 @@ def hub_row(item: Censused, night: int, **fields: Any) -> dict[str, Any]:
     )
 
 
-def first_run() -> RunData:
+def first_run() -> NightData:
     items = [censused(r) for r in REPOS]
     repos = [hub_row(i, 1) for i in items]
     repos.append({"repo_id": GATED, "gated": "manual", "downloads": DOWNLOADS[GATED]})
@@ -200,7 +200,7 @@ def first_run() -> RunData:
     return make_run("night-1", items, day=1, repos=repos, failures=failures)
 
 
-def second_run(self_contained: bool = False) -> RunData:
+def second_run(self_contained: bool = False) -> NightData:
     """Night 2. It carries specs and prices for its new configs only, unless `self_contained`
     (then for every config it lists: a run that lands whatever was stored before it)."""
     by_id = {r: censused(r) for r in REPOS + (NEW_CONFIG, ADDED)}

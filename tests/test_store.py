@@ -12,7 +12,7 @@ import pytest
 import store_runs as runs
 
 from speccat.catalogue.vocabulary import OPS
-from speccat.catalogue.store.rundata import StoreError
+from speccat.catalogue.store.night import StoreError
 from speccat.catalogue.store.file import TABLES, open_readonly, publish, stored
 
 

@@ -14,7 +14,7 @@ import store_runs as runs
 from speccat.catalogue.store import lake as lakes
 from speccat.catalogue.store import file as store
 from speccat.catalogue.store.lake import Lake, lake_ddl, open_lake, publish_lake
-from speccat.catalogue.store.rundata import StoreError
+from speccat.catalogue.store.night import StoreError
 from speccat.catalogue.store.file import REFERENCE_TABLES, TABLES, open_readonly, publish
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """The DuckDB catalogue: publish a run atomically, open the published file for reading.
 
-`publish(db_path, run)` never writes the published file. Under a writer lock it builds the
+`publish(db_path, night)` never writes the published file. Under a writer lock it builds the
 next catalogue in a new file beside it (`.NAME.publish-PID-ID.tmp`): a copy of the published
 file (or a rebuild into the schema of sql/schema/ when the schema changed), plus tonight's rows
 merged by sql/steps/merge.sql. It then runs sql/steps/checks.sql, recreates the views of
@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from speccat import sql
-from speccat.catalogue.store.rundata import STAGED_PRICES, RunData, StoreError
+from speccat.catalogue.store.night import STAGED_PRICES, NightData, StoreError
 from speccat.catalogue.vocabulary import vocabulary_rows
 
 # The catalogue's data tables, in the order the store rebuilds them (sql/schema/tables/):
@@ -88,10 +88,10 @@ class Stored:
     priced: frozenset[str]  # config_hashes priced at both versions at every setting of the grid
 
 
-def publish(db_path: str | os.PathLike, run: RunData) -> Published:
-    """Store `run` into the catalogue at `db_path` and publish it atomically (module docstring)."""
-    run.validate()
-    tables = run.arrow_tables()
+def publish(db_path: str | os.PathLike, night: NightData) -> Published:
+    """Store `night` into the catalogue at `db_path` and publish it atomically (module docstring)."""
+    night.validate()
+    tables = night.arrow_tables()
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with writer_lock(db_path):
@@ -103,7 +103,7 @@ def publish(db_path: str | os.PathLike, run: RunData) -> Published:
             try:
                 if rebuilt and db_path.exists():
                     _carry_into_new_schema(con, db_path)
-                stage(con, run, tables)
+                stage(con, night, tables)
                 merge(con)
                 create_views(con)
                 rows = {t: count_rows(con, t) for t in TABLES}
@@ -120,7 +120,7 @@ def publish(db_path: str | os.PathLike, run: RunData) -> Published:
             ) from err
         finally:
             _remove_with_wal(tmp)
-    return Published(path=db_path, run_id=run.run_id, rebuilt=rebuilt, rows=rows)
+    return Published(path=db_path, run_id=night.run_id, rebuilt=rebuilt, rows=rows)
 
 
 def open_readonly(db_path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
@@ -194,20 +194,20 @@ def remove_leftovers(db_path: Path) -> list[Path]:
     return leftovers
 
 
-def stage(con: duckdb.DuckDBPyConnection, run: RunData, tables: dict[str, pa.Table]) -> None:
+def stage(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[str, pa.Table]) -> None:
     """Attach an in-memory `incoming` catalog with the schema and fill it with the run's rows.
 
     Every table is ingested from Arrow in one statement; the spec tables are derived from the
     staged spec JSON by sql/steps/derive.sql. Types, ENUM codes and keys are enforced here, so a
     bad code or a duplicate key in the run is refused before anything is merged. The price
     tables, millions of rows, are not copied: they are registered as `staged_layer_prices` and
-    `staged_full_prices` (RunData has checked each config's prices whole)."""
+    `staged_full_prices` (NightData has checked each config's prices whole)."""
     home = _database_name(con)
     con.execute(sql.render("steps/attach_memory", catalog=INCOMING))
     con.execute(sql.render("steps/use", catalog=INCOMING))
     try:
         create_schema(con)
-        _check_fits_schema(con, run)
+        _check_fits_schema(con, night)
         con.execute(sql.load("steps/raw_tables"))
         if "setting_defaults" not in tables:
             tables = {**tables, "setting_defaults": setting_defaults()}
@@ -256,7 +256,7 @@ def ingest(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
 
 def setting_defaults() -> pa.Table:
     """The grid's default setting as one row (each field of catalogue/records/settings.yaml at
-    its first value, `Grid.setting({})`): the `setting_defaults` table's row, for a RunData
+    its first value, `Grid.setting({})`): the `setting_defaults` table's row, for a NightData
     whose Arrow tables do not carry it. It is read from the shipped settings file, the grid
     the flow prices with."""
     from speccat.catalogue.records.settings import load_settings
@@ -343,13 +343,13 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
         con.execute(sql.render("steps/detach", catalog=OLD))
 
 
-def _check_fits_schema(con: duckdb.DuckDBPyConnection, run: RunData) -> None:
+def _check_fits_schema(con: duckdb.DuckDBPyConnection, night: NightData) -> None:
     """Settings fields and switches must each have their column (run inside `incoming`)."""
     columns = _columns(con, INCOMING)
     setting_columns = set(columns["settings"])
     if set(columns["setting_defaults"]) != setting_columns:
         raise StoreError("schema", "the setting_defaults table's columns are not the settings table's (sql/schema/tables/)")
-    for i, setting in enumerate(run.settings):
+    for i, setting in enumerate(night.settings):
         if set(setting) != setting_columns:
             raise StoreError(
                 "schema",
@@ -357,10 +357,10 @@ def _check_fits_schema(con: duckdb.DuckDBPyConnection, run: RunData) -> None:
                 f"{sorted(setting_columns)} (sql/schema/tables/settings.sql)",
             )
     switch_columns = [c for c in columns["switch_sets"] if c not in SWITCH_SET_FIXED]
-    if sorted(run.switches) != sorted(switch_columns):
+    if sorted(night.switches) != sorted(switch_columns):
         raise StoreError(
             "schema",
-            f"switches {list(run.switches)} are not the switch_sets table's switch columns "
+            f"switches {list(night.switches)} are not the switch_sets table's switch columns "
             f"{switch_columns} (sql/schema/tables/switch_sets.sql)",
         )
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import duckdb
 
 from speccat import sql
-from speccat.catalogue.store.rundata import RunData, StoreError
+from speccat.catalogue.store.night import NightData, StoreError
 from speccat.catalogue.store.file import (
     INCOMING,
     REFERENCE_TABLES,
@@ -129,17 +129,17 @@ def connect(lake: Lake, *, read_only: bool = False) -> duckdb.DuckDBPyConnection
     raise AssertionError("unreachable")
 
 
-def publish_lake(lake: Lake, run: RunData) -> LakePublished:
-    """Store `run` into the lake in one transaction, retried while another writer wins."""
-    run.validate()
-    tables = run.arrow_tables()
+def publish_lake(lake: Lake, night: NightData) -> LakePublished:
+    """Store `night` into the lake in one transaction, retried while another writer wins."""
+    night.validate()
+    tables = night.arrow_tables()
     with contextlib.closing(connect(lake)) as con:
-        stage(con, run, tables)
+        stage(con, night, tables)
         _retrying(con, lambda: _create_tables(con))
         attempts = _retrying(con, lambda: _merge_and_commit(con))
         con.execute(sql.render("steps/use", catalog=LAKE))
         rows = {t: count_rows(con, t) for t in TABLES}
-    return LakePublished(run.run_id, attempts, rows)
+    return LakePublished(night.run_id, attempts, rows)
 
 
 @contextlib.contextmanager

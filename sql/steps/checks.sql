@@ -2,7 +2,7 @@
 -- problem (check, detail) and stops the publish.
 --
 -- layer_prices, millions of rows, is checked through invariants that cost no scan of it: the
--- store appends each config's prices whole after RunData checked them complete and unique per
+-- store appends each config's prices whole after NightData checked them complete and unique per
 -- (kind, setting, mask); here full_prices (one row per kind and setting) must be unique and
 -- complete, and layer_prices must hold exactly one row per full_prices row and mask.
 WITH

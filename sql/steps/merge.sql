@@ -1,4 +1,4 @@
--- Merge the night's rows (catalog `incoming`, filled by the store from a RunData) into the
+-- Merge the night's rows (catalog `incoming`, filled by the store from a NightData) into the
 -- catalogue being built: a copy of the published file, or the DuckLake, made the default
 -- catalog with USE. Every statement is a no-op when its rows are already there, so storing the
 -- same run twice changes nothing.

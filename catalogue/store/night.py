@@ -1,7 +1,7 @@
-"""RunData: everything one night of the pipeline hands the store, and its Arrow staging.
+"""NightData: everything one night of the pipeline hands the store, and its Arrow staging.
 
-The flow fills a RunData with plain values (mappings, sequences, pyarrow tables) and calls
-`speccat.catalogue.store.file.publish(db_path, run)`. Only what is new tonight needs to be in
+The flow fills a NightData with plain values (mappings, sequences, pyarrow tables) and calls
+`speccat.catalogue.store.file.publish(db_path, night)`. Only what is new tonight needs to be in
 `configs`, `specs` and `prices`: whatever the published catalogue already holds at the same
 census and records versions is carried over. `repos` lists every repo the source listed
 tonight (including those whose fetch failed, with config_hash None) and `failures` says why.
@@ -69,8 +69,8 @@ class StoreError(ReasonError):
 
 
 @dataclass(frozen=True)
-class RunData:
-    """One run of the pipeline, as the store ingests it.
+class NightData:
+    """One night of the pipeline, as the store ingests it (one row of `runs` and what it adds).
 
     versions: {speccat, transformers, torch, census, records, profiles, settings} -> str.
     settings: the grid rows (catalogue/records/settings.py `Grid.settings`), each with setting_id.
