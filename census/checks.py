@@ -1,4 +1,4 @@
-"""Refusals before anything is built (DESIGN §2.6): absurd configs cost nothing.
+"""Refusals before anything is built (docs/census.md, "Refusals"): absurd configs cost nothing.
 
 The parsed JSON itself is checked first (`unique_keys` while census/config.py parses it,
 `check_json_tree` after): no key twice in one object, nesting within max_config_depth, finite
@@ -8,6 +8,8 @@ adding a case means adding a function to one of the tuples:
 - RAW_CHECKS look at the language config as JSON (no torch, no transformers);
 - RESOLVED_CHECKS look at the transformers config object built from it, where class defaults
   and aliases (n_embd → hidden_size) have been applied, still before any model is built.
+
+census/config.py's `precheck` runs the raw pass alone (no torch); census/resolve.py runs both.
 
 Bounds live in census/limits.yaml.
 """
@@ -146,13 +148,6 @@ RAW_CHECKS: tuple[Callable[[Mapping], None], ...] = (
 def check_raw(language: Mapping) -> None:
     for check in RAW_CHECKS:
         check(language)
-
-
-def precheck(config: Mapping) -> None:
-    """The refusals that need neither torch nor transformers (the CLI runs them before importing those)."""
-    from speccat.census.config import language_config
-
-    check_raw(language_config(config))
 
 
 # --------------------------------------------------------------------------- resolved config

@@ -1,6 +1,8 @@
-"""Reading a config file, its language config (DESIGN §2.4 step 1) and its config_hash (§4).
+"""Reading a config file, its language config, its config_hash and the refusals that need no
+transformers (docs/census.md, "Language config and config_hash").
 
-Plain Python, no torch: the flow hashes every fetched config before it decides what to census.
+Plain Python, no torch: the flow hashes every fetched config before it decides what to census,
+and the CLI runs `precheck` before it imports torch.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from speccat.census.checks import check_json_tree, unique_keys
+from speccat.census.checks import check_json_tree, check_raw, unique_keys
 from speccat.census.limits import LIMITS
 from speccat.census.spec import SpecError
 
-# Keys that name, version or tokenise a model without changing its architecture (DESIGN §4),
+# Keys that name, version or tokenise a model without changing its architecture,
 # dropped before hashing so fine-tunes and re-uploads share one census.
 NON_ARCHITECTURE_KEYS = frozenset(
     {
@@ -95,6 +97,11 @@ def language_config(config: Mapping) -> dict:
     else:
         raise SpecError("bad_value", f"text_config: must be an object or null, got {type(text).__name__}")
     return copy.deepcopy(language)
+
+
+def precheck(config: Mapping) -> None:
+    """The refusals that need neither torch nor transformers (the CLI runs them before importing those)."""
+    check_raw(language_config(config))
 
 
 def architecture_config(config: Mapping) -> dict:

@@ -34,7 +34,7 @@ def default_name(path: Path) -> str:
 
 def census_command(args: argparse.Namespace) -> int:
     from speccat.census import load_config_file
-    from speccat.census.checks import precheck
+    from speccat.census.config import precheck
 
     path = Path(args.config)
     config = load_config_file(path)

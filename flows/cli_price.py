@@ -139,7 +139,7 @@ def summary(result: dict) -> str:
 
 def price_command(args: argparse.Namespace) -> int:
     from speccat.census import load_config_file
-    from speccat.census.checks import precheck
+    from speccat.census.config import precheck
     from speccat.flows.cli_census import default_name
 
     path = Path(args.config)
