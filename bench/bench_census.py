@@ -34,10 +34,12 @@ def naive(config: dict, name: str):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from speccat.census.attention import ATTENTION_IMPL
-    from speccat.census.build import BUILD_DTYPE, check_config, classify, locate, model_class_for
-    from speccat.census.probe import run_layers
+    from speccat.census.build import BUILD_DTYPE, locate, model_class_for
+    from speccat.census.probe import probe_layers
+    from speccat.census.resolve import resolve_config
+    from speccat.census.shapes import classify
 
-    top, text, _ = check_config(config)
+    top, text, _ = resolve_config(config)
     auto, cfg = model_class_for(top, text)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
@@ -45,7 +47,7 @@ def naive(config: dict, name: str):
     built = locate(model)
     stack = classify(built.layers)
     firsts = list(dict.fromkeys(shape.first for _, shape in stack))
-    return run_layers(built, firsts, 4096, fake_mode=mode)
+    return probe_layers(built, firsts, 4096, fake_mode=mode)
 
 
 def _time(fn, configs) -> dict[str, float]:

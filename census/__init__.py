@@ -12,7 +12,7 @@ __all__ = ["CENSUS_VERSION", "config_hash", "language_config", "load_config_file
 
 def __getattr__(name: str):
     if name == "run_census":
-        from speccat.census.run import run_census
+        from speccat.census.census import run_census
 
         return run_census
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,19 +1,15 @@
-"""Building the language model on the meta device and classifying its layers (DESIGN §2.4 steps 1-2).
+"""Building the language model on the meta device, and where its parts are (docs/census.md,
+"How a config becomes a spec", step 2).
 
-The model is built from the config with transformers (never with remote code), with weight
-initialisation skipped: on meta tensors it would only cost time. Each decoder layer gets a
-shape signature (its class, its parameters' paths, shapes and dtypes, and its flavours); equal
-signatures are one distinct shape, censused once.
+The model is built from the resolved transformers config (census/resolve.py), never with remote
+code, in bf16 with speccat's attention and with weight initialisation skipped: on meta tensors it
+would only cost time. Weights are tied afterwards.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
-import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,19 +17,13 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 from transformers.initialization import no_init_weights
 from transformers.models.auto import modeling_auto
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from speccat.census import checks
 from speccat.census.attention import ATTENTION_IMPL
-from speccat.census.config import census_config, language_config
+from speccat.census.predicates import is_norm
 from speccat.census.spec import SpecError
 
 BUILD_DTYPE = torch.bfloat16
-_DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
 _VISION = re.compile(r"vision|visual")
-# State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
-_STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
-_STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
 
 
 @dataclass
@@ -45,53 +35,8 @@ class Built:
     decoder: nn.Module  # the module whose forward runs the layer stack
     layers: nn.ModuleList
     embedding: nn.Module
-    head: nn.Module | None
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
     params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
-
-
-@dataclass(eq=False)  # compared and hashed by identity: one object per distinct shape
-class Shape:
-    """One distinct layer shape: its flavours, signature and the layers that have it."""
-
-    attention: str  # "full" or "linear"
-    ffn: str  # "dense" or "moe"
-    signature: tuple
-    layers: list[int] = field(default_factory=list)
-
-    @property
-    def first(self) -> int:
-        return self.layers[0]
-
-
-def resolve_config(config: Mapping) -> tuple[Any, Any, bool]:
-    """(top-level config, language config, nested) as transformers objects, with refusals."""
-    model_type = config.get("model_type")
-    if not isinstance(model_type, str) or not model_type:
-        raise SpecError("missing_field", f"model_type: the top-level config must name its architecture, got {model_type!r}")
-    if model_type not in CONFIG_MAPPING:
-        if "auto_map" in config:
-            raise SpecError(
-                "remote_code",
-                f"model_type {model_type!r}: transformers does not know it and the config's auto_map names remote code, "
-                "which speccat never runs",
-            )
-        raise SpecError("unknown_model_type", f"model_type {model_type!r}: transformers {_transformers_version()} does not know it")
-    try:
-        top = CONFIG_MAPPING[model_type].from_dict(census_config(config))
-        text = top.get_text_config(decoder=True)
-    except Exception as err:  # building a config object only parses it: any failure is the config's
-        raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None
-    nested = text is not top
-    if nested and "tie_word_embeddings" in config:
-        text.tie_word_embeddings = top.tie_word_embeddings  # the composite model ties by its own config
-    return top, text, nested
-
-
-def _transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
 
 
 def model_class_for(top: Any, text: Any):
@@ -135,12 +80,7 @@ def locate(model: nn.Module) -> Built:
         "output": sum(p.numel() for p in head.parameters() if id(p) not in shared) if head is not None else 0,
         "final_norm": sum(p.numel() for m in decoder.children() if is_norm(m) for p in m.parameters()),
     }
-    return Built(decoder.config, model, decoder, layers, embedding, head, tied, params)
-
-
-def is_norm(module: nn.Module) -> bool:
-    """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes)."""
-    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
+    return Built(decoder.config, model, decoder, layers, embedding, tied, params)
 
 
 def _decoder(model: nn.Module) -> nn.Module:
@@ -150,94 +90,3 @@ def _decoder(model: nn.Module) -> nn.Module:
         if isinstance(getattr(module, "layers", None), nn.ModuleList) and len(module.layers) and not _VISION.search(name):
             return module
     raise SpecError("unsupported_layer", f"{type(model).__name__}: no stack of decoder layers found")
-
-
-# --------------------------------------------------------------------------- classification
-
-
-@lru_cache(maxsize=None)
-def _forward_names(cls: type) -> tuple[str, ...]:
-    """The global names a module class's forward reads (through its decorators)."""
-    code = getattr(inspect.unwrap(cls.forward), "__code__", None)
-    return code.co_names if code is not None else ()
-
-
-def runs_delta_rule(module: nn.Module) -> bool:
-    """Whether the module's forward calls a gated delta rule (the linear-attention recurrence)."""
-    return any(_DELTA_RULE.search(name) for name in _forward_names(type(module)))
-
-
-def uses_attention_interface(module: nn.Module) -> bool:
-    """Whether the module's forward dispatches through transformers' attention interface."""
-    return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
-
-
-def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of each gated delta rule the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
-
-
-def is_experts(module: nn.Module) -> bool:
-    """Routed experts built with transformers' experts interface (fused 3-D weights)."""
-    return hasattr(module, "num_experts") and hasattr(module, "has_gate") and hasattr(module, "is_concatenated")
-
-
-def _state_space_mixer(name: str, module: nn.Module) -> bool:
-    leaf = name.rsplit(".", 1)[-1]
-    return not is_norm(module) and bool(_STATE_SPACE_CLASS.search(type(module).__name__) or _STATE_SPACE_ATTRIBUTE.search(leaf))
-
-
-def signature(index: int, layer: nn.Module) -> tuple:
-    """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
-    no family prices: state-space mixers, unfused experts, neither attention nor a delta rule.
-
-    attention is linear when a gated delta rule runs, full when the attention interface does;
-    ffn is moe when the layer holds routed experts.
-    """
-    attention, ffn = "none", "dense"
-    for name, module in layer.named_modules():
-        if not name:
-            continue
-        if _state_space_mixer(name, module):
-            raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
-        if is_experts(module):
-            ffn = "moe"
-        elif name.rsplit(".", 1)[-1] == "experts":
-            raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
-        if runs_delta_rule(module):
-            attention = "linear"
-        elif attention == "none" and uses_attention_interface(module):
-            attention = "full"
-    if attention == "none":
-        children = ", ".join(sorted({type(m).__name__ for m in layer.children()}))
-        raise SpecError(
-            "unsupported_layer",
-            f"layer {index} ({type(layer).__name__}: {children}): runs neither transformers' attention interface "
-            "nor a gated delta rule (a mixer no family prices)",
-        )
-    params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
-    return (type(layer).__name__, attention, ffn, params)
-
-
-def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
-    """Each layer's index and its distinct shape (shared objects for equal signatures)."""
-    shapes: dict[tuple, Shape] = {}
-    stack = []
-    for index, layer in enumerate(layers):
-        sig = signature(index, layer)
-        shape = shapes.get(sig)
-        if shape is None:
-            shape = shapes[sig] = Shape(sig[1], sig[2], sig)
-        shape.layers.append(index)
-        stack.append((index, shape))
-    return stack
-
-
-def check_config(config: Mapping) -> tuple[Any, Any, bool]:
-    """Every pre-build refusal, then the resolved transformers configs."""
-    language = language_config(config)
-    checks.check_raw(language)
-    top, text, nested = resolve_config(config)
-    checks.check_resolved(language, text, nested=nested)
-    return top, text, nested

@@ -1,4 +1,5 @@
-"""From the built modules and what their layers did to the ModelSpec's facts (DESIGN §2.4 step 4, §2.5).
+"""From the built modules and their layers' probes to the ModelSpec's facts (docs/census.md, "How
+a config becomes a spec", step 5, "Dimensions and flags", "Parameters" and "Measured bytes").
 
 Dimensions come from the kernels' inputs and the parameters' shapes; op counts from what ran;
 parameters by part from the module tree; measured bytes from the saved-tensor accounting.
@@ -14,9 +15,11 @@ from typing import Any
 from torch import nn
 
 from speccat.catalogue.vocabulary import OPS, OTHER
-from speccat.census.build import Built, Shape, is_experts, is_norm
+from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
-from speccat.census.probe import KernelCall, LayerRun, is_layer_norm, is_projection
+from speccat.census.predicates import is_experts, is_layer_norm, is_norm, is_projection
+from speccat.census.probe import KernelCall, LayerProbe
+from speccat.census.shapes import Shape
 from speccat.census.spec import SpecError
 
 QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
@@ -33,11 +36,11 @@ def _bias(module: nn.Module) -> bool:
 
 @dataclass
 class LayerView:
-    """One representative layer's modules sorted into roles, with what it did."""
+    """One probed layer's modules sorted into roles, with what its probe saw."""
 
     index: int
     layer: nn.Module
-    run: LayerRun
+    probe: LayerProbe
     shape: Shape
     hidden: int
     attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
@@ -45,7 +48,7 @@ class LayerView:
     experts_path: str | None = field(init=False)
 
     def __post_init__(self):
-        self.attention_children = {k.child for k in self.run.kernels if k.child}
+        self.attention_children = {k.child for k in self.probe.kernels if k.child}
         self.ffn_children, self.experts_path = set(), None
         for name, module in self.layer.named_modules():
             if name and is_experts(module):
@@ -66,10 +69,10 @@ class LayerView:
         return self.experts_path.split(".", 1)[0] if self.experts_path else None
 
     def attention_kernels(self) -> list[KernelCall]:
-        return [k for k in self.run.kernels if k.kind == "attention"]
+        return [k for k in self.probe.kernels if k.kind == "attention"]
 
     def delta_kernels(self) -> list[KernelCall]:
-        return [k for k in self.run.kernels if k.kind == "delta_rule"]
+        return [k for k in self.probe.kernels if k.kind == "delta_rule"]
 
     def named(self, child_set: set[str]):
         """(path, module) of every module under the given top-level children."""
@@ -97,7 +100,7 @@ class LayerView:
     def dense_width(self) -> int | None:
         if self.experts_path:
             return None
-        paths = [p for child in sorted(self.ffn_children) for p in self.run.projection_order.get(child, [])]
+        paths = [p for child in sorted(self.ffn_children) for p in self.probe.projection_order.get(child, [])]
         return self._width_back_to_hidden(paths)
 
     def shared_widths(self) -> list[int]:
@@ -140,20 +143,20 @@ class LayerView:
     def activations(self) -> int:
         """Activation calls of one expert (MoE) or of the dense MLP."""
         if self.experts_path:
-            return sum(n for owner, n in self.run.activations.items() if owner == self.experts_path)
-        return sum(n for owner, n in self.run.activations.items() if owner.split(".", 1)[0] in self.ffn_children)
+            return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_path)
+        return sum(n for owner, n in self.probe.activations.items() if owner.split(".", 1)[0] in self.ffn_children)
 
     # -- ops and bytes -----------------------------------------------------------------------
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
         counts = {
-            "attMM": 3 * (attn + delta) + len(self.run.output_projections),
+            "attMM": 3 * (attn + delta) + len(self.probe.output_projections),
             "attBMM": 2 * attn,
             "ffMM": self.ff_matmuls(),
             "softmax": attn,
-            "dropout": self.run.dropouts,
-            "normOp": self.run.layer_norm_calls,
+            "dropout": self.probe.dropouts,
+            "normOp": self.probe.layer_norm_calls,
             "headCast": attn,
             "ffAct": self.activations(),
             "linrec": delta,
@@ -163,7 +166,7 @@ class LayerView:
 
     def bytes_per_token(self, seq_length: int) -> dict[str, float]:
         booked = Counter()
-        for op, nbytes in self.run.saved_bytes.items():
+        for op, nbytes in self.probe.saved_bytes.items():
             if op.startswith("child:"):
                 child = op.split(":", 1)[1]
                 op = "attMM" if child in self.attention_children else "ffMM" if child in self.ffn_children else OTHER
@@ -204,11 +207,11 @@ class LayerView:
         )
 
     def qkv_bias(self) -> bool:
-        outputs = set(self.run.output_projections)
+        outputs = set(self.probe.output_projections)
         return any(is_projection(m) and _bias(m) for n, m in self.named(self.attention_children) if n not in outputs)
 
     def o_bias(self) -> bool:
-        return any(_bias(self.module(n)) for n in self.run.output_projections)
+        return any(_bias(self.module(n)) for n in self.probe.output_projections)
 
     def mlp_bias(self) -> bool:
         if self.experts is not None and self.experts.has_bias:
@@ -274,9 +277,10 @@ def _attention_dims(views: list[LayerView]) -> dict[str, int]:
     return dims
 
 
-def check_runs(views: list[LayerView]) -> None:
+def check_probes(views: list[LayerView]) -> None:
+    """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
-        if not v.run.kernels:
+        if not v.probe.kernels:
             raise SpecError(
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
@@ -310,7 +314,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         experts = moe.experts
         facts["num_experts"] = int(experts.num_experts)
         facts["moe_intermediate_size"] = moe.expert_width()
-        ranked = [k for child, k, size in moe.run.topk if child == moe.moe_block and size == experts.num_experts]
+        ranked = [k for child, k, size in moe.probe.topk if child == moe.moe_block and size == experts.num_experts]
         if not ranked:
             raise SpecError("unsupported_layer", f"layer {moe.index}: its router ran no top-k over the {experts.num_experts} experts")
         facts["num_experts_per_tok"] = ranked[-1]

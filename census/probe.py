@@ -1,8 +1,9 @@
-"""Running one layer of each distinct shape on fake tensors, and watching it (DESIGN §2.4 step 3, §2.5).
+"""Probing: one layer of each distinct shape run forward and backward on fake tensors, and
+watched (docs/census.md, "How a config becomes a spec", step 4, and "Measured bytes").
 
 The decoder's own forward runs (so masks, rotary positions, 3-axis positions and per-layer-type
-rope are exactly what transformers gives a layer), but with only the representative layers in
-its stack, converted from meta to fake tensors. While it runs:
+rope are exactly what transformers gives a layer), but with only the probed layers in its stack,
+converted from meta to fake tensors. While it runs:
 
 - a TorchDispatchMode sees every op: the kernels (their inputs state heads and widths), the
   router's top-k, dropouts;
@@ -13,8 +14,8 @@ its stack, converted from meta to fake tensors. While it runs:
   layer's inputs and output are left out, and the storage is booked to the op of the region
   that first saved it.
 
-Nothing here is global: hooks are removed, the patched delta rule restored and the modes
-popped when the run ends, whatever happens.
+What one layer did is its `LayerProbe`. Nothing here is global: hooks are removed, the patched
+delta rule restored and the modes popped when the probe ends, whatever happens.
 """
 
 from __future__ import annotations
@@ -30,11 +31,18 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from transformers import activations as hf_activations
 
 from speccat.catalogue.vocabulary import OTHER
 from speccat.census import attention
-from speccat.census.build import Built, delta_rule_names, is_experts, is_norm
+from speccat.census.build import Built
+from speccat.census.predicates import (
+    delta_rule_names,
+    is_activation,
+    is_activation_region,
+    is_experts,
+    is_norm,
+    is_projection,
+)
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -43,33 +51,6 @@ DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
 }
-
-_ACTIVATION_CLASSES = tuple(
-    {v[0] if isinstance(v, tuple) else v for v in hf_activations.ACT2CLS.values()}
-    | {c for c in vars(nn.modules.activation).values() if isinstance(c, type) and issubclass(c, nn.Module)}
-    - {nn.Module, nn.MultiheadAttention, nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin}
-)
-
-
-def is_layer_norm(module: nn.Module) -> bool:
-    """Mean-centred (LayerNorm) rather than RMS normalisation."""
-    return isinstance(module, nn.LayerNorm) or ("LayerNorm" in type(module).__name__ and "RMS" not in type(module).__name__)
-
-
-def is_activation(module: nn.Module) -> bool:
-    return isinstance(module, _ACTIVATION_CLASSES)
-
-
-def is_projection(module: nn.Module) -> bool:
-    """A leaf module with a 2-D weight that is not an embedding or a norm: a linear projection."""
-    weight = getattr(module, "weight", None)
-    return (
-        isinstance(weight, torch.Tensor)
-        and weight.dim() == 2
-        and not any(True for _ in module.children())
-        and not isinstance(module, nn.Embedding)
-        and not is_norm(module)
-    )
 
 
 def _storage_key(tensor: torch.Tensor) -> int:
@@ -88,8 +69,8 @@ class KernelCall:
 
 
 @dataclass
-class LayerRun:
-    """What one representative layer did during the fake forward."""
+class LayerProbe:
+    """What one probed layer did during the fake forward and backward."""
 
     index: int
     kernels: list[KernelCall] = field(default_factory=list)
@@ -100,35 +81,34 @@ class LayerRun:
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
-    total_saved: int = 0
 
 
-class _Watch(TorchDispatchMode):
-    """Sees every op below autograd; hands the interesting ones to the probe."""
+class _DispatchWatch(TorchDispatchMode):
+    """Sees every op below autograd; hands the interesting ones to the watcher."""
 
-    def __init__(self, probe: Probe):
+    def __init__(self, watcher: Watcher):
         super().__init__()
-        self.probe = probe
+        self.watcher = watcher
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        self.probe.on_op(func, args, kwargs, out)
+        self.watcher.on_op(func, args, kwargs, out)
         return out
 
 
-class Probe:
-    """Hooks, dispatch watching and saved-tensor accounting for the representative layers."""
+class Watcher:
+    """Hooks, dispatch watching and saved-tensor accounting for the probed layers."""
 
     def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int]):
         self.layers = layers
         self.excluded = excluded_storages
-        self.runs = {index: LayerRun(index) for index in layers}
-        self.current: LayerRun | None = None
+        self.probes = {index: LayerProbe(index) for index in layers}
+        self.current: LayerProbe | None = None
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
-        self.seen: dict[int, tuple[LayerRun, str, int]] = {}
+        self.seen: dict[int, tuple[LayerProbe, str, int]] = {}
         self.kept: list[torch.Tensor] = []  # holds saved tensors and masks so storage identities stay unique
         self.forward_done = False
         self.layer_inputs: set[int] = set()
@@ -147,7 +127,7 @@ class Probe:
         for _, module in reversed(self.path):
             if is_norm(module):
                 return "normOp"
-            if is_activation(module) or getattr(module, "_speccat_activation", False):
+            if is_activation_region(module):
                 return "ffAct"
         if key in self.dropout_storages:
             return "dropout"
@@ -159,40 +139,40 @@ class Probe:
     # -- saved tensors ----------------------------------------------------------------------
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        run = self.current
-        if run is None or self.forward_done or not isinstance(tensor, torch.Tensor):
+        probe = self.current
+        if probe is None or self.forward_done or not isinstance(tensor, torch.Tensor):
             return tensor
         key = _storage_key(tensor)
         if key in self.excluded or key in self.layer_inputs or key in self.seen:
             return tensor
         nbytes = tensor.untyped_storage().nbytes()
-        self.seen[key] = (run, self._region_op(tensor, key), nbytes)
+        self.seen[key] = (probe, self._region_op(tensor, key), nbytes)
         self.kept.append(tensor)
         return tensor
 
     # -- dispatch ---------------------------------------------------------------------------
 
     def on_op(self, func, args, kwargs, out) -> None:
-        run = self.current
-        if run is None or self.forward_done:
+        probe = self.current
+        if probe is None or self.forward_done:
             return
         if func is OPS_KERNEL:
             q, k, v = args[0], args[1], args[2]
             window, causal = args[7], args[6]
-            run.kernels.append(KernelCall("attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal)))
+            probe.kernels.append(KernelCall("attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal)))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_DELTA:
             q, k, v = args[0], args[1], args[2]
-            run.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_TOPK:
             source, k = args[0], args[1]
             dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
-            run.topk.append((self._child(), int(k), int(source.shape[dim])))
+            probe.topk.append((self._child(), int(k), int(source.shape[dim])))
         elif func in DROPOUT_OPS and attention.current_kernel() is None:
             keep = DROPOUT_OPS[func](args, kwargs)
             if keep < 1.0:
-                run.dropouts += 1
+                probe.dropouts += 1
                 mask = args[0] if func is torch.ops.aten.bernoulli_.float else out[1]
                 self.dropout_storages.add(_storage_key(mask))
                 self.kept.append(mask)  # alive, so no later storage can take its identity
@@ -201,7 +181,7 @@ class Probe:
 
     def _layer_pre(self, index: int):
         def hook(module, args, kwargs):
-            self.current = self.runs[index]
+            self.current = self.probes[index]
             self.path = []
             self.kernel_count_in_child = Counter()
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
@@ -213,7 +193,7 @@ class Probe:
             outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor)}
             for key in outputs:
                 entry = self.seen.get(key)
-                if entry is not None and entry[0] is self.runs[index]:
+                if entry is not None and entry[0] is self.probes[index]:
                     self.seen[key] = (entry[0], "excluded", 0)
             self.current = None
             self.path = []
@@ -225,16 +205,16 @@ class Probe:
             if self.current is None:
                 return
             self.path.append((name, module))
-            run = self.current
+            probe = self.current
             if depth_one and is_norm(module):
-                run.layer_norm_calls += 1
+                probe.layer_norm_calls += 1
             if is_projection(module):
                 child = name.split(".", 1)[0]
-                run.projection_order.setdefault(child, []).append(name)
+                probe.projection_order.setdefault(child, []).append(name)
                 if not depth_one and self.kernel_count_in_child[child] > 0:
-                    run.output_projections.append(name)
-            if (is_activation(module) or getattr(module, "_speccat_activation", False)) and not self._inside_activation():
-                run.activations[self._owner_of_activation()] += 1
+                    probe.output_projections.append(name)
+            if is_activation_region(module) and not self._inside_activation():
+                probe.activations[self._owner_of_activation()] += 1
 
         return hook
 
@@ -243,7 +223,7 @@ class Probe:
             self.path.pop()
 
     def _inside_activation(self) -> bool:
-        return any(is_activation(m) or getattr(m, "_speccat_activation", False) for _, m in self.path[:-1])
+        return any(is_activation_region(m) for _, m in self.path[:-1])
 
     def _owner_of_activation(self) -> str:
         """The path of the module an activation call belongs to: its experts or MLP (its parent)."""
@@ -271,7 +251,7 @@ class Probe:
 class _ActivationRegion(nn.Module):
     """Runs an experts module's own gate function as an activation region (gpt-oss's clamped SwiGLU)."""
 
-    _speccat_activation = True
+    _speccat_activation = True  # what predicates.is_activation_region looks for
 
     def __init__(self, gate):
         super().__init__()
@@ -331,8 +311,8 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
             setattr(config, key, value)
 
 
-def run_layers(built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None) -> dict[int, LayerRun]:
-    """Run the decoder forward and backward with only the layers `indices`, on fake tensors.
+def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None) -> dict[int, LayerProbe]:
+    """Probe the layers `indices`: the decoder forward and backward with only them in its stack, on fake tensors.
 
     The model is on meta and its needed parts are converted to fake tensors, unless `fake_mode`
     is given: then the model was built under that mode and is fake already.
@@ -355,24 +335,23 @@ def run_layers(built: Built, indices: list[int], seq_length: int, fake_mode: Fak
     others = [t for child in decoder.children() if child is not built.layers for t in (*child.parameters(), *child.buffers())]
     mine = [t for layer in kept.values() for t in (*layer.parameters(), *layer.buffers())]
     excluded = {_storage_key(t) for t in others + mine}
-    probe = Probe(kept, excluded)
+    watcher = Watcher(kept, excluded)
     setattr(decoder, stack_name, nn.ModuleList([kept[i] for i in indices]))
     try:
-        with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), probe.hooks():
+        with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), watcher.hooks():
             embeds = torch.empty(1, seq_length, config.hidden_size, dtype=built.embedding.weight.dtype, requires_grad=True)
-            with _Watch(probe), torch.autograd.graph.saved_tensors_hooks(probe.pack, lambda t: t):
+            with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, lambda t: t):
                 output = decoder(inputs_embeds=embeds, use_cache=False)
-            probe.forward_done = True
+            watcher.forward_done = True
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
             hidden_out.float().sum().backward()
     finally:
         setattr(decoder, stack_name, built.layers)
-    _book_bytes(probe)
-    return probe.runs
+    _book_bytes(watcher)
+    return watcher.probes
 
 
-def _book_bytes(probe: Probe) -> None:
-    for run, op, nbytes in probe.seen.values():
+def _book_bytes(watcher: Watcher) -> None:
+    for probe, op, nbytes in watcher.seen.values():
         if op != "excluded":
-            run.saved_bytes[op] += nbytes
-            run.total_saved += nbytes
+            probe.saved_bytes[op] += nbytes

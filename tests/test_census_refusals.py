@@ -42,12 +42,12 @@ def _refusal(path: Path) -> SpecError:
 def test_broken_config_is_refused_with_its_reason(name, paths, monkeypatch):
     expected = EXPECTED[name]
     if expected["before_build"]:
-        import speccat.census.run as census_run
+        import speccat.census.census as census_mod
 
         def no_build(*args, **kwargs):
             raise AssertionError("the census built a model for a config it should refuse first")
 
-        monkeypatch.setattr(census_run, "build", no_build)
+        monkeypatch.setattr(census_mod, "build", no_build)
     error = _refusal(paths[name])
     assert error.reason == expected["reason"], f"{name} ({expected['why']}): {error}"
     assert str(error)  # a message naming the field

@@ -1,6 +1,11 @@
-"""`run_census`: config → ModelSpec (DESIGN §2.4), every refusal a SpecError with a reason code.
+"""`run_census`: the census of one model, config → ModelSpec (docs/census.md), every refusal a
+SpecError with a reason code.
 
-Safe to call many times in one process: the model is built per call, and everything the run
+It strings the steps together: resolve the config (census/resolve.py), build on meta
+(census/build.py), classify the layers into shapes and kinds (census/shapes.py), probe one layer
+of each shape (census/probe.py) and describe what was built and probed (census/describe.py).
+
+Safe to call many times in one process: the model is built per call, and everything a probe
 changes (hooks, dispatch modes, the swapped delta rule, config lists) is undone before it
 returns, whatever happens. Expected op counts from the family profile are compared with the
 counted ones; a mismatch is logged as a warning and the counted values are kept.
@@ -13,59 +18,24 @@ from collections.abc import Mapping
 
 import torch
 
-from speccat.census.build import Shape, build, check_config, classify
+from speccat.census.build import build
 from speccat.census.describe import (
     ATTENTION_OP,
     DELTA_RULE_OP,
     EXPERTS_IMPL,
     LayerView,
-    check_runs,
+    check_probes,
     model_facts,
 )
 from speccat.census.family import Family, family_for
-from speccat.census.probe import run_layers
+from speccat.census.probe import probe_layers
+from speccat.census.resolve import resolve_config
+from speccat.census.shapes import classify, kinds_of, layer_groups
 from speccat.census.spec import ModelSpec, SpecError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEQ_LENGTH = 4096
-
-
-def _describe_kinds(family: Family) -> str:
-    return ", ".join(f"{k.name} ({k.attention}, {k.ffn or 'any ffn'})" for k in family.kinds.values())
-
-
-def _kinds(family: Family, shapes: list[Shape]) -> dict[int, str]:
-    """Each distinct shape's kind (keyed by its first layer); two shapes on one kind is a conflict."""
-    kind_of: dict[int, str] = {}
-    owner: dict[str, int] = {}
-    for shape in shapes:
-        kind = family.kind_for(shape.attention, shape.ffn)
-        if kind is None:
-            raise SpecError(
-                "unsupported_layer",
-                f"layer {shape.first}: family {family.name!r} has no kind for attention={shape.attention}, ffn={shape.ffn} "
-                f"(kinds: {_describe_kinds(family)})",
-            )
-        if kind in owner:
-            raise SpecError(
-                "kind_conflict",
-                f"layers {owner[kind]} and {shape.first} are built differently but both map to kind {kind!r} of family {family.name!r}",
-            )
-        owner[kind] = shape.first
-        kind_of[shape.first] = kind
-    return kind_of
-
-
-def _run_length(stack: list[tuple[int, Shape]], kind_of: dict[int, str]) -> list[dict]:
-    groups: list[dict] = []
-    for _, shape in stack:
-        kind = kind_of[shape.first]
-        if groups and groups[-1]["kind"] == kind:
-            groups[-1]["count"] += 1
-        else:
-            groups.append({"kind": kind, "count": 1})
-    return groups
 
 
 def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int], name: str) -> None:
@@ -77,7 +47,7 @@ def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int],
 
 
 def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
-    top, text, _ = check_config(config)
+    top, text, _ = resolve_config(config)
     arch = config["model_type"]
     family = family_for(arch)
     built = build(top, text)
@@ -85,15 +55,15 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
-    runs = run_layers(built, [shape.first for shape in shapes], seq_length)
+    probes = probe_layers(built, [shape.first for shape in shapes], seq_length)
     hidden = int(built.embedding.weight.shape[1])
-    views = [LayerView(shape.first, built.layers[shape.first], runs[shape.first], shape, hidden) for shape in shapes]
-    check_runs(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
-    kind_of = _kinds(family, shapes)
+    views = [LayerView(shape.first, built.layers[shape.first], probes[shape.first], shape, hidden) for shape in shapes]
+    check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
+    kind_of = kinds_of(family, shapes)
 
     spec = {"name": name, "arch": arch}
     spec.update(model_facts(built, views, stack))
-    spec["layers"] = _run_length(stack, kind_of)
+    spec["layers"] = layer_groups(stack, kind_of)
     spec["ops"], spec["flavours"], spec["measured"] = {}, {}, {}
     kind_params = {}
     for view in views:

@@ -1,0 +1,95 @@
+"""What a module of a built layer is: a norm, a projection, an activation, routed experts, a
+state-space mixer, a gated-delta-rule runner or a user of transformers' attention interface.
+
+Every part of the census asks these questions of modules (building, classifying layers into
+shapes, probing, describing); they are answered here only, from the module's class, its
+attributes and the global names its forward reads, never by running it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import activations as hf_activations
+
+_DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
+# State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
+_STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
+_STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
+
+_ACTIVATION_CLASSES = tuple(
+    {v[0] if isinstance(v, tuple) else v for v in hf_activations.ACT2CLS.values()}
+    | {c for c in vars(nn.modules.activation).values() if isinstance(c, type) and issubclass(c, nn.Module)}
+    - {nn.Module, nn.MultiheadAttention, nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin}
+)
+
+def is_norm(module: nn.Module) -> bool:
+    """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes)."""
+    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
+
+
+def is_layer_norm(module: nn.Module) -> bool:
+    """Mean-centred (LayerNorm) rather than RMS normalisation."""
+    return isinstance(module, nn.LayerNorm) or ("LayerNorm" in type(module).__name__ and "RMS" not in type(module).__name__)
+
+
+def is_activation(module: nn.Module) -> bool:
+    """An activation module (transformers' ACT2CLS classes and torch's, softmaxes excluded)."""
+    return isinstance(module, _ACTIVATION_CLASSES)
+
+
+def is_activation_region(module: nn.Module) -> bool:
+    """An activation module, or a wrapper the probe marked as one (an experts' inline gate)."""
+    return is_activation(module) or getattr(module, "_speccat_activation", False)  # set by census/probe.py's wrapper
+
+
+def is_projection(module: nn.Module) -> bool:
+    """A leaf module with a 2-D weight that is not an embedding or a norm: a linear projection."""
+    weight = getattr(module, "weight", None)
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and not any(True for _ in module.children())
+        and not isinstance(module, nn.Embedding)
+        and not is_norm(module)
+    )
+
+
+def is_experts(module: nn.Module) -> bool:
+    """Routed experts built with transformers' experts interface (fused 3-D weights)."""
+    return hasattr(module, "num_experts") and hasattr(module, "has_gate") and hasattr(module, "is_concatenated")
+
+
+def is_state_space_mixer(name: str, module: nn.Module) -> bool:
+    """A state-space mixer (Mamba, SSM), by its class name or the attribute name it is held under."""
+    leaf = name.rsplit(".", 1)[-1]
+    return not is_norm(module) and bool(_STATE_SPACE_CLASS.search(type(module).__name__) or _STATE_SPACE_ATTRIBUTE.search(leaf))
+
+
+@lru_cache(maxsize=None)
+def _forward_names(cls: type) -> tuple[str, ...]:
+    """The global names a module class's forward reads (through its decorators)."""
+    code = getattr(inspect.unwrap(cls.forward), "__code__", None)
+    return code.co_names if code is not None else ()
+
+
+def runs_delta_rule(module: nn.Module) -> bool:
+    """Whether the module's forward calls a gated delta rule (the linear-attention recurrence)."""
+    return any(_DELTA_RULE.search(name) for name in _forward_names(type(module)))
+
+
+def uses_attention_interface(module: nn.Module) -> bool:
+    """Whether the module's forward dispatches through transformers' attention interface."""
+    return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
+
+
+def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of each gated delta rule the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
