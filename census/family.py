@@ -1,8 +1,9 @@
-"""Family profiles (census/profiles/*.yaml): the layer kinds a family declares (DESIGN §2.2).
+"""Family profiles (census/profiles/*.yaml): the layer kinds a family declares (docs/census.md,
+"Op counts"; docs/pricing.md reads the defaults).
 
 A profile names a family, the model_type prefixes it claims (`match`, its own name by
 default), its kinds (op counts plus `attention` and `ffn` flavours), an optional `default`
-kind, `run` defaults (merged over the default family's) and `model` defaults. A model's
+kind, byte-width `defaults` (merged over the default family's) and `model` defaults. A model's
 family is the one whose prefix is the longest prefix of its model_type; otherwise `default`.
 The loader refuses unknown keys, missing or unknown ops, unknown flavours and a default that
 is not a kind, naming the file and the key.
@@ -29,12 +30,10 @@ log = logging.getLogger(__name__)
 PROFILES_DIR = Path(__file__).with_name("profiles")
 DEFAULT_FAMILY = "default"
 
-PROFILE_KEYS = frozenset({"family", "match", "default", "kinds", "run", "model"})
+PROFILE_KEYS = frozenset({"family", "match", "default", "kinds", "defaults", "model"})
 KIND_KEYS = frozenset({"attention", "ffn", "ops"})
-# Run defaults and the type each must have.
-RUN_KEYS: Mapping[str, type] = MappingProxyType(
-    {"norm_bytes": int, "dropout_bytes": int, "softmax_bytes": int, "shard_activations": bool}
-)
+# The profile's `defaults` (bytes a norm, a dropout mask and the softmax statistics keep per element).
+DEFAULTS_KEYS: tuple[str, ...] = ("norm_bytes", "dropout_bytes", "softmax_bytes")
 
 
 class ProfileError(ValueError):
@@ -59,9 +58,8 @@ class Family:
     match: tuple[str, ...]
     kinds: Mapping[str, Kind]
     default: str | None
-    run: Mapping[str, Any]
+    defaults: Mapping[str, int]
     model: Mapping[str, int]
-    path: Path
 
     def kind_for(self, attention: str, ffn: str) -> str | None:
         """The name of the one kind whose flavours match, or None when no kind does.
@@ -77,8 +75,9 @@ class Family:
         return matching[0]
 
     def pricing_defaults(self) -> dict[str, Any]:
-        """The plain mapping catalogue/pricing reads: run defaults and model defaults."""
-        return {"family": self.name, "run": dict(self.run), "model": dict(self.model)}
+        """The plain mapping catalogue/records reads: the family's defaults (under the key `run`,
+        which catalogue/records/names.py reads) and its model defaults."""
+        return {"family": self.name, "run": dict(self.defaults), "model": dict(self.model)}
 
 
 def _fail(path: Path, key: str, what: str) -> ProfileError:
@@ -121,16 +120,16 @@ def _parse_kind(path: Path, name: Any, body: Any) -> Kind:
     return Kind(name, attention, ffn, _parse_ops(path, f"{where}.ops", body["ops"]))
 
 
-def _parse_run(path: Path, run: Any, base: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    _check_keys(path, "run", run, RUN_KEYS)
+def _parse_defaults(path: Path, defaults: Any, base: Mapping[str, int] | None) -> Mapping[str, int]:
+    _check_keys(path, "defaults", defaults, DEFAULTS_KEYS)
     merged = dict(base or {})
-    merged.update(run)
-    for key, kind in RUN_KEYS.items():
+    merged.update(defaults)
+    for key in DEFAULTS_KEYS:
         if key not in merged:
-            raise _fail(path, f"run.{key}", "missing (the default family must state every run default)")
+            raise _fail(path, f"defaults.{key}", "missing (the default family must state every default)")
         value = merged[key]
-        if type(value) is not kind or (kind is int and value < 0):
-            raise _fail(path, f"run.{key}", f"must be a {'non-negative integer' if kind is int else kind.__name__}, got {value!r}")
+        if type(value) is not int or value < 0:
+            raise _fail(path, f"defaults.{key}", f"must be a non-negative integer, got {value!r}")
     return MappingProxyType(merged)
 
 
@@ -142,7 +141,7 @@ def _parse_model(path: Path, model: Any) -> Mapping[str, int]:
     return MappingProxyType(dict(model))
 
 
-def parse_profile(path: Path, data: Any, base_run: Mapping[str, Any] | None) -> Family:
+def parse_profile(path: Path, data: Any, base_defaults: Mapping[str, int] | None) -> Family:
     """Validate one profile's parsed YAML into a Family."""
     _check_keys(path, "", data, PROFILE_KEYS)
     name = data.get("family")
@@ -158,9 +157,9 @@ def parse_profile(path: Path, data: Any, base_run: Mapping[str, Any] | None) -> 
     default = data.get("default")
     if default is not None and default not in kinds:
         raise _fail(path, "default", f"{default!r} is not a kind; kinds are {sorted(kinds)}")
-    run = _parse_run(path, data.get("run", {}), base_run)
+    defaults = _parse_defaults(path, data.get("defaults", {}), base_defaults)
     model = _parse_model(path, data.get("model", {}))
-    return Family(name, tuple(match), MappingProxyType(kinds), default, run, model, path)
+    return Family(name, tuple(match), MappingProxyType(kinds), default, defaults, model)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -183,7 +182,7 @@ def load_families(directory: Path = PROFILES_DIR) -> dict[str, Family]:
     for path, data in raw.items():
         if path == default_path:
             continue
-        family = parse_profile(path, data, base.run)
+        family = parse_profile(path, data, base.defaults)
         if family.name in families:
             raise _fail(path, "family", f"{family.name!r} is declared twice")
         for prefix in family.match:
@@ -212,7 +211,7 @@ _logged_fallbacks: set[str] = set()
 def family_for(model_type: str, families: Mapping[str, Family] | None = None) -> Family:
     """The family whose `match` prefix is the longest prefix of `model_type`, else default.
 
-    The name only picks the family's kinds and run defaults; dimensions and counts always
+    The name only picks the family's kinds and defaults; dimensions and counts always
     come from the built modules.
     """
     families = families if families is not None else _families()

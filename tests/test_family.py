@@ -1,4 +1,4 @@
-"""Family profiles (census/profiles/*.yaml) and model_type → family (DESIGN §2.2)."""
+"""Family profiles (census/profiles/*.yaml) and model_type → family."""
 
 from __future__ import annotations
 
@@ -42,13 +42,12 @@ def test_design_families_load_with_their_counts():
     assert deepseek.model["v_head_dim"] == 128
 
 
-def test_run_defaults_merge_over_the_default_family():
+def test_defaults_merge_over_the_default_family():
     fams = load_families()
-    assert dict(fams["default"].run) == {"norm_bytes": 4, "dropout_bytes": 0, "softmax_bytes": 4,
-                                         "shard_activations": False}
-    assert dict(fams["deepseek"].run) == dict(fams["default"].run)
+    assert dict(fams["default"].defaults) == {"norm_bytes": 4, "dropout_bytes": 0, "softmax_bytes": 4}
+    assert dict(fams["deepseek"].defaults) == dict(fams["default"].defaults)
     assert fams["deepseek"].pricing_defaults() == {
-        "family": "deepseek", "run": dict(fams["default"].run), "model": {"v_head_dim": 128}}
+        "family": "deepseek", "run": dict(fams["default"].defaults), "model": {"v_head_dim": 128}}
 
 
 @pytest.mark.parametrize("model_type,family", [
@@ -104,7 +103,8 @@ def edit(path: Path, change) -> None:
     (lambda d: d["kinds"]["dense"].update(attention="sliding"), "deepseek.yaml: kinds.dense.attention"),
     (lambda d: d.update(defualt="moe"), "deepseek.yaml: defualt"),
     (lambda d: d.update(default="expert"), "deepseek.yaml: default"),
-    (lambda d: d.update(run={"norm_byte": 4}), "deepseek.yaml: run.norm_byte"),
+    (lambda d: d.update(defaults={"norm_byte": 4}), "deepseek.yaml: defaults.norm_byte"),
+    (lambda d: d.update(run={"norm_bytes": 4}), "deepseek.yaml: run"),
     (lambda d: d.update(model={"v_head_dims": 128}), "deepseek.yaml: model.v_head_dims"),
     (lambda d: d["kinds"]["moe"]["ops"].update(softmax=-1), "deepseek.yaml: kinds.moe.ops.softmax"),
 ])
