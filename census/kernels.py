@@ -1,4 +1,4 @@
-"""speccat's attention kernels as torch.library custom ops (DESIGN §2.4 step 3).
+"""speccat's attention kernels as torch.library custom ops (docs/census.md, "How a config becomes a spec", step 4).
 
 The census runs layers on fake tensors, so what autograd keeps for backward is decided by the
 ops' autograd formulas. These two ops keep what the production kernels keep:

@@ -1,4 +1,4 @@
-"""ModelSpec: what the census states about one architecture (DESIGN §2.3), and SpecError.
+"""ModelSpec: what the census states about one architecture (docs/census.md), and SpecError.
 
 A ModelSpec is an immutable mapping, validated when it is built: unknown keys, missing
 required fields, wrong types, non-positive sizes, inconsistent heads and a layer stack that
@@ -241,7 +241,7 @@ def _freeze(value: Any) -> Any:
 
 
 class ModelSpec(Mapping):
-    """A validated, read-only ModelSpec mapping (DESIGN §2.3)."""
+    """A validated, read-only ModelSpec mapping."""
 
     __slots__ = ("_data",)
 

@@ -1,4 +1,4 @@
-"""The measured column (DESIGN §2.5) on a tiny Llama-shaped config, derived by hand from the shapes;
+"""The measured column (docs/census.md, "Measured bytes") on a tiny Llama-shaped config, derived by hand from the shapes;
 the census leaves the process as it found it."""
 
 from __future__ import annotations

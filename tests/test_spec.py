@@ -1,4 +1,4 @@
-"""ModelSpec validation and its exact JSON round trip (DESIGN §2.3, §2.6)."""
+"""ModelSpec validation and its exact JSON round trip."""
 
 from __future__ import annotations
 
