@@ -27,6 +27,7 @@ from speccat.census.describe import (
     check_probes,
     model_facts,
 )
+from speccat.catalogue.records.settings import default_setting
 from speccat.census.family import Family, family_for
 from speccat.census.probe import probe_layers
 from speccat.census.resolve import resolve_config
@@ -34,9 +35,6 @@ from speccat.census.shapes import classify, kinds_of, layer_groups
 from speccat.census.spec import ModelSpec, SpecError
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SEQ_LENGTH = 4096
-
 
 def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int], name: str) -> None:
     expected = family.kinds[kind].ops
@@ -84,14 +82,17 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     return ModelSpec(spec)
 
 
-def run_census(config: Mapping, *, name: str, seq_length: int = DEFAULT_SEQ_LENGTH) -> ModelSpec:
-    """Census one config into a ModelSpec.
+def run_census(config: Mapping, *, name: str, seq_length: int | None = None) -> ModelSpec:
+    """Census one config into a ModelSpec, measured at `seq_length` tokens (default: the settings
+    grid's default sequence length, so the measurement has a setting to be priced at).
 
     Raises SpecError with a reason code for every refusal; any other exception is wrapped as
     `census_failed` naming its type.
     """
     if not isinstance(name, str) or not name:
         raise SpecError("bad_value", f"name: must be a non-empty string, got {name!r}")
+    if seq_length is None:
+        seq_length = default_setting()["seq_length"]
     if not isinstance(seq_length, int) or isinstance(seq_length, bool) or seq_length < 1:
         raise SpecError("bad_value", f"seq_length: must be a positive integer, got {seq_length!r}")
     default_dtype = torch.get_default_dtype()

@@ -75,9 +75,9 @@ class Family:
         return matching[0]
 
     def pricing_defaults(self) -> dict[str, Any]:
-        """The plain mapping catalogue/records reads: the family's defaults (under the key `run`,
-        which catalogue/records/names.py reads) and its model defaults."""
-        return {"family": self.name, "run": dict(self.defaults), "model": dict(self.model)}
+        """The plain mapping catalogue/records reads: the family name, its defaults and its model
+        defaults."""
+        return {"family": self.name, "defaults": dict(self.defaults), "model": dict(self.model)}
 
 
 def _fail(path: Path, key: str, what: str) -> ProfileError:

@@ -12,7 +12,7 @@ import contextlib
 import json
 import sys
 
-DEFAULT_DB = "catalogue.duckdb"  # the catalogue every command reads or publishes by default
+from speccat.flows.targets import DEFAULT_DB
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("config", help="path to a Hugging Face config.json")
     parser.add_argument("--json", action="store_true", help="print the ModelSpec as JSON")
-    parser.add_argument("--seq", type=int, default=4096, help="sequence length of the measured bytes (default 4096)")
+    parser.add_argument("--seq", type=int, default=None, help="sequence length of the measured bytes (default: the settings grid's)")
     parser.add_argument("--name", help="the spec's name (default: ORG/NAME from an ORG__NAME/config.json path, else the file name)")
     parser.set_defaults(handler=census_command)
 

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         "and micro-batch, and the whole model's total, at one setting and one set of recompute switches.",
     )
     parser.add_argument("config", help="path to a Hugging Face config.json")
-    parser.add_argument("--seq", type=int, dest="seq_length", help="sequence length (grid default 4096)")
+    parser.add_argument("--seq", type=int, dest="seq_length", help="sequence length (default: the settings grid's)")
     parser.add_argument("--micro-batch", type=int, dest="micro_batch", help="micro-batch size (default 1)")
     parser.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
     parser.add_argument("--cp", type=int, help="context-parallel size (default 1)")

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from speccat.flows.targets import DEFAULT_DB
+
 # Prefect settings speccat needs unless the operator chose otherwise (read at prefect import).
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",  # a fresh ephemeral DB takes ~20 s
@@ -31,7 +33,7 @@ def register(subparsers) -> None:
     run = subparsers.add_parser("refresh", help="run the nightly refresh flow now")
     run.add_argument("--source", choices=("snapshot", "hub"), default="snapshot")
     run.add_argument("--limit", type=int, default=None, help="the top N repos by downloads (hub)")
-    run.add_argument("--db", default="catalogue.duckdb", help="the catalogue file to publish")
+    run.add_argument("--db", default=DEFAULT_DB, help=f"the catalogue file to publish (default {DEFAULT_DB})")
     run.add_argument("--lake", default=None, metavar="CATALOG", help="publish into this DuckLake catalog instead")
     run.add_argument("--lake-data", default=None, metavar="PATH", help="the DuckLake's data path")
     run.add_argument("--task-runner", choices=("local", "dask"), default="local")

@@ -38,7 +38,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from speccat.flows import isolate, progress
 from speccat.flows.hub import FetchError, Listing, make_source
-from speccat.flows.targets import make_target
+from speccat.flows.targets import DEFAULT_DB, make_target
 from speccat.flows.tasks import (
     Analysis,
     AnalysisError,
@@ -228,6 +228,7 @@ def night_data(night: Night, run_id: str, started: datetime, status: str, source
     from speccat.catalogue.store.night import NightData
     from speccat.catalogue.records.settings import load_settings
 
+    grid = load_settings()
     repos = []
     for listing in night.listings:
         fetched = night.fetched.get(listing.repo_id)
@@ -259,7 +260,8 @@ def night_data(night: Night, run_id: str, started: datetime, status: str, source
         status=status,
         source=source,
         versions=versions,
-        settings=load_settings().settings,
+        settings=grid.settings,
+        setting_defaults=grid.setting({}),
         switches=load_records().switches,
         repos=repos,
         configs=configs,
@@ -311,14 +313,14 @@ def publish_summary(counts: dict[str, Any]) -> None:
 def refresh(
     source: str = "snapshot",
     limit: int | None = None,
-    db: str = "catalogue.duckdb",
+    db: str = DEFAULT_DB,
     task_runner: str = "local",
     dask_address: str | None = None,
     workers: int | None = None,
     snapshot_dir: str | None = None,
     time_limit: float = 600.0,
     memory_limit: float | None = None,
-    seq_length: int = 4096,
+    seq_length: int | None = None,
     rebuild: bool = False,
     retry_delays: list[float] = list(DEFAULT_RETRY_DELAYS),
     lake: str | None = None,
@@ -341,6 +343,10 @@ def refresh(
     target = make_target(db, lake, lake_data)
     src = make_source(source, snapshot_dir=snapshot_dir)
     versions = current_versions()
+    if seq_length is None:
+        from speccat.catalogue.records.settings import default_setting
+
+        seq_length = default_setting()["seq_length"]
     if memory_limit is None:
         from speccat.census.limits import LIMITS
 

@@ -6,8 +6,13 @@ Both answer what they already hold (so the plan stage skips it) and publish a Ni
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from speccat.catalogue.store.night import NightData
+if TYPE_CHECKING:
+    from speccat.catalogue.store.night import NightData
+
+# The catalogue file every command reads or publishes unless told otherwise.
+DEFAULT_DB = "catalogue.duckdb"
 
 
 @dataclass(frozen=True)

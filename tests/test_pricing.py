@@ -130,15 +130,15 @@ def test_names_bytes_compute_and_bytes_softmax(records, grid):
     spec, d = llama_8b()
     assert names_of(spec, d, "decoder", grid, records)["bytes_compute"] == 2  # bf16
     assert names_of(spec, d, "decoder", grid, records, dtype="fp32")["bytes_compute"] == 4
-    assert names_of(spec, d, "decoder", grid, records)["bytes_softmax"] == d["run"]["softmax_bytes"] == 4
+    assert names_of(spec, d, "decoder", grid, records)["bytes_softmax"] == d["defaults"]["softmax_bytes"] == 4
 
 
 def test_names_bytes_norm_and_bytes_dropout_are_the_family_run_defaults(records, grid):
     spec, d = llama_8b()
     names = names_of(spec, d, "decoder", grid, records)
     assert (names["bytes_norm"], names["bytes_dropout"]) == (4, 0)
-    run = dict(d["run"], norm_bytes=2, dropout_bytes=1)
-    names = names_of(spec, dict(d, run=run), "decoder", grid, records)
+    family_defaults = dict(d["defaults"], norm_bytes=2, dropout_bytes=1)
+    names = names_of(spec, dict(d, defaults=family_defaults), "decoder", grid, records)
     assert (names["bytes_norm"], names["bytes_dropout"]) == (2, 1)
 
 

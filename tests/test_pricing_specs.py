@@ -11,7 +11,7 @@ def test_each_hand_built_spec_is_a_valid_model_spec():
     for build in BUILDERS:
         spec, defaults = build()
         assert ModelSpec(spec).kinds == tuple(dict.fromkeys(g["kind"] for g in spec["layers"]))
-        assert set(defaults["run"]) >= {"norm_bytes", "dropout_bytes", "softmax_bytes"}
+        assert set(defaults["defaults"]) >= {"norm_bytes", "dropout_bytes", "softmax_bytes"}
 
 
 def test_the_builders_pick_the_families_the_profiles_declare():

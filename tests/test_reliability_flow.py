@@ -281,12 +281,11 @@ def test_the_flow_killed_before_its_rename_leaves_the_published_file_untouched(f
 
 def test_a_full_disk_fails_the_publish_cleanly(faults):
     done = faults.disk_full
-    assert done.returncode == 1, done.stderr
-    assert done.stdout == ""
-    # The CLI's own report is one line, last (Prefect logs the flow's failure before it).
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("speccat: error: StoreError: ") and "File too large" in last, done.stderr
-    assert "the published one is unchanged" in last
+    assert done.returncode == 2, done.stderr  # a refusal of the store, through the CLI's one handler
+    # With --json the CLI's report is one JSON object on stdout (Prefect logs the failure on stderr).
+    error = json.loads(done.stdout)["error"]
+    assert error["reason"] == "write_failed" and "File too large" in error["message"], done.stdout
+    assert "the published one is unchanged" in error["message"] and "\n" not in error["message"]
     assert done.leftovers == []  # its own half-written file is gone, and night 3's leftover too
 
 

@@ -115,7 +115,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     if ops is None:
         raise PricingError("missing_field", f"ops.{kind}: the spec has no op counts for kind {kind!r}")
     linear, moe = _flavours(spec, kind)
-    run = defaults["run"]
+    family_defaults = defaults["defaults"]
     model_defaults = defaults.get("model", {})
     values: dict[str, Any] = {}
     absent: dict[str, str] = {}
@@ -176,9 +176,9 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values["hff"] = spec["intermediate_size"]
         values["n_exp"], values["n_chosen_exp"], values["n_shared_exp"] = 1, 1, 0
 
-    values["bytes_softmax"] = run["softmax_bytes"]
-    values["bytes_norm"] = run["norm_bytes"]
-    values["bytes_dropout"] = run["dropout_bytes"]
+    values["bytes_softmax"] = family_defaults["softmax_bytes"]
+    values["bytes_norm"] = family_defaults["norm_bytes"]
+    values["bytes_dropout"] = family_defaults["dropout_bytes"]
     for op in OPS:
         values[f"n_{op}"] = ops[op]
     values["n_qknorm"] = 1 if spec.get("qk_norm") and not linear else 0
@@ -229,7 +229,7 @@ def layer_names(
 ) -> LayerNames:
     """Every name one layer of `kind` reads at `setting` (docs/pricing.md), as one mapping.
 
-    `defaults` is the family's pricing defaults (`run`, `model`); `records` a loaded Records
+    `defaults` is the family's pricing defaults (`defaults`, `model`); `records` a loaded Records
     (its derived names and defaults); `dtype_bytes` the settings grid's byte widths.
     """
     return bind(kind_values(spec, kind, defaults), setting, dtype_bytes, records)

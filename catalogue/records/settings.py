@@ -16,6 +16,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -171,6 +172,13 @@ class _Loader(Loader):
 def parse_settings(data: Any, source: str = "<settings>") -> Grid:
     """Validate already-parsed settings content."""
     return _Loader(source).load(data)
+
+
+@cache
+def default_setting() -> Mapping[str, Any]:
+    """The shipped grid's default setting (each field at its first value): what a command, a
+    query or a census uses for a field nobody chose."""
+    return load_settings().setting({})
 
 
 def load_settings(path: str | Path | None = None) -> Grid:

@@ -209,8 +209,6 @@ def stage(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[str, pa
         create_schema(con)
         _check_fits_schema(con, night)
         con.execute(sql.load("steps/raw_tables"))
-        if "setting_defaults" not in tables:
-            tables = {**tables, "setting_defaults": setting_defaults()}
         for name, table in tables.items():
             if name in STAGED_PRICES:
                 # Prices stay in Arrow: sql/steps/merge.sql appends the new groups straight from them.
@@ -252,16 +250,6 @@ def ingest(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
         con.execute(sql.render("steps/ingest", table=name, rows=ARROW_ROWS))
     finally:
         con.unregister(ARROW_ROWS)
-
-
-def setting_defaults() -> pa.Table:
-    """The grid's default setting as one row (each field of catalogue/records/settings.yaml at
-    its first value, `Grid.setting({})`): the `setting_defaults` table's row, for a NightData
-    whose Arrow tables do not carry it. It is read from the shipped settings file, the grid
-    the flow prices with."""
-    from speccat.catalogue.records.settings import load_settings
-
-    return pa.Table.from_pylist([dict(load_settings().setting({}))])
 
 
 def count_rows(con: duckdb.DuckDBPyConnection, table: str) -> int:

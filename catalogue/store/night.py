@@ -74,6 +74,8 @@ class NightData:
 
     versions: {speccat, transformers, torch, census, records, profiles, settings} -> str.
     settings: the grid rows (catalogue/records/settings.py `Grid.settings`), each with setting_id.
+    setting_defaults: the grid's default setting (`Grid.setting({})`, with its setting_id), which
+        the catalogue's views use for a field a query leaves unchosen.
     switches: the records' switch names in mask-bit order (`Records.switches`).
     repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual").
     configs: config_hash -> the config mapping (its model_type is stored as a column).
@@ -91,6 +93,7 @@ class NightData:
     source: str
     versions: Mapping[str, str]
     settings: Sequence[Mapping[str, Any]]
+    setting_defaults: Mapping[str, Any]
     switches: Sequence[str]
     repos: Sequence[Mapping[str, Any]] = ()
     configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -129,6 +132,8 @@ class NightData:
         for i, setting in enumerate(self.settings):
             if not isinstance(setting, Mapping) or not setting.get("setting_id"):
                 _bad(f"settings[{i}]", "must be a mapping with a setting_id")
+        if not isinstance(self.setting_defaults, Mapping) or not self.setting_defaults.get("setting_id"):
+            _bad("setting_defaults", "must be the grid's default setting, a mapping with a setting_id")
         for i, repo in enumerate(self.repos):
             _check_row(f"repos[{i}]", repo, REPO_FIELDS, required=("repo_id",))
             if repo.get("gated") is not None and repo["gated"] not in GATING:
@@ -171,6 +176,7 @@ class NightData:
             "repo_history": _table(history, ("run_id",) + REPO_FIELDS),
             "failures": _table(failures, ("run_id",) + FAILURE_FIELDS),
             "settings": pa.Table.from_pylist([dict(s) for s in self.settings]),
+            "setting_defaults": pa.Table.from_pylist([dict(self.setting_defaults)]),
             "switch_sets": pa.Table.from_pylist(switch_set_rows(self.switches)),
             "raw_configs": _table(
                 [{"config_hash": h, "config": _canonical(c)} for h, c in sorted(self.configs.items())],
