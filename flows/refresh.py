@@ -261,7 +261,7 @@ def night_data(night: Night, run_id: str, started: datetime, status: str, source
         source=source,
         versions=versions,
         settings=grid.settings,
-        setting_defaults=grid.setting({}),
+        setting_defaults=dict(grid.setting({})),
         switches=load_records().switches,
         repos=repos,
         configs=configs,

@@ -15,8 +15,22 @@ if TYPE_CHECKING:
 DEFAULT_DB = "catalogue.duckdb"
 
 
+class _Target:
+    """What both targets answer, each through its store module (`_store()`, imported on first
+    use) at its `where()`: the path of the file, or the Lake."""
+
+    def stored(self, census_version: str, records_version: str, setting_ids):
+        return self._store().stored(self.where(), census_version, records_version, setting_ids)
+
+    def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
+        return self._store().load_specs(self.where(), census_version, config_hashes)
+
+    def publish(self, night: NightData) -> None:
+        self._store().publish(self.where(), night)
+
+
 @dataclass(frozen=True)
-class FileTarget:
+class FileTarget(_Target):
     """The catalogue file, published by an atomic rename (catalogue/store/file.py)."""
 
     path: str
@@ -24,24 +38,17 @@ class FileTarget:
     def __str__(self) -> str:
         return self.path
 
-    def stored(self, census_version: str, records_version: str, setting_ids):
-        from speccat.catalogue.store.file import stored
+    def _store(self):
+        from speccat.catalogue.store import file
 
-        return stored(self.path, census_version, records_version, setting_ids)
+        return file
 
-    def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
-        from speccat.catalogue.store.file import load_specs
-
-        return load_specs(self.path, census_version, config_hashes)
-
-    def publish(self, night: NightData) -> None:
-        from speccat.catalogue.store.file import publish
-
-        publish(self.path, night)
+    def where(self) -> str:
+        return self.path
 
 
 @dataclass(frozen=True)
-class LakeTarget:
+class LakeTarget(_Target):
     """A DuckLake: a SQL catalog plus Parquet files, one transaction per night (catalogue/store/lake.py)."""
 
     catalog: str
@@ -50,26 +57,15 @@ class LakeTarget:
     def __str__(self) -> str:
         return f"ducklake:{self.catalog} ({self.data_path})"
 
-    @property
-    def lake(self):
+    def _store(self):
+        from speccat.catalogue.store import lake
+
+        return lake
+
+    def where(self):
         from speccat.catalogue.store.lake import Lake
 
         return Lake(self.catalog, self.data_path)
-
-    def stored(self, census_version: str, records_version: str, setting_ids):
-        from speccat.catalogue.store.lake import stored
-
-        return stored(self.lake, census_version, records_version, setting_ids)
-
-    def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
-        from speccat.catalogue.store.lake import load_specs
-
-        return load_specs(self.lake, census_version, config_hashes)
-
-    def publish(self, night: NightData) -> None:
-        from speccat.catalogue.store.lake import publish_lake
-
-        publish_lake(self.lake, night)
 
 
 def make_target(db: str, lake: str | None = None, lake_data: str | None = None):

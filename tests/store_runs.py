@@ -115,7 +115,7 @@ def make_run(
         source=source,
         versions=versions(**version_overrides),
         settings=[dict(s) for s in grid().settings],
-        setting_defaults=grid().setting({}),
+        setting_defaults=dict(grid().setting({})),
         switches=records().switches,
         repos=list(repos) if repos is not None else [repo_row(i) for i in items],
         configs={h: by_hash[h].config for h in sorted(fresh)},

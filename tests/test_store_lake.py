@@ -13,19 +13,19 @@ import store_runs as runs
 
 from speccat.catalogue.store import lake as lakes
 from speccat.catalogue.store import file as store
-from speccat.catalogue.store.lake import Lake, lake_ddl, open_lake, publish_lake
+from speccat.catalogue.store.lake import Lake, lake_ddl, open_lake
 from speccat.catalogue.store.night import StoreError
-from speccat.catalogue.store.file import REFERENCE_TABLES, TABLES, open_readonly, publish
+from speccat.catalogue.store.file import REFERENCE_TABLES, TABLES, open_readonly
 
 pytestmark = pytest.mark.slow
 
 WRITER = textwrap.dedent(
     """
     import pickle, sys
-    from speccat.catalogue.store.lake import Lake, publish_lake
+    from speccat.catalogue.store.lake import Lake, publish
     with open(sys.argv[3], "rb") as f:
         run = pickle.load(f)
-    result = publish_lake(Lake(sys.argv[1], sys.argv[2]), run)
+    result = publish(Lake(sys.argv[1], sys.argv[2]), run)
     print(result.attempts)
     """
 )
@@ -60,7 +60,7 @@ def test_two_writers_both_land_and_the_lake_reads_like_the_file(tmp_path):
         assert int(out.strip()) >= 1
     single = tmp_path / "catalogue.duckdb"
     for run in nights:
-        publish(single, run)
+        store.publish(single, run)
     got = lake_content(lake)
     with contextlib.closing(open_readonly(single)) as con:
         want = runs.dump(con)
@@ -74,9 +74,9 @@ def test_two_writers_both_land_and_the_lake_reads_like_the_file(tmp_path):
 
 def test_the_same_run_twice_into_a_lake_changes_nothing(tmp_path):
     lake = Lake(str(tmp_path / "catalog.ducklake"), str(tmp_path / "data") + "/")
-    publish_lake(lake, runs.first_run())
+    lakes.publish(lake, runs.first_run())
     before = lake_content(lake)
-    publish_lake(lake, runs.first_run())
+    lakes.publish(lake, runs.first_run())
     assert lake_content(lake) == before
     assert len(before["runs"]) == 1
 
@@ -98,7 +98,7 @@ def test_lake_tables_have_no_enums_or_keys():
 def test_an_unreachable_lake_is_a_clear_error(tmp_path):
     lake = Lake(str(tmp_path / "missing-dir" / "x" / "catalog.ducklake"), str(tmp_path / "data"))
     with pytest.raises(StoreError) as err:
-        publish_lake(lake, runs.first_run())
+        lakes.publish(lake, runs.first_run())
     assert err.value.reason == "lake" and "catalog.ducklake" in str(err.value)
 
 
@@ -115,9 +115,9 @@ def test_a_lake_tells_what_it_holds_as_the_file_does(tmp_path):
     assert lakes.stored(Lake(f"sqlite:{tmp_path / 'none.sqlite'}", str(tmp_path / "d")), cv, rv, grid) == empty
     assert not (tmp_path / "none.sqlite").exists()
 
-    publish_lake(lake, run)
+    lakes.publish(lake, run)
     single = tmp_path / "catalogue.duckdb"
-    publish(single, run)
+    store.publish(single, run)
     for census, records, ids in ((cv, rv, grid), (cv, rv, grid + ["a-setting-not-priced"]), (cv, "other", grid)):
         assert lakes.stored(lake, census, records, ids) == store.stored(single, census, records, ids)
     held = lakes.stored(lake, cv, rv, grid)

@@ -129,7 +129,7 @@ def connect(lake: Lake, *, read_only: bool = False) -> duckdb.DuckDBPyConnection
     raise AssertionError("unreachable")
 
 
-def publish_lake(lake: Lake, night: NightData) -> LakePublished:
+def publish(lake: Lake, night: NightData) -> LakePublished:
     """Store `night` into the lake in one transaction, retried while another writer wins."""
     night.validate()
     tables = night.arrow_tables()
