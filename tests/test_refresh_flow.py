@@ -208,5 +208,5 @@ def test_a_listing_that_fails_fails_the_run_and_is_recorded(prefect_api, tmp_pat
     db = tmp_path / "catalogue.duckdb"
     state, _ = run_refresh(source="snapshot", snapshot_dir=str(tmp_path / "missing"), db=str(db))
     assert state.is_failed()
-    assert rows(db, "SELECT n_repos, status FROM runs") == [(0, "failed")]
+    assert rows(db, "SELECT n_repos, status, reason FROM runs") == [(0, "failed", "not_found")]
     assert rows(db, "SELECT repo_id, stage, reason FROM failures") == [("(listing)", "list", "not_found")]

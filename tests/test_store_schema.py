@@ -92,7 +92,7 @@ def test_op_count_columns_are_the_op_vector(con):
 
 def test_schema_runs_twice(con):
     con.execute(sql.schema())  # every statement is IF NOT EXISTS
-    assert len(columns(con, "runs")) == 16
+    assert len(columns(con, "runs")) == 18  # 16, plus a failed night's reason and message
 
 
 def test_keys_are_enforced(con):

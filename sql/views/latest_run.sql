@@ -1,10 +1,13 @@
--- View latest_run: the latest night stored, by its start (ties by run_id).
--- Grain: one row (none in an empty catalogue).
+-- View latest_run: the latest good night: the latest, by its start (ties by run_id), of the
+-- nights that completed (or completed with some repos failing, `partial`) and listed repos. A
+-- night whose listing failed, or that listed nothing, is in runs but never the latest, so
+-- every view that means "the latest night" keeps answering from the last good one.
+-- Grain: one row (none while no good night is stored).
 -- Columns: those of the runs table:
 --   run_id                id       the night's id
 --   started               time     when the night started (UTC)
 --   ended                 time     when it ended (UTC)
---   status                code     completed, partial or failed (vocabulary list run_status)
+--   status                code     completed or partial (vocabulary list run_status)
 --   source                code     hub or snapshot (vocabulary list run_source)
 --   speccat_version       version  the speccat package
 --   transformers_version  version  the transformers package the census built with
@@ -17,5 +20,9 @@
 --   n_configs             count    distinct configs among them
 --   n_specs               count    specs censused that night (carried ones not counted)
 --   n_failures            count    repos that failed, with a failures row each
+--   reason                code     NULL (a failed night's reason; never the latest)
+--   message               text     NULL (a failed night's message)
 CREATE OR REPLACE VIEW latest_run AS
-SELECT * FROM runs ORDER BY started DESC, run_id DESC LIMIT 1;
+SELECT * FROM runs
+WHERE status IN ('completed', 'partial') AND n_repos > 0
+ORDER BY started DESC, run_id DESC LIMIT 1;

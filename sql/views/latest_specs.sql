@@ -1,6 +1,7 @@
 -- View latest_specs: every repo's spec at the latest night's census version, with the repo's
 -- popularity and metadata (from repos) and the model's parameters (spec_params). A repo whose
--- config has no spec at that version (a failed fetch or census) is not listed.
+-- config has no spec at that version (a failed fetch or census) is not listed. A repo the latest
+-- night no longer lists (it left the source's top N) is kept, marked `listed = false`.
 -- Grain: one row per repo_id.
 -- Columns:
 --   repo_id                  id       the Hub repo
@@ -32,10 +33,12 @@
 --   q_lora_rank              count    rank of the compressed query projection (MLA)
 --   sliding_window           tokens   the sliding attention window
 --   tie_word_embeddings      flag     output projection shares the embedding's weights
+--   listed                   flag     the latest night listed the repo (false: it was listed before, not any more)
 CREATE OR REPLACE VIEW latest_specs AS
 SELECT r.repo_id, r.downloads, r.likes, r.gated, r.license, r.pipeline_tag, r.sha, r.last_modified,
        c.model_type, p.params,
-       s.* EXCLUDE (spec)
+       s.* EXCLUDE (spec),
+       r.repo_id IN (SELECT repo_id FROM repo_history WHERE run_id = (SELECT run_id FROM latest_run)) AS listed
 FROM repos AS r
 JOIN specs AS s ON s.config_hash = r.config_hash
                AND s.census_version = (SELECT census_version FROM latest_run)

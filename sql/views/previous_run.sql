@@ -1,10 +1,11 @@
--- View previous_run: the night before the latest one, by start (ties by run_id).
--- Grain: one row (none while fewer than two nights are stored).
+-- View previous_run: the good night before the latest one (latest_run), by start (ties by
+-- run_id): failed and empty nights are skipped, as latest_run skips them.
+-- Grain: one row (none while fewer than two good nights are stored).
 -- Columns: those of latest_run (the runs table):
 --   run_id                id       the night's id
 --   started               time     when the night started (UTC)
 --   ended                 time     when it ended (UTC)
---   status                code     completed, partial or failed (vocabulary list run_status)
+--   status                code     completed or partial (vocabulary list run_status)
 --   source                code     hub or snapshot (vocabulary list run_source)
 --   speccat_version       version  the speccat package
 --   transformers_version  version  the transformers package the census built with
@@ -17,5 +18,9 @@
 --   n_configs             count    distinct configs among them
 --   n_specs               count    specs censused that night (carried ones not counted)
 --   n_failures            count    repos that failed, with a failures row each
+--   reason                code     NULL (a failed night's reason; never the latest)
+--   message               text     NULL (a failed night's message)
 CREATE OR REPLACE VIEW previous_run AS
-SELECT * FROM runs ORDER BY started DESC, run_id DESC LIMIT 1 OFFSET 1;
+SELECT * FROM runs
+WHERE status IN ('completed', 'partial') AND n_repos > 0
+ORDER BY started DESC, run_id DESC LIMIT 1 OFFSET 1;

@@ -1,5 +1,7 @@
 -- Table runs: one row per night (a refresh) stored in the catalogue.
--- Key: run_id. The version columns say what code and data the night ran with.
+-- Key: run_id. The version columns say what code and data the night ran with. A failed or
+-- empty night is recorded too, but only a completed or partial night that listed repos is ever
+-- the latest (the view latest_run).
 CREATE TABLE IF NOT EXISTS runs (
     run_id               VARCHAR PRIMARY KEY,
     started              TIMESTAMPTZ NOT NULL,
@@ -16,5 +18,7 @@ CREATE TABLE IF NOT EXISTS runs (
     n_repos              INTEGER NOT NULL,  -- repos listed this night
     n_configs            INTEGER NOT NULL,  -- distinct configs among them
     n_specs              INTEGER NOT NULL,  -- specs censused this night (carried ones not counted)
-    n_failures           INTEGER NOT NULL
+    n_failures           INTEGER NOT NULL,
+    reason               reason,            -- why a failed night failed (its listing's reason); NULL otherwise
+    message              VARCHAR            -- that failure's one-line message
 );
