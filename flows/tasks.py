@@ -71,14 +71,16 @@ class Analysis:
     """What the census and pricing of one config gave.
 
     `spec` is the ModelSpec as JSON (None when the census refused); `prices` the price
-    tables (None when there is no spec or pricing refused); `failure` is (stage, reason,
-    message) when either refused.
+    tables (None when there is no spec or pricing refused), without the settings at which the
+    model cannot be laid out; `infeasible` says why for each of those (catalogue/records/layouts.py
+    rows); `failure` is (stage, reason, message) when either refused.
     """
 
     config_hash: str
     spec: str | None = None
     prices: Any = None
     failure: tuple[str, str, str] | None = None
+    infeasible: tuple = ()
 
 
 class AnalysisError(ReasonError):
@@ -157,7 +159,10 @@ def fetch_config(source: Source, listing: Listing) -> Fetched | State:
 
 def versions_key(versions: dict[str, str], seq_length: int) -> str:
     """A short digest of every version the census and pricing results depend on."""
-    canonical = json.dumps({**versions, "seq_length": seq_length}, sort_keys=True)
+    from speccat.catalogue.records.layouts import layouts_version
+
+    # The layout rules decide which settings are priced; they are versioned only here.
+    canonical = json.dumps({**versions, "layouts": layouts_version(), "seq_length": seq_length}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -189,4 +194,4 @@ def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: flo
     if "price_error" in value:
         reason, message = value["price_error"]
         return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
-    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"])
+    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]))

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import GATING, RUN_STATUSES, SOURCES
+from speccat.catalogue.vocabulary import FAILURE_REASONS, GATING, RUN_STATUSES, SOURCES
 
 # runs.<key>_version columns, in order (speccat, transformers, torch, records,
 # profiles, settings; plus the census version every spec is keyed by).
@@ -45,6 +45,7 @@ REPO_FIELDS: tuple[str, ...] = (
     "config_hash",
 )
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
+INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
 # The price tables as staged: the catalogue tables' columns, in their order (sql/schema.sql).
@@ -82,8 +83,13 @@ class NightData:
     specs: config_hash -> ModelSpec mapping, censused at versions["census"].
     prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`:
         pyarrow tables with LAYER_PRICE_COLUMNS and FULL_PRICE_COLUMNS), at versions["records"].
+        A setting where the model cannot be laid out has no prices ...
+    infeasible: config_hash -> rows with INFEASIBLE_FIELDS, one per kind that cannot be laid
+        out at such a setting (catalogue/records/layouts.py), with the rule and why.
     failures: mappings with FAILURE_FIELDS; stage and reason are codes of
         catalogue/vocabulary.yaml (`stage`, and a `census` or `fetch` reason).
+    reason, message: why a `failed` night failed (a `census` or `fetch` reason and one line);
+        None for any other status.
     """
 
     run_id: str
@@ -100,6 +106,9 @@ class NightData:
     specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     prices: Mapping[str, Any] = field(default_factory=dict)
     failures: Sequence[Mapping[str, Any]] = ()
+    infeasible: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    reason: str | None = None
+    message: str | None = None
 
     @property
     def census_version(self) -> str:
@@ -121,6 +130,10 @@ class NightData:
             _bad("ended", f"{self.ended} is before started {self.started}")
         if self.status not in RUN_STATUSES:
             _bad("status", f"{self.status!r} is not one of {RUN_STATUSES}")
+        if (self.reason is None) != (self.status != "failed") or (self.message is None) != (self.reason is None):
+            _bad("reason", f"a failed night, and only one, has a reason and a message; status {self.status!r}, reason {self.reason!r}")
+        if self.reason is not None and self.reason not in FAILURE_REASONS:
+            _bad("reason", f"{self.reason!r} is not a census or fetch reason")
         if self.source not in SOURCES:
             _bad("source", f"{self.source!r} is not one of {SOURCES}")
         missing = [k for k in VERSION_KEYS if not isinstance(self.versions.get(k), str) or not self.versions[k]]
@@ -143,6 +156,11 @@ class NightData:
         for config_hash, spec in self.specs.items():
             if not isinstance(spec, Mapping) or "layers" not in spec:
                 _bad(f"specs[{config_hash!r}]", "must be a ModelSpec mapping")
+        for config_hash, rows in self.infeasible.items():
+            if config_hash not in self.prices:
+                _bad(f"infeasible[{config_hash!r}]", "names a config without prices tonight")
+            for i, row in enumerate(rows):
+                _check_row(f"infeasible[{config_hash!r}][{i}]", row, INFEASIBLE_FIELDS, required=INFEASIBLE_FIELDS)
 
     def arrow_tables(self) -> dict[str, pa.Table]:
         """The run as Arrow tables named like the `incoming` staging tables of the store."""
@@ -160,6 +178,8 @@ class NightData:
                 "n_configs": len(config_hashes),
                 "n_specs": len(self.specs),
                 "n_failures": len(self.failures),
+                "reason": self.reason,
+                "message": self.message,
             }
         ]
         history = [
@@ -191,6 +211,18 @@ class NightData:
             ),
         }
         tables["layer_prices"], tables["full_prices"] = self._price_tables()
+        tables["infeasible_settings"] = _table(
+            [
+                {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
+                for h, rows in sorted(self.infeasible.items())
+                for row in rows
+            ],
+            ("config_hash", "census_version", "records_version") + INFEASIBLE_FIELDS,
+        )
+        priced = {(h, s) for h, s in zip(tables["full_prices"]["config_hash"].to_pylist(), tables["full_prices"]["setting_id"].to_pylist())}
+        both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in rows} & priced)
+        if both:
+            _bad("infeasible", f"config {both[0][0]} is both priced and infeasible at setting {both[0][1]}")
         return tables
 
     def _price_tables(self) -> tuple[pa.Table, pa.Table]:

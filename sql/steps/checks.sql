@@ -36,6 +36,12 @@ WHERE NOT EXISTS (SELECT 1 FROM kinds AS k WHERE k.config_hash = p.config_hash
                   AND k.census_version = p.census_version AND k.kind = p.kind)
    OR setting_id NOT IN (SELECT setting_id FROM settings)
 UNION ALL
+SELECT 'a setting is priced or infeasible, not both',
+       format('{} @ {} / {}: setting {}', i.config_hash, i.census_version, i.records_version, i.setting_id)
+FROM (SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM infeasible_settings) AS i
+WHERE EXISTS (SELECT 1 FROM full_prices AS p WHERE p.config_hash = i.config_hash AND p.census_version = i.census_version
+              AND p.records_version = i.records_version AND p.setting_id = i.setting_id)
+UNION ALL
 SELECT 'switch_sets complete',
        format('{} masks for {} switches', count(*), any_value(len(switches)))
 FROM switch_sets

@@ -84,6 +84,15 @@ ORDER BY config_hash, kind, setting_id;
 DROP TABLE temp.new_price_groups;
 RESET VARIABLE _all_prices_new;
 
+-- Settings a config cannot be laid out at (no prices there): stored as whole groups too, a
+-- group being a (config, census version, records version, setting) not stored yet.
+INSERT INTO infeasible_settings BY NAME
+SELECT * FROM incoming.infeasible_settings AS n
+WHERE NOT EXISTS (SELECT 1 FROM infeasible_settings AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id)
+ORDER BY config_hash, setting_id, kind;
+
 -- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
 -- earlier night stored (a new description, a new default). Only rows that differ are touched.
 
