@@ -24,7 +24,9 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,8 +34,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import yaml
 
 from speccat import sql
+from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.night import STAGED_PRICES, NightData, StoreError
 from speccat.catalogue.vocabulary import vocabulary_rows
 
@@ -52,6 +56,7 @@ TABLES: tuple[str, ...] = (
     "switch_sets",
     "layer_prices",
     "full_prices",
+    "infeasible_settings",
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
@@ -65,6 +70,10 @@ INCOMING = "incoming"
 FRESH, OLD = "fresh", "old"
 # The name an Arrow table is registered under while sql/steps/ingest.sql appends it.
 ARROW_ROWS = "arrow_rows"
+# The store's bounds: how long a writer waits for a process holding the file (limits.yaml).
+LIMITS: dict[str, float] = yaml.safe_load(Path(__file__).with_name("limits.yaml").read_text())
+# DuckDB's words for a file another process holds: `... Conflicting lock is held in PROGRAM (PID N) ...`.
+_LOCK_HELD = re.compile(r"Conflicting lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 VOCABULARY_SCHEMA = pa.schema(
     [("list", pa.string()), ("code", pa.string()), ("position", pa.int32()), ("description", pa.string())]
 )
@@ -88,8 +97,11 @@ class Stored:
     priced: frozenset[str]  # config_hashes priced at both versions at every setting of the grid
 
 
-def publish(db_path: str | os.PathLike, night: NightData) -> Published:
-    """Store `night` into the catalogue at `db_path` and publish it atomically (module docstring)."""
+def publish(db_path: str | os.PathLike, night: NightData, lock_wait: float | None = None) -> Published:
+    """Store `night` into the catalogue at `db_path` and publish it atomically (module docstring).
+
+    While another process holds the published file read-write, wait up to `lock_wait` seconds
+    (default LIMITS["lock_wait_s"]), then refuse with StoreError("locked"), file untouched."""
     night.validate()
     tables = night.arrow_tables()
     db_path = Path(db_path)
@@ -98,7 +110,10 @@ def publish(db_path: str | os.PathLike, night: NightData) -> Published:
         remove_leftovers(db_path)
         tmp = db_path.with_name(f".{db_path.name}.publish-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         try:
-            rebuilt = _start(db_path, tmp)
+            # A shared (read-only) hold on the published file while it is copied: no other
+            # process can open it read-write, and so change it, until the copy is whole.
+            with _held_for_copy(db_path, lock_wait):
+                rebuilt = _start(db_path, tmp)
             con = duckdb.connect(str(tmp))
             try:
                 if rebuilt and db_path.exists():
@@ -123,33 +138,75 @@ def publish(db_path: str | os.PathLike, night: NightData) -> Published:
     return Published(path=db_path, run_id=night.run_id, rebuilt=rebuilt, rows=rows)
 
 
-def open_readonly(db_path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the published catalogue (many readers may hold one at once)."""
+def open_readonly(db_path: str | os.PathLike, wait: float = 0.0) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the published catalogue (many readers may hold one at once).
+
+    No file is StoreError("no_catalogue"), a folder or another kind of file InputError. While
+    another process holds the file read-write, try again with backoff for up to `wait`
+    seconds (readers pass 0: they answer at once), then StoreError("locked") naming the
+    holder where DuckDB does."""
     path = Path(db_path)
+    if path.is_dir():
+        raise InputError("bad_argument", f"{path} is a folder, not a catalogue file")
     if not path.is_file():
-        raise FileNotFoundError(f"no catalogue at {path}; run `speccat refresh --db {path}` first")
-    return duckdb.connect(str(path), read_only=True)
+        raise StoreError("no_catalogue", f"no catalogue at {path}; run `speccat refresh --db {path}` first")
+    deadline = time.monotonic() + wait
+    pause = LIMITS["lock_backoff_first_s"]
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=True)
+        except duckdb.IOException as err:
+            held = _LOCK_HELD.search(str(err))
+            if held is None:
+                raise InputError("bad_argument", f"{path} is not a DuckDB catalogue: {first_line(err)}") from None
+            if time.monotonic() + pause > deadline:
+                waited = f" for {wait:g} s" if wait else ""
+                raise StoreError(
+                    "locked",
+                    f"{path} is held read-write by another process ({held['program']}, PID {held['pid']}); "
+                    f"gave up waiting{waited}; readers should open it read-only (duckdb -readonly); "
+                    "the published catalogue is unchanged",
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, LIMITS["lock_backoff_max_s"])
+
+
+@contextlib.contextmanager
+def _held_for_copy(db_path: Path, lock_wait: float | None) -> Iterator[None]:
+    if not db_path.exists():
+        yield
+        return
+    con = open_readonly(db_path, LIMITS["lock_wait_s"] if lock_wait is None else lock_wait)
+    try:
+        yield
+    finally:
+        con.close()
 
 
 def stored(
-    db_path: str | os.PathLike, census_version: str, records_version: str, setting_ids: Iterable[str]
+    db_path: str | os.PathLike, census_version: str, records_version: str, setting_ids: Iterable[str],
+    lock_wait: float | None = None,
 ) -> Stored:
     """Which config_hashes the published catalogue has specced and priced at these versions and
     at every one of `setting_ids` (the current grid): a config priced under an older grid that
-    lacks some of them is not priced yet, so the flow prices its stored spec again."""
+    lacks some of them is not priced yet, so the flow prices its stored spec again. Waits for a
+    process holding the file read-write as `publish` does."""
     if not Path(db_path).is_file():
         return Stored(frozenset(), frozenset())
-    with contextlib.closing(open_readonly(db_path)) as con:
+    wait = LIMITS["lock_wait_s"] if lock_wait is None else lock_wait
+    with contextlib.closing(open_readonly(db_path, wait)) as con:
         return stored_in(con, census_version, records_version, setting_ids)
 
 
 def load_specs(
-    db_path: str | os.PathLike, census_version: str, config_hashes: Iterable[str] | None = None
+    db_path: str | os.PathLike, census_version: str, config_hashes: Iterable[str] | None = None,
+    lock_wait: float | None = None,
 ) -> dict[str, dict]:
     """Stored specs at a census version (all, or those named), as plain mappings.
 
     For pricing again (under new records or a new grid) without censusing again."""
-    with contextlib.closing(open_readonly(db_path)) as con:
+    wait = LIMITS["lock_wait_s"] if lock_wait is None else lock_wait
+    with contextlib.closing(open_readonly(db_path, wait)) as con:
         return specs_in(con, census_version, config_hashes)
 
 

@@ -158,8 +158,8 @@ def stored(lake: Lake, census_version: str, records_version: str, setting_ids: I
     specced at `census_version`, and those priced at both versions at every one of
     `setting_ids`. A lake not created yet, or never published into, holds nothing."""
     nothing = Stored(frozenset(), frozenset())
-    catalog_file = _catalog_file(lake)
-    if catalog_file is not None and not catalog_file.exists():
+    held = catalog_file(lake)
+    if held is not None and not held.exists():
         return nothing  # not created by reading it
     try:
         with open_lake(lake) as con:
@@ -185,7 +185,7 @@ def _published(con: duckdb.DuckDBPyConnection) -> bool:
     return set(TABLES) <= {t for (t,) in tables}
 
 
-def _catalog_file(lake: Lake) -> Path | None:
+def catalog_file(lake: Lake) -> Path | None:
     """The file of a SQLite or DuckDB catalog (None for a PostgreSQL one)."""
     if lake.backend == "sqlite":
         return Path(lake.catalog.split(":", 1)[1])
