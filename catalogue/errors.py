@@ -1,7 +1,7 @@
 """The one refusal type every stage derives from: a ValueError with a stable `reason` code.
 
 Each subclass names its `group` of codes in catalogue/vocabulary.yaml (`census`, `fetch`,
-`store`, `records`, `settings`, `expr`, `profile`); a reason outside the group is a bug and
+`store`, `records`, `settings`, `expr`, `profile`, `layout`, `input`); a reason outside the group is a bug and
 raises at once. The message is one line of at most MAX_MESSAGE_CHARS characters, whatever
 the input held, so every refusal prints as one line.
 """
@@ -38,3 +38,10 @@ class ReasonError(ValueError):
 
     def __reduce__(self):  # survive pickling across process pools
         return (type(self), (self.reason, str(self)))
+
+
+class InputError(ReasonError):
+    """A refusal of what a user typed: a flag, a path, a query parameter, a repo id (the
+    vocabulary's `input` group). The CLI exits 2 on it."""
+
+    group = "input"

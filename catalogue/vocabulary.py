@@ -36,6 +36,8 @@ FETCH_REASONS = REASONS["fetch"]
 # What a failures row may hold: a census (or pricing) refusal, or a failed fetch.
 FAILURE_REASONS = CENSUS_REASONS + FETCH_REASONS
 
+# Failure reasons that are something going wrong (logged at ERROR), not a refusal (INFO).
+UNEXPECTED_REASONS: tuple[str, ...] = tuple(_VOCABULARY["unexpected"])
 STAGES: tuple[str, ...] = tuple(_VOCABULARY["stage"])
 RUN_STATUSES: tuple[str, ...] = tuple(_VOCABULARY["run_status"])
 SOURCES: tuple[str, ...] = tuple(_VOCABULARY["run_source"])

@@ -3,85 +3,155 @@
 Their SQL is sql/queries/ (named queries), sql/show/ (what `show` prints) and sql/steps/export_*
 (the export). A setting left unchosen is the grid's default, which the catalogue holds in its
 table `setting_defaults` (from catalogue/records/settings.yaml): the same default the queries use.
+
+Every read opens the catalogue read-only (the file, or a DuckLake with --lake), so a reader
+never blocks the nightly writer or another reader, and never waits: a file another process
+holds read-write is one `locked` line, exit 3.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 
-from speccat.flows.targets import DEFAULT_DB
+from speccat.flows.targets import DB_ENV, DEFAULT_DB, default_db, make_target
+
+UNIT_CHOICES = ("human", "bytes", "KiB", "MiB", "GiB")
+
+
+def _catalogue_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=None, help=f"catalogue file (default ${DB_ENV}, else {DEFAULT_DB})")
+    parser.add_argument("--lake", default=None, metavar="CATALOG", help="read this DuckLake catalog instead (sqlite:FILE, postgres:..., a DuckDB file)")
+    parser.add_argument("--lake-data", default=None, metavar="PATH", help="the DuckLake's data path (with --lake)")
+
+
+def _units_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--units", choices=UNIT_CHOICES, default="human",
+        help="how byte figures print: human (B, KiB, MiB, GiB as fits; the default) or always one unit",
+    )  # fmt: skip
+
+
+def _epilog(*lines: str) -> dict:
+    return {"epilog": "examples:\n" + "\n".join(f"  {line}" for line in lines), "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     query = subparsers.add_parser(
         "query",
         help="run SQL, a .sql file or a named query (sql/queries) against the catalogue",
-        description="Run SQL against the catalogue. SQL_OR_FILE is SQL text, a .sql file, or the "
+        description="Run SQL against the catalogue, read-only. SQL_OR_FILE is SQL text, a .sql file, or the "
         "name of a query shipped in sql/queries (latest_specs, fits_budget, masks_ranked, ...). "
-        "Queries read parameters with getvariable('NAME'); pass them with --param NAME=VALUE.",
+        "Queries read parameters with getvariable('NAME'); pass them with --param NAME=VALUE "
+        "(a NAME the query does not read is refused).",
+        **_epilog(
+            "speccat query latest_specs",
+            "speccat query masks_ranked -p repo_id=Qwen/Qwen3-8B -p tp=2 --units MiB",
+            "speccat query fits_budget -p budget_gib=40 -p seq_length=8192 --format csv",
+            'speccat query "SELECT reason, count(*) FROM failures GROUP BY ALL" --format json',
+            "SPECCAT_DB=/data/catalogue.duckdb speccat query changes",
+        ),
     )
     query.add_argument("sql_or_file", metavar="SQL_OR_FILE")
-    query.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
+    _catalogue_options(query)
     query.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.add_argument("--json", action="store_true", help="the same as --format json")
+    _units_option(query)
     query.set_defaults(handler=query_command)
 
-    show = subparsers.add_parser("show", help="a readable summary of one model in the catalogue")
+    show = subparsers.add_parser(
+        "show",
+        help="a readable summary of one model in the catalogue",
+        description="One repo's spec, kinds and bytes at one setting of the grid; a repo that failed shows "
+        "its failure. REPO_ID matches case-insensitively when that names one repo.",
+        **_epilog(
+            "speccat show meta-llama/Llama-3.1-8B-Instruct",
+            "speccat show qwen/qwen3-8b --seq 8192 --tp 2 --units GiB",
+            "speccat show Qwen/Qwen3-8B --json | jq .prices",
+        ),
+    )
     show.add_argument("repo_id", metavar="REPO_ID")
-    show.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
+    _catalogue_options(show)
     grid_default = "default: the grid's, from the catalogue's setting_defaults"
     show.add_argument("--seq", type=int, help=f"sequence length ({grid_default})")
     show.add_argument("--micro-batch", type=int, help=f"sequences per micro-batch ({grid_default})")
     show.add_argument("--tp", type=int, help=f"tensor-parallel ranks ({grid_default})")
     show.add_argument("--cp", type=int, help=f"context-parallel ranks ({grid_default})")
+    _units_option(show)
     show.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     show.set_defaults(handler=show_command)
 
-    export = subparsers.add_parser("export", help="write the planners' tables as Parquet, partitioned by setting")
+    export = subparsers.add_parser(
+        "export",
+        help="write the planners' tables as Parquet, partitioned by setting",
+        **_epilog("speccat export planners/", "speccat export planners/ --lake sqlite:lake.sqlite --lake-data lake/"),
+    )
     export.add_argument("out_dir", metavar="DIR")
-    export.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
+    _catalogue_options(export)
+    export.add_argument("--json", action="store_true", help="print the manifest as JSON")
     export.set_defaults(handler=export_command)
+
+
+def _target(args: argparse.Namespace):
+    return make_target(args.db or default_db(), args.lake, args.lake_data)
+
+
+def _run(con, text: str, params: dict | None = None):
+    """present.run, with DuckDB's refusal of the SQL as one InputError line."""
+    import duckdb
+
+    from speccat.catalogue.errors import InputError
+    from speccat.catalogue.store import present
+    from speccat.catalogue.store.file import first_line
+
+    try:
+        return present.run(con, text, params)
+    except duckdb.Error as err:
+        raise InputError("bad_query", first_line(err)) from None
 
 
 def query_command(args: argparse.Namespace) -> int:
     from speccat.catalogue.store import present
-    from speccat.catalogue.store.file import open_readonly
 
     text = present.resolve_query(args.sql_or_file)
     params = present.parse_params(args.param)
-    with contextlib.closing(open_readonly(args.db)) as con:
-        result = present.run(con, text, params)
-    sys.stdout.write(present.render(result, args.format))
+    present.check_params(text, params)
+    with _target(args).open_readonly() as con:
+        if isinstance(params.get("repo_id"), str):
+            params["repo_id"] = present.resolve_repo_id(con, params["repo_id"])
+        result = _run(con, text, params)
+    sys.stdout.write(present.render(result, "json" if args.json else args.format, args.units))
     return 0
 
 
 def show_command(args: argparse.Namespace) -> int:
     from speccat import sql
+    from speccat.catalogue.errors import InputError
     from speccat.catalogue.store import present
-    from speccat.catalogue.store.file import open_readonly
 
     # None leaves a field to the grid's default (sql/views/chosen_settings.sql).
     wanted = {"seq_length": args.seq, "micro_batch": args.micro_batch, "tp": args.tp, "cp": args.cp}
-    with contextlib.closing(open_readonly(args.db)) as con:
-        repo = present.run(con, sql.load("show/repo"), {"repo_id": args.repo_id})
+    with _target(args).open_readonly() as con:
+        repo_id = present.resolve_repo_id(con, args.repo_id)
+        repo = _run(con, sql.load("show/repo"), {"repo_id": repo_id})
         if not repo.rows:
-            (known,) = present.run(con, sql.load("show/repo_count")).rows[0]
-            raise LookupError(f"{args.repo_id} has no spec at the latest census version in {args.db} ({known} repos stored)")
-        settings = present.run(con, sql.load("show/settings"), wanted)
+            failure = _records(_run(con, sql.load("show/failure"), {"repo_id": repo_id}))
+            return _show_failure(args, repo_id, failure[0] if failure else None)
+        settings = _run(con, sql.load("show/settings"), wanted)
         if len(settings.rows) != 1:
-            grid = _records(present.run(con, sql.load("show/grid"), wanted))[0]
+            grid = _records(_run(con, sql.load("show/grid"), wanted))[0]
             chosen = {k: grid[k] for k in wanted}
-            raise LookupError(
+            raise InputError(
+                "bad_argument",
                 f"{len(settings.rows)} settings of the grid match {chosen}; the grid has seq {grid['grid_seq_length']}, "
-                f"tp {grid['grid_tp']}, cp {grid['grid_cp']}, micro-batch {grid['grid_micro_batch']}"
+                f"tp {grid['grid_tp']}, cp {grid['grid_cp']}, micro-batch {grid['grid_micro_batch']}",
             )
         setting = dict(zip(settings.columns, settings.rows[0]))
-        kinds = present.run(con, sql.load("show/kinds"), {"repo_id": args.repo_id})
-        prices = present.run(con, sql.load("show/prices"), {"repo_id": args.repo_id, "setting_id": setting["setting_id"]})
-        measured = present.run(con, present.resolve_query("priced_vs_measured"), {"repo_id": args.repo_id})
+        kinds = _run(con, sql.load("show/kinds"), {"repo_id": repo_id})
+        prices = _run(con, sql.load("show/prices"), {"repo_id": repo_id, "setting_id": setting["setting_id"]})
+        measured = _run(con, present.resolve_query("priced_vs_measured"), {"repo_id": repo_id})
     if args.json:
         print(json.dumps(
             {
@@ -95,21 +165,41 @@ def show_command(args: argparse.Namespace) -> int:
         ))
         return 0
     spec = dict(zip(repo.columns, repo.rows[0]))
-    print(f"{args.repo_id}")
-    print(present.table(("field", "value"), [[k, present.cell(k, v)] for k, v in spec.items() if v is not None]))
+    print(f"{repo_id}")
+    print(present.table(("field", "value"), [[k, present.cell(k, v, args.units)] for k, v in spec.items() if v is not None]))
     print("kinds")
-    print(present.render(kinds))
+    print(present.render(kinds, units=args.units))
     print("setting " + ", ".join(f"{k} {v}" for k, v in setting.items()))
-    print(present.render(prices))
+    print(present.render(prices, units=args.units))
     print("priced against measured (bytes per token, one layer, no recompute)")
-    print(present.render(measured))
+    print(present.render(measured, units=args.units))
+    return 0
+
+
+def _show_failure(args: argparse.Namespace, repo_id: str, failure: dict | None) -> int:
+    """A stored repo without a spec at the latest census version: why, from its latest failure."""
+    if args.json:
+        print(json.dumps({"repo": {"repo_id": repo_id}, "failure": failure}, default=str))
+        return 0
+    if failure is None:
+        print(f"{repo_id}: no spec at the latest census version and no failure recorded (it may not be censused yet)")
+    else:
+        print(
+            f"{repo_id} failed at {failure['stage']}: {failure['reason']}: {failure['message']} "
+            f"(night {failure['run_id']}, {failure['started']})"
+        )
     return 0
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from speccat.catalogue.store.export import export
+    from speccat.catalogue.store.export import export_from
 
-    manifest = export(args.db, args.out_dir)
+    target = _target(args)
+    with target.open_readonly() as con:
+        manifest = export_from(con, str(target), args.out_dir)
+    if args.json:
+        print(json.dumps(manifest, default=str, sort_keys=True))
+        return 0
     for name, rows in manifest["tables"].items():
         print(f"{name:20} {rows:>12,} rows")
     print(f"wrote {args.out_dir}")

@@ -1,16 +1,23 @@
-"""`speccat census CONFIG.json [--json]`: census one config and print its ModelSpec.
+"""`speccat census CONFIG [--json]`: census one config and print its ModelSpec.
 
-With --json the ModelSpec mapping is printed as JSON (a stable contract); without it, a
-readable summary. A refusal exits 2 (cli.py prints it: one line, or {"error": ...} with --json).
+CONFIG is a config.json, a folder holding one, or a repo id the catalogue holds
+(`read_config`, shared with `speccat price`). With --json the ModelSpec mapping is printed as
+JSON (a stable contract); without it, a readable summary. A refusal exits 2 (cli.py prints it:
+one line, or {"error": ...} with --json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
+from speccat.catalogue.errors import InputError
 from speccat.catalogue.vocabulary import OPS, OTHER
+from speccat.flows.targets import DB_ENV, DEFAULT_DB, default_db
+
+CONFIG_HELP = "a config.json, a folder holding one, or a repo id the catalogue holds (matched ignoring case)"
 
 
 def register(subparsers) -> None:
@@ -18,8 +25,12 @@ def register(subparsers) -> None:
         "census",
         help="census one config.json into a ModelSpec",
         description="Build the model on meta/fake tensors, run one layer per distinct shape, print the ModelSpec.",
+        epilog="examples:\n  speccat census flows/snapshot/Qwen__Qwen3-8B/config.json\n"
+        "  speccat census flows/snapshot/Qwen__Qwen3-8B --json\n  speccat census qwen/qwen3-8b --db catalogue.duckdb",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", help="path to a Hugging Face config.json")
+    parser.add_argument("config", metavar="CONFIG", help=CONFIG_HELP)
+    parser.add_argument("--db", default=None, help=f"the catalogue a repo id is looked up in (default ${DB_ENV}, else {DEFAULT_DB})")
     parser.add_argument("--json", action="store_true", help="print the ModelSpec as JSON")
     parser.add_argument("--seq", type=int, default=None, help="sequence length of the measured bytes (default: the settings grid's)")
     parser.add_argument("--name", help="the spec's name (default: ORG/NAME from an ORG__NAME/config.json path, else the file name)")
@@ -32,17 +43,53 @@ def default_name(path: Path) -> str:
     return path.stem
 
 
-def census_command(args: argparse.Namespace) -> int:
+def read_config(text: str, db: str | None = None) -> tuple[dict, str]:
+    """CONFIG as `census` and `price` take it, and the name it gives the spec: a config.json
+    file; a folder holding config.json (`ORG__NAME/` names it ORG/NAME); or a repo id the
+    catalogue at `db` holds (its stored config; the id matched ignoring case when that names
+    one repo). Anything else is InputError("not_found")."""
     from speccat.census import load_config_file
+
+    path = Path(text)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise InputError("not_found", f"{path} is a folder without a config.json")
+        path = path / "config.json"
+    if path.is_file():
+        return load_config_file(path), default_name(path)
+    if path.suffix == ".json" or text.count("/") != 1:
+        raise InputError("not_found", f"{text}: no such file or folder (CONFIG is {CONFIG_HELP})")
+    return _stored_config(text, db or default_db())
+
+
+def _stored_config(repo_id: str, db: str) -> tuple[dict, str]:
+    from speccat import sql
+    from speccat.catalogue.store import present
+    from speccat.catalogue.store.night import StoreError
+    from speccat.flows.targets import FileTarget
+
+    try:
+        with FileTarget(db).open_readonly() as con:
+            resolved = present.resolve_repo_id(con, repo_id)
+            rows = present.run(con, sql.load("show/repo_config"), {"repo_id": resolved}).rows
+    except StoreError as err:
+        if err.reason != "no_catalogue":
+            raise
+        raise InputError("not_found", f"{repo_id}: no such file or folder, and no catalogue at {db} to look the repo up in") from None
+    if not rows:
+        raise InputError("not_found", f"{resolved} is in {db} but has no stored config (its fetch failed)")
+    return json.loads(rows[0][0]), resolved
+
+
+def census_command(args: argparse.Namespace) -> int:
     from speccat.census.config import precheck
 
-    path = Path(args.config)
-    config = load_config_file(path)
+    config, name = read_config(args.config, args.db)
     precheck(config)  # absurd configs are refused before torch is even imported
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is first imported
     from speccat.census import run_census
 
-    spec = run_census(config, name=args.name or default_name(path), seq_length=args.seq)
+    spec = run_census(config, name=args.name or name, seq_length=args.seq)
     print(spec.to_json() if args.json else summary(spec))
     return 0
 

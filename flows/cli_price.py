@@ -1,4 +1,9 @@
-"""`speccat price CONFIG.json`: census one config and price it at one setting.
+"""`speccat price CONFIG`: census one config and price it at one setting.
+
+CONFIG is a config.json, a folder holding one, or a repo id the catalogue holds (cli_census.py
+`read_config`). A setting at which the model cannot be laid out (catalogue/records/layouts.yaml:
+heads or kv heads that tp cannot split, a sequence its sharding cannot split) is refused with
+reason `infeasible`, exit 2.
 
 The setting is the grid's defaults (catalogue/records/settings.yaml: each field's first value) with
 --seq/--micro-batch/--tp/--cp and any `--set FIELD=VALUE` on top. `--switches` picks what is
@@ -12,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,13 +25,21 @@ FULL = "full"
 
 
 def register(subparsers) -> None:
+    from speccat.flows.cli_census import CONFIG_HELP
+    from speccat.flows.targets import DB_ENV, DEFAULT_DB
+
     parser = subparsers.add_parser(
         "price",
         help="census one config.json and price its activation memory at one setting",
         description="Census a config, then price the bytes each kind of layer keeps for backward, per rank "
         "and micro-batch, and the whole model's total, at one setting and one set of recompute switches.",
+        epilog="examples:\n  speccat price flows/snapshot/Qwen__Qwen3-8B --seq 8192 --tp 2\n"
+        "  speccat price flows/snapshot/Qwen__Qwen3-8B/config.json --switches attBMM,softmax --units GiB\n"
+        "  speccat price Qwen/Qwen3-8B --switches full --json      # a repo id the catalogue holds",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", help="path to a Hugging Face config.json")
+    parser.add_argument("config", metavar="CONFIG", help=CONFIG_HELP)
+    parser.add_argument("--db", default=None, help=f"the catalogue a repo id is looked up in (default ${DB_ENV}, else {DEFAULT_DB})")
     parser.add_argument("--seq", type=int, dest="seq_length", help="sequence length (default: the settings grid's)")
     parser.add_argument("--micro-batch", type=int, dest="micro_batch", help="micro-batch size (default 1)")
     parser.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
@@ -42,6 +54,10 @@ def register(subparsers) -> None:
         "(attBMM,headCast,dropout,softmax,normOp,gather,ffAct,attUp)",
     )  # fmt: skip
     parser.add_argument("--name", help="the spec's name (default: ORG/NAME from an ORG__NAME/config.json path)")
+    parser.add_argument(
+        "--units", choices=("human", "bytes", "KiB", "MiB", "GiB"), default="human",
+        help="how byte figures print (human: B, KiB, MiB, GiB as fits); --json always gives bytes",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the result as JSON (a stable contract)")
     parser.set_defaults(handler=price_command)
 
@@ -89,9 +105,13 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     from speccat.census import run_census
     from speccat.census.family import family_for
 
+    from speccat.catalogue.records.layouts import check_feasible
+
     spec = run_census(config, name=name)
     counts = stack_counts(spec)
-    tables = price_spec(spec, family_for(spec["arch"]).pricing_defaults(), records, grid.with_settings([setting]))
+    defaults, chosen = family_for(spec["arch"]).pricing_defaults(), grid.with_settings([setting])
+    check_feasible(spec, defaults, records, chosen)
+    tables = price_spec(spec, defaults, records, chosen)
     model = model_totals(spec, tables)
     if mask is None:
         kinds = {row["kind"]: {"layers": counts[row["kind"]], "total": row["kept"]} for row in tables.full_prices.to_pylist()}
@@ -113,15 +133,15 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     }
 
 
-def summary(result: dict) -> str:
-    from speccat.catalogue.store.present import human_bytes, table
+def summary(result: dict, units: str = "human") -> str:
+    from speccat.catalogue.store.present import format_bytes, table
 
     setting = " ".join(f"{k}={v}" for k, v in result["setting"].items() if k != "setting_id")
     switches = result["switches"]
     recomputed = "full recompute (each layer keeps its input)" if switches == FULL else (", ".join(switches) or "none")
     columns = ["kind", "layers", "attention", "ffn", "norm", "total"]
     rows = [
-        [kind, str(v["layers"]), *(f"{v[p]:,.0f}" if p in v else "" for p in columns[2:])]
+        [kind, str(v["layers"]), *(format_bytes(v[p], units) if p in v else "" for p in columns[2:])]
         for kind, v in result["kinds"].items()
     ]
     total = result["model_total"]
@@ -132,20 +152,18 @@ def summary(result: dict) -> str:
             f"recomputed: {recomputed}",
             "bytes one layer keeps, per rank and micro-batch:",
             table(columns, rows).rstrip("\n"),
-            f"model total: {total:,.0f} bytes ({human_bytes(total)})",
+            f"model total: {format_bytes(total, units)}",
         ]
     )
 
 
 def price_command(args: argparse.Namespace) -> int:
-    from speccat.census import load_config_file
     from speccat.census.config import precheck
-    from speccat.flows.cli_census import default_name
+    from speccat.flows.cli_census import read_config
 
-    path = Path(args.config)
-    config = load_config_file(path)
+    config, name = read_config(args.config, args.db)
     precheck(config)  # absurd configs are refused before torch is even imported
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is first imported
-    result = price(config, args.name or default_name(path), overrides(args), args.switches)
-    print(json.dumps(result) if args.json else summary(result))
+    result = price(config, args.name or name, overrides(args), args.switches)
+    print(json.dumps(result) if args.json else summary(result, args.units))
     return 0

@@ -18,22 +18,62 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from speccat.flows.targets import DEFAULT_DB
+from speccat.catalogue.errors import InputError
+from speccat.flows.targets import DB_ENV, DEFAULT_DB, default_db
 
 # Prefect settings speccat needs unless the operator chose otherwise (read at prefect import).
 PREFECT_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",  # a fresh ephemeral DB takes ~20 s
-    "PREFECT_LOGGING_LEVEL": "WARNING",  # the progress lines say what matters
+    # Every INFO line of a run reaches Prefect's API (refusals, the summary), by hand or served;
+    # the terminal shows only warnings and errors (the progress lines say the rest).
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+    # The server's telemetry cannot reach its endpoint on a machine without internet and logs a
+    # false "ERROR ... Failed to send telemetry"; speccat sends nothing.
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
 }
 DEPLOYMENT = "nightly-refresh"
 PREFECT_YAML = "prefect.yaml"
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def register(subparsers) -> None:
-    run = subparsers.add_parser("refresh", help="run the nightly refresh flow now")
+    run = subparsers.add_parser(
+        "refresh", help="run the nightly refresh flow now",
+        epilog="examples:\n  speccat refresh                      # the shipped snapshot into catalogue.duckdb\n"
+        "  speccat refresh --source hub --limit 50 --db /data/catalogue.duckdb\n"
+        "  speccat refresh --lake sqlite:lake.sqlite --lake-data lake/ --json\n"
+        "exit status: 0 ok (also an empty night), 2 refused input, 3 catalogue locked or source unavailable",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     run.add_argument("--source", choices=("snapshot", "hub"), default="snapshot")
-    run.add_argument("--limit", type=int, default=None, help="the top N repos by downloads (hub)")
-    run.add_argument("--db", default=DEFAULT_DB, help=f"the catalogue file to publish (default {DEFAULT_DB})")
+    run.add_argument("--limit", type=positive_int, default=None, help="the top N repos by downloads, N >= 1 (hub)")
+    run.add_argument("--db", default=None, help=f"the catalogue file to publish (default ${DB_ENV}, else {DEFAULT_DB})")
+    run.add_argument(
+        "--lock-wait", type=seconds, default=None, metavar="S",
+        help="seconds to wait for another process holding the catalogue file (default: catalogue/store/limits.yaml lock_wait_s)",
+    )  # fmt: skip
     run.add_argument("--lake", default=None, metavar="CATALOG", help="publish into this DuckLake catalog instead")
     run.add_argument("--lake-data", default=None, metavar="PATH", help="the DuckLake's data path")
     run.add_argument("--task-runner", choices=("local", "dask"), default="local")
@@ -49,10 +89,15 @@ def register(subparsers) -> None:
     run.add_argument("--json", action="store_true", help="print the night's counts as JSON")
     run.set_defaults(handler=refresh_command)
 
-    serve = subparsers.add_parser("serve", help=f"serve the {DEPLOYMENT} deployment (needs a Prefect server)")
+    serve = subparsers.add_parser(
+        "serve", help=f"serve the {DEPLOYMENT} deployment (needs a Prefect server)",
+        epilog="examples:\n  prefect server start &\n  PREFECT_API_URL=http://127.0.0.1:4200/api speccat serve\n  speccat serve --check",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     serve.add_argument("--file", default=None, help=f"the {PREFECT_YAML} to read (default: the project's)")
     serve.add_argument("--deployment", default=DEPLOYMENT)
     serve.add_argument("--check", action="store_true", help="print the deployment and exit")
+    serve.add_argument("--json", action="store_true", help="with --check, print the deployment as JSON")
     serve.set_defaults(handler=serve_command)
 
 
@@ -63,11 +108,13 @@ def _prefect_environment() -> None:
 
 def refresh_command(args: argparse.Namespace) -> int:
     if args.task_runner == "dask" and not args.dask_address:
-        raise ValueError("--task-runner dask needs --dask-address")
+        raise InputError("bad_argument", "--task-runner dask needs --dask-address")
     if (args.lake is None) != (args.lake_data is None):
-        raise ValueError("--lake and --lake-data go together")
+        raise InputError("bad_argument", "--lake and --lake-data go together")
     if args.memory_limit is not None and not args.memory_limit > 0:
-        raise ValueError(f"--memory-limit must be a positive number of MiB, got {args.memory_limit:g}")
+        raise InputError("bad_argument", f"--memory-limit must be a positive number of MiB, got {args.memory_limit:g}")
+    if args.snapshot_dir is not None and not Path(args.snapshot_dir).is_dir():
+        raise InputError("not_found", f"--snapshot-dir {args.snapshot_dir}: no such folder")
     _prefect_environment()
     from speccat.flows import progress
     from speccat.flows.refresh import refresh
@@ -76,7 +123,7 @@ def refresh_command(args: argparse.Namespace) -> int:
     counts = refresh(
         source=args.source,
         limit=args.limit,
-        db=args.db,
+        db=args.db or default_db(),
         task_runner=args.task_runner,
         dask_address=args.dask_address,
         workers=args.workers,
@@ -86,6 +133,7 @@ def refresh_command(args: argparse.Namespace) -> int:
         rebuild=args.rebuild,
         lake=args.lake,
         lake_data=args.lake_data,
+        lock_wait=args.lock_wait,
     )
     if args.json:
         print(json.dumps(counts, sort_keys=True))
@@ -103,14 +151,22 @@ def _program(name: str) -> str:
 
 
 def format_counts(counts: dict[str, Any], lake: bool = False) -> str:
-    failures = ", ".join(f"{reason} {n}" for reason, n in counts["failures"].items()) or "none"
+    def by_reason(outcome: str) -> str:
+        return ", ".join(f"{reason} {n}" for reason, n in counts[outcome].items()) or "none"
+
     db = counts["db"]
     lines = [
-        f"refresh {counts['run_id']} published {db} in {counts['seconds']} s",
+        f"refresh {counts['run_id']} {counts['status']}: published {db} in {counts['seconds']} s "
+        f"({counts['wall_seconds']} s with Prefect's start)",
         f"  repos {counts['repos']}, configs {counts['configs']} ({counts['stored']} already stored, "
         f"{counts['new_configs']} new: {counts['censused']} censused, {counts['cached']} from the cache)",
-        f"  failures: {failures}",
+        f"  refused: {by_reason('refused')}",
+        f"  failed: {by_reason('failed')}",
     ]
+    if counts["failing_repos"]:
+        lines.append(f"  failing repos: {', '.join(counts['failing_repos'])}")
+    if counts["status"] == "empty":
+        lines.append("  the source listed no repo: the night is recorded as empty, and the latest night is unchanged")
     if lake:
         lines.append("query it by attaching the lake with DuckDB's ducklake extension (READ_ONLY)")
     else:
@@ -129,7 +185,7 @@ def find_prefect_yaml(explicit: str | None) -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    raise FileNotFoundError(f"no {PREFECT_YAML} at {', '.join(map(str, candidates))}")
+    raise InputError("not_found", f"no {PREFECT_YAML} at {', '.join(map(str, candidates))}")
 
 
 def load_deployment(path: Path, name: str) -> dict[str, Any]:
@@ -140,7 +196,7 @@ def load_deployment(path: Path, name: str) -> dict[str, Any]:
         if deployment.get("name") == name:
             return deployment
     names = [d.get("name") for d in data.get("deployments") or ()]
-    raise ValueError(f"{path}: no deployment named {name!r}; it has {names}")
+    raise InputError("not_found", f"{path}: no deployment named {name!r}; it has {names}")
 
 
 def serve_options(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -165,6 +221,10 @@ def serve_command(args: argparse.Namespace) -> int:
     _prefect_environment()
     path = find_prefect_yaml(args.file)
     options = serve_options(load_deployment(path, args.deployment))
+    if args.check and args.json:
+        crons = [{"cron": s.cron, "timezone": s.timezone or "UTC"} for s in options["schedules"]]
+        print(json.dumps({"deployment": options["name"], "file": str(path), "schedules": crons, "parameters": options["parameters"]}))
+        return 0
     if args.check:
         crons = [f"{s.cron} ({s.timezone or 'UTC'})" for s in options["schedules"]]
         print(f"deployment {options['name']} from {path}")
@@ -174,7 +234,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():
-        raise RuntimeError(
+        raise InputError(
+            "bad_argument",
             "serve needs a running Prefect server to schedule against: start one with "
             "`prefect server start` and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
         )

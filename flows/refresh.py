@@ -15,13 +15,20 @@ One function per stage; the stages hand plain values to each other:
 6. A table artifact `refresh-summary` records the night's counts; the flow returns them too.
 
 A bad config never fails the flow: every refusal, timeout or crash is a failures row. Only a
-listing that fails (after its retries) fails the run; that run is still published, as failed.
+listing that fails (after its retries) fails the run; that run is still published, as
+`failed` with its reason, and a night that lists nothing as `empty`: both are recorded in
+`runs` but never become the latest night (sql/views/latest_run.sql). An expected refusal of
+the whole night (a failed listing, a catalogue held by another process, a bad parameter: any
+ReasonError) ends the flow run Failed with one ERROR line and no traceback; the exception
+still reaches the caller. Refused configs are logged at INFO with their reason, the failures
+that are something going wrong (vocabulary `unexpected`) at ERROR.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from collections import defaultdict
@@ -34,11 +41,15 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
+
+from speccat.catalogue.errors import InputError, ReasonError
+from speccat.catalogue.vocabulary import UNEXPECTED_REASONS
 
 from speccat.flows import isolate, progress
 from speccat.flows.hub import FetchError, Listing, make_source
-from speccat.flows.targets import DEFAULT_DB, make_target
+from speccat.flows.targets import make_target
 from speccat.flows.tasks import (
     Analysis,
     AnalysisError,
@@ -222,7 +233,10 @@ def _api_for(runner):
     return temporary_settings({PREFECT_API_URL: str(get_client(sync_client=True).api_url)})
 
 
-def night_data(night: Night, run_id: str, started: datetime, status: str, source: str, versions: dict[str, str]):
+def night_data(
+    night: Night, run_id: str, started: datetime, status: str, source: str, versions: dict[str, str],
+    reason: str | None = None, message: str | None = None,
+):
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.store.night import NightData
@@ -253,6 +267,7 @@ def night_data(night: Night, run_id: str, started: datetime, status: str, source
             configs.setdefault(fetched.config_hash, fetched.config)
     specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}
     prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
+    infeasible = {h: list(a.infeasible) for h, a in night.analyses.items() if a.prices is not None and a.infeasible}
     return NightData(
         run_id=run_id,
         started=started,
@@ -267,16 +282,30 @@ def night_data(night: Night, run_id: str, started: datetime, status: str, source
         configs=configs,
         specs=specs,
         prices=prices,
+        infeasible=infeasible,
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
+        reason=reason,
+        message=message,
     )
 
 
-def summary(night: Night, run_id: str, db: str, seconds: float) -> dict[str, Any]:
+def process_seconds() -> float:
+    """Wall time since this process started: the night including Prefect's own start (its
+    ephemeral API, or a served run's subprocess), which the flow's clock does not see."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
+def summary(night: Night, run_id: str, db: str, seconds: float, status: str) -> dict[str, Any]:
     by_reason: dict[str, int] = defaultdict(int)
+    outcome: dict[str, dict[str, int]] = {"refused": defaultdict(int), "failed": defaultdict(int)}
     for failure in night.failures.values():
         by_reason[failure.reason] += 1
+        outcome["failed" if failure.reason in UNEXPECTED_REASONS else "refused"][failure.reason] += 1
     return {
         "run_id": run_id,
+        "status": status,
         "db": db,
         "repos": len(night.listings),
         "configs": len({f.config_hash for f in night.fetched.values()}),
@@ -286,13 +315,18 @@ def summary(night: Night, run_id: str, db: str, seconds: float) -> dict[str, Any
         "censused": night.censused,
         "repriced": night.priced,
         "failures": dict(sorted(by_reason.items())),
+        "refused": dict(sorted(outcome["refused"].items())),
+        "failed": dict(sorted(outcome["failed"].items())),
+        "failing_repos": sorted(night.failures),
         "seconds": round(seconds, 1),
+        "wall_seconds": round(process_seconds(), 1),
         "stage_seconds": dict(night.seconds),
     }
 
 
 def publish_summary(counts: dict[str, Any]) -> None:
     rows = [
+        {"measure": "status", "value": counts["status"]},
         {"measure": "repos seen", "value": counts["repos"]},
         {"measure": "distinct configs", "value": counts["configs"]},
         {"measure": "already in the catalogue", "value": counts["stored"]},
@@ -300,8 +334,11 @@ def publish_summary(counts: dict[str, Any]) -> None:
         {"measure": "answered from the cache", "value": counts["cached"]},
         {"measure": "censused", "value": counts["censused"]},
         {"measure": "stored specs priced again", "value": counts["repriced"]},
-        *({"measure": f"failures: {reason}", "value": n} for reason, n in counts["failures"].items()),
-        {"measure": "duration (s)", "value": counts["seconds"]},
+        *({"measure": f"refused: {reason}", "value": n} for reason, n in counts["refused"].items()),
+        *({"measure": f"failed: {reason}", "value": n} for reason, n in counts["failed"].items()),
+        {"measure": "failing repos", "value": ", ".join(counts["failing_repos"]) or "none"},
+        {"measure": "duration of the flow (s)", "value": counts["seconds"]},
+        {"measure": "wall time with Prefect's start (s)", "value": counts["wall_seconds"]},
     ]
     create_table_artifact(key=SUMMARY_ARTIFACT, table=rows, description=f"speccat refresh into {counts['db']}")
 
@@ -313,7 +350,7 @@ def publish_summary(counts: dict[str, Any]) -> None:
 def refresh(
     source: str = "snapshot",
     limit: int | None = None,
-    db: str = DEFAULT_DB,
+    db: str | None = None,
     task_runner: str = "local",
     dask_address: str | None = None,
     workers: int | None = None,
@@ -325,6 +362,7 @@ def refresh(
     retry_delays: list[float] = list(DEFAULT_RETRY_DELAYS),
     lake: str | None = None,
     lake_data: str | None = None,
+    lock_wait: float | None = None,
 ) -> dict[str, Any]:
     """Refresh the catalogue at `db` from `source` ("snapshot" or "hub", the top `limit` repos).
 
@@ -335,12 +373,32 @@ def refresh(
     `rebuild` ignores what the catalogue and the cache hold. `retry_delays` are the waits
     between tries of a transient fetch error. With `lake` (a DuckLake catalog) and
     `lake_data` (its data path) the night is published into that lake instead of `db`.
+    `lock_wait` bounds the wait for a process holding the catalogue file (catalogue/store/limits.yaml).
     """
     log = get_run_logger()
+    try:
+        return night_flow(
+            log, source, limit, db, task_runner, dask_address, workers, snapshot_dir, time_limit,
+            memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait,
+        )  # fmt: skip
+    except ReasonError as err:
+        # Expected: one line for the operator, no traceback; the caller still gets the error.
+        log.error("refresh failed: %s: %s", err.reason, err)
+        return Failed(message=f"{err.reason}: {err}", data=err)
+
+
+def night_flow(
+    log, source, limit, db, task_runner, dask_address, workers, snapshot_dir, time_limit,
+    memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait,
+) -> dict[str, Any]:  # fmt: skip
+    """The night, stage by stage (the flow `refresh` is this, with expected refusals turned
+    into a Failed state)."""
+    if limit is not None and limit < 1:
+        raise InputError("bad_argument", f"limit must be at least 1, got {limit}")
     started = datetime.now(timezone.utc)
     run_id = str(flow_run.id)
     runner = make_task_runner(task_runner, dask_address, workers)
-    target = make_target(db, lake, lake_data)
+    target = make_target(db, lake, lake_data, lock_wait)
     src = make_source(source, snapshot_dir=snapshot_dir)
     versions = current_versions()
     if seq_length is None:
@@ -359,9 +417,15 @@ def refresh(
             night.listings = lister(src, limit)
         except FetchError as err:
             night.fail(["(listing)"], "list", err.reason, str(err))
-            target.publish(night_data(night, run_id, started, "failed", source, versions))
+            target.publish(night_data(night, run_id, started, "failed", source, versions, err.reason, str(err)))
             raise
     progress.note(f"list: {len(night.listings)} repos from {source}")
+    if not night.listings:
+        target.publish(night_data(night, run_id, started, "empty", source, versions))
+        log.warning("refresh %s listed no repo from %s: recorded as empty; the latest night is unchanged", run_id, source)
+        counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds(), "empty")
+        publish_summary(counts)
+        return counts
     with night.timed("fetch"):
         fetch_stage(night, src, retry_delays)
     with night.timed("plan"):
@@ -376,7 +440,17 @@ def refresh(
         status = "partial" if night.failures else "completed"
         target.publish(night_data(night, run_id, started, status, source, versions))
     progress.note(f"published {target}")
-    counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds())
+    log_failures(log, night)
+    counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds(), status)
     publish_summary(counts)
     log.info("refresh %s: %s", run_id, counts)
     return counts
+
+
+def log_failures(log, night: Night) -> None:
+    """One line per failed repo: a refusal of its config at INFO, something going wrong
+    (vocabulary `unexpected`) at ERROR."""
+    for failure in sorted(night.failures.values(), key=lambda f: f.repo_id):
+        level = logging.ERROR if failure.reason in UNEXPECTED_REASONS else logging.INFO
+        what = "failed" if level == logging.ERROR else "refused"
+        log.log(level, "%s %s at %s: %s: %s", what, failure.repo_id, failure.stage, failure.reason, failure.message)

@@ -45,6 +45,13 @@ def test_census_summary_is_readable(capsys):
 
 
 def test_census_of_a_missing_file_is_one_error_line(capsys, tmp_path):
-    assert main(["census", str(tmp_path / "absent.json")]) == 1
+    assert main(["census", str(tmp_path / "absent.json")]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("speccat: error: FileNotFoundError") and err.count("\n") == 1
+    assert out == "" and err.startswith("speccat: not_found: ") and err.count("\n") == 1
+
+
+def test_census_reads_a_folder_holding_config_json(capsys):
+    from conftest import SNAPSHOT
+
+    assert main(["census", str(SNAPSHOT / "Qwen__Qwen3-0.6B"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "Qwen/Qwen3-0.6B"  # ORG__NAME/ names it

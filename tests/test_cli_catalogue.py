@@ -59,13 +59,15 @@ def test_query_file_path_and_readable_table(db, capsys, tmp_path):
 
 def test_query_errors_are_one_line(db, capsys, tmp_path):
     code, _, err = speccat(capsys, "query", "no_such_query", "--db", db)
-    assert code == 1 and "fits_budget" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "fits_budget" in err and len(err.strip().splitlines()) == 1
+    code, _, err = speccat(capsys, "query", "latest_spec", "--db", db)
+    assert code == 2 and err.startswith("speccat: not_found: ") and "did you mean latest_specs" in err
     code, _, err = speccat(capsys, "query", "latest_specs", "--db", str(tmp_path / "none.duckdb"))
-    assert code == 1 and "no catalogue" in err
+    assert code == 3 and "no catalogue" in err
     code, _, err = speccat(capsys, "query", "SELECT * FROM nowhere", "--db", db)
-    assert code == 1 and "nowhere" in err
+    assert code == 2 and err.startswith("speccat: bad_query: ") and "nowhere" in err and err.count("\n") == 1
     code, _, err = speccat(capsys, "query", "latest_specs", "--db", db, "-p", "oops")
-    assert code == 1 and "NAME=VALUE" in err
+    assert code == 2 and "NAME=VALUE" in err
 
 
 def test_show_prints_spec_kinds_and_prices(db, capsys):
@@ -107,9 +109,42 @@ def test_show_json(db, capsys):
 
 def test_show_unknown_repo_and_setting(db, capsys):
     code, _, err = speccat(capsys, "show", "nobody/nothing", "--db", db)
-    assert code == 1 and "nobody/nothing" in err
+    assert code == 2 and err.startswith("speccat: not_found: ") and "nobody/nothing" in err
+    code, _, err = speccat(capsys, "show", "Qwen/Qwen3-8", "--db", db)  # a miss names the nearest ids
+    assert code == 2 and "did you mean Qwen/Qwen3-8B" in err
     code, _, err = speccat(capsys, "show", runs.ADDED, "--db", db, "--seq", "1000")
-    assert code == 1 and "the grid has seq" in err
+    assert code == 2 and "the grid has seq" in err
+
+
+def test_show_matches_ignoring_case_and_prints_a_failure(db, capsys):
+    code, out, _ = speccat(capsys, "show", runs.ADDED.upper(), "--db", db, "--json")
+    assert code == 0 and json.loads(out)["repo"]["repo_id"] == runs.ADDED
+    code, out, _ = speccat(capsys, "show", runs.BROKEN, "--db", db)  # night 2 could not parse its config
+    assert code == 0 and out == f"{runs.BROKEN} failed at census: bad_json: config.json: line 1 (night night-2, " + out.split("(night night-2, ")[1]
+    code, out, _ = speccat(capsys, "show", runs.BROKEN, "--db", db, "--json")
+    assert json.loads(out)["failure"]["reason"] == "bad_json"
+
+
+def test_units_print_every_byte_figure_one_way(db, capsys):
+    text = "SELECT 3 * 2 ^ 30 AS total, 1536 AS kept"
+    outs = {}
+    for units in ("human", "bytes", "MiB", "GiB"):
+        code, out, _ = speccat(capsys, "query", text, "--db", db, "--units", units)
+        outs[units] = out.splitlines()[2].split()
+    assert outs == {
+        "human": ["3.00", "GiB", "1.50", "KiB"],
+        "bytes": ["3,221,225,472", "B", "1,536", "B"],
+        "MiB": ["3,072.00", "MiB", "0.00", "MiB"],
+        "GiB": ["3.00", "GiB", "0.00", "GiB"],
+    }
+
+
+def test_speccat_db_points_the_read_commands_at_a_catalogue(db, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECCAT_DB", db)
+    monkeypatch.chdir(tmp_path)  # no catalogue.duckdb here
+    code, out, _ = speccat(capsys, "query", "SELECT run_id FROM latest_run", "--format", "csv")
+    assert (code, out) == (0, "run_id\nnight-2\n")
+    assert speccat(capsys, "show", runs.ADDED)[0] == 0
 
 
 def test_export_reads_back_as_the_tables(db, capsys, tmp_path):
@@ -147,5 +182,5 @@ def test_export_replaces_its_own_folder_but_not_others(db, capsys, tmp_path):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
     code, _, err = speccat(capsys, "export", str(foreign), "--db", db)
-    assert code == 1 and "not a speccat export" in err
+    assert code == 2 and "not a speccat export" in err
     assert (foreign / "notes.txt").read_text() == "keep me"

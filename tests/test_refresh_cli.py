@@ -66,12 +66,12 @@ def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
 
 
 def test_refresh_refuses_a_lake_without_its_data_path(capsys):
-    assert cli.main(["refresh", "--lake", "sqlite:x.sqlite"]) == 1
+    assert cli.main(["refresh", "--lake", "sqlite:x.sqlite"]) == 2
     assert "--lake and --lake-data go together" in capsys.readouterr().err
 
 
 def test_refresh_refuses_dask_without_an_address(capsys):
-    assert cli.main(["refresh", "--task-runner", "dask"]) == 1
+    assert cli.main(["refresh", "--task-runner", "dask"]) == 2
     assert "--dask-address" in capsys.readouterr().err
 
 
@@ -103,11 +103,64 @@ def test_serve_refuses_without_a_prefect_server(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "speccat.flows.cli", "serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "prefect server start" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_serve_refuses_an_unknown_deployment(tmp_path, capsys):
     (tmp_path / "prefect.yaml").write_text(yaml.safe_dump({"deployments": [{"name": "other"}]}))
-    assert cli.main(["serve", "--check", "--file", str(tmp_path / "prefect.yaml")]) == 1
+    assert cli.main(["serve", "--check", "--file", str(tmp_path / "prefect.yaml")]) == 2
     assert "no deployment named 'nightly-refresh'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_night_of_expected_refusals_logs_no_error_and_an_empty_night_is_recorded(tmp_path):
+    from refresh_runs import BROKEN_REPO, BROKEN_TEXT, add_config
+
+    snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
+    add_config(snapshot, BROKEN_REPO, BROKEN_TEXT)
+    db = tmp_path / "cat.duckdb"
+    # Only what a shell would have: speccat itself must turn telemetry off and keep Prefect quiet.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DO_NOT_TRACK"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    speccat = [sys.executable, "-m", "speccat.flows.cli", "refresh", "--db", str(db)]
+    done = subprocess.run(speccat + ["--snapshot-dir", str(snapshot)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    assert "ERROR" not in output and "Traceback" not in output and "telemetry" not in output, output
+    assert "partial" in done.stdout and "refused: bad_json 1" in done.stdout and f"failing repos: {BROKEN_REPO}" in done.stdout
+    good = rows(db, "SELECT run_id FROM latest_run")
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(speccat + ["--snapshot-dir", str(empty), "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "empty"
+    assert rows(db, "SELECT status, n_repos FROM runs ORDER BY started") == [("partial", 2), ("empty", 0)]
+    assert rows(db, "SELECT run_id FROM latest_run") == good  # the empty night is not the latest
+
+
+@pytest.mark.slow
+def test_a_runs_refusals_reach_prefects_api_at_info(prefect_api, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from refresh_runs import BROKEN_REPO, BROKEN_TEXT, add_config, run_refresh
+
+    import logging
+
+    snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
+    add_config(snapshot, BROKEN_REPO, BROKEN_TEXT)
+    # `speccat refresh` sets PREFECT_LOGGING_LEVEL=INFO unless told otherwise (the suite runs at
+    # WARNING, read once at import): the flow's loggers at INFO, as under the CLI.
+    prefect_logger = logging.getLogger("prefect")
+    level = prefect_logger.level
+    prefect_logger.setLevel(logging.INFO)
+    try:
+        state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(tmp_path / "cat.duckdb"))
+    finally:
+        prefect_logger.setLevel(level)
+    assert counts["refused"] == {"bad_json": 1} and counts["failed"] == {} and counts["failing_repos"] == [BROKEN_REPO]
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    refused = [log for log in logs if f"refused {BROKEN_REPO} at fetch: bad_json" in log.message]
+    assert [log.level for log in refused] == [20]  # INFO, not ERROR

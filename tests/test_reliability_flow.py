@@ -281,8 +281,8 @@ def test_the_flow_killed_before_its_rename_leaves_the_published_file_untouched(f
 
 def test_a_full_disk_fails_the_publish_cleanly(faults):
     done = faults.disk_full
-    assert done.returncode == 2, done.stderr  # a refusal of the store, through the CLI's one handler
-    # With --json the CLI's report is one JSON object on stdout (Prefect logs the failure on stderr).
+    assert done.returncode == 3, done.stderr  # the catalogue unavailable (README, exit status), through the CLI's one handler
+    # With --json the CLI's report is one JSON object on stdout, and the flow logs one line, no traceback.
     error = json.loads(done.stdout)["error"]
     assert error["reason"] == "write_failed" and "File too large" in error["message"], done.stdout
     assert "the published one is unchanged" in error["message"] and "\n" not in error["message"]

@@ -4,7 +4,7 @@ Tables and views with a setting_id are written as hive partitions (DIR/NAME/sett
 data_0.parquet); the small ones as one file each (DIR/NAME.parquet). A manifest
 (DIR/_speccat_export.json) names the run, the versions and each table's row count. The export
 is built in a sibling folder and swapped in, so DIR never holds half of two exports; an
-existing DIR that has no manifest is refused (FileExistsError) rather than overwritten.
+existing DIR that has no manifest is refused (InputError "bad_argument") rather than overwritten.
 The statements are sql/steps/export_*.sql.
 """
 
@@ -17,37 +17,46 @@ import shutil
 import uuid
 from pathlib import Path
 
+import duckdb
+
 from speccat import sql
+from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.file import count_rows, open_readonly
 
 MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
 PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "model_prices", "model_full_prices")
 # One file each: what a planner joins the prices with.
-WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs")
+WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings")
 
 
 def export(db_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
     """Write the planners' tables of the catalogue at `db_path` into `out_dir`; return the manifest."""
+    with contextlib.closing(open_readonly(db_path)) as con:
+        return export_from(con, str(Path(db_path).resolve()), out_dir)
+
+
+def export_from(con: duckdb.DuckDBPyConnection, catalogue: str, out_dir: str | os.PathLike) -> dict:
+    """`export` from an open read-only connection (the file's, or a lake's as its default
+    catalog); `catalogue` names it in the manifest."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
-        raise FileExistsError(f"{out} exists and is not a speccat export (no {MANIFEST}); choose another folder")
+        raise InputError("bad_argument", f"{out} exists and is not a speccat export (no {MANIFEST}); choose another folder")
     building = out.with_name(f".{out.name}.export-{uuid.uuid4().hex[:8]}")
     building.mkdir(parents=True)
     try:
-        with contextlib.closing(open_readonly(db_path)) as con:
-            tables = {}
-            for name in PARTITIONED:
-                con.execute(sql.render("steps/export_partitioned", table=name, path=str(building / name)))
-                tables[name] = count_rows(con, name)
-            for name in WHOLE:
-                con.execute(sql.render("steps/export_whole", table=name, path=str(building / f"{name}.parquet")))
-                tables[name] = count_rows(con, name)
-            cursor = con.execute(sql.load("steps/export_latest_run"))
-            latest = cursor.fetchone()
-            latest_columns = [d[0] for d in cursor.description]
+        tables = {}
+        for name in PARTITIONED:
+            con.execute(sql.render("steps/export_partitioned", table=name, path=str(building / name)))
+            tables[name] = count_rows(con, name)
+        for name in WHOLE:
+            con.execute(sql.render("steps/export_whole", table=name, path=str(building / f"{name}.parquet")))
+            tables[name] = count_rows(con, name)
+        cursor = con.execute(sql.load("steps/export_latest_run"))
+        latest = cursor.fetchone()
+        latest_columns = [d[0] for d in cursor.description]
         manifest = {
-            "catalogue": str(Path(db_path).resolve()),
+            "catalogue": catalogue,
             "latest_run": None if latest is None else dict(zip(latest_columns, latest)),
             "partitioned_by": "setting_id",
             "tables": tables,
