@@ -27,10 +27,10 @@ from speccat.census import checks
 from speccat.census.attention import ATTENTION_IMPL
 from speccat.census.config import census_config, language_config
 from speccat.census.spec import SpecError
+from speccat.census.stack import Stack, find_stack
 
 BUILD_DTYPE = torch.bfloat16
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
-_VISION = re.compile(r"vision|visual")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
@@ -42,8 +42,9 @@ class Built:
 
     config: Any  # the transformers config of the language model
     model: nn.Module  # the causal LM (or the composite model holding it)
-    decoder: nn.Module  # the module whose forward runs the layer stack
+    decoder: nn.Module  # the module whose forward runs the layer stack (from input embeddings)
     layers: nn.ModuleList
+    stack: Stack  # where the layer stack is under the decoder (census/stack.py)
     embedding: nn.Module
     head: nn.Module | None
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
@@ -124,8 +125,8 @@ def build(top: Any, text: Any) -> Built:
 def locate(model: nn.Module) -> Built:
     """Where the parts of a built model are, and its whole-model parameter parts."""
     model.train()
-    decoder = _decoder(model)
-    layers = decoder.layers
+    stack = find_stack(model)
+    decoder, layers = stack.runner, stack.layers
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     shared = {id(p) for p in embedding.parameters()}
@@ -135,21 +136,13 @@ def locate(model: nn.Module) -> Built:
         "output": sum(p.numel() for p in head.parameters() if id(p) not in shared) if head is not None else 0,
         "final_norm": sum(p.numel() for m in decoder.children() if is_norm(m) for p in m.parameters()),
     }
-    return Built(decoder.config, model, decoder, layers, embedding, head, tied, params)
+    config = getattr(decoder, "config", None) or getattr(model, "config")
+    return Built(config, model, decoder, layers, stack, embedding, head, tied, params)
 
 
 def is_norm(module: nn.Module) -> bool:
     """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes)."""
     return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
-
-
-def _decoder(model: nn.Module) -> nn.Module:
-    """The module whose forward runs the layer stack: get_decoder(), or the first text module under it holding `layers`."""
-    decoder = model.get_decoder()
-    for name, module in decoder.named_modules():
-        if isinstance(getattr(module, "layers", None), nn.ModuleList) and len(module.layers) and not _VISION.search(name):
-            return module
-    raise SpecError("unsupported_layer", f"{type(model).__name__}: no stack of decoder layers found")
 
 
 # --------------------------------------------------------------------------- classification

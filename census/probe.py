@@ -338,35 +338,30 @@ def run_layers(built: Built, indices: list[int], seq_length: int, fake_mode: Fak
     is given: then the model was built under that mode and is fake already.
     """
     decoder = built.decoder
-    config = decoder.config
+    config = built.config
     total = len(built.layers)
-    stack_name = next(name for name, child in decoder.named_children() if child is built.layers)
+    holder, stack_name = built.stack.parent
     kept = {index: built.layers[index] for index in indices}
-    if fake_mode is None:
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        with fake_mode:
-            for child in decoder.children():
-                if child is not built.layers:
-                    child.to_empty(device="cpu")
-            for layer in kept.values():
-                layer.to_empty(device="cpu")
-    for layer in kept.values():
-        _mark_inline_activations(layer)
-    others = [t for child in decoder.children() if child is not built.layers for t in (*child.parameters(), *child.buffers())]
-    mine = [t for layer in kept.values() for t in (*layer.parameters(), *layer.buffers())]
-    excluded = {_storage_key(t) for t in others + mine}
-    probe = Probe(kept, excluded)
-    setattr(decoder, stack_name, nn.ModuleList([kept[i] for i in indices]))
+    setattr(holder, stack_name, nn.ModuleList([kept[i] for i in indices]))  # the decoder now holds only the kept layers
     try:
+        if fake_mode is None:
+            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            with fake_mode:
+                decoder.to_empty(device="cpu")
+        for layer in kept.values():
+            _mark_inline_activations(layer)
+        excluded = {_storage_key(t) for t in (*decoder.parameters(), *decoder.buffers())}
+        probe = Probe(kept, excluded)
         with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), probe.hooks():
-            embeds = torch.empty(1, seq_length, config.hidden_size, dtype=built.embedding.weight.dtype, requires_grad=True)
+            width = built.embedding.weight.shape[1]
+            embeds = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             with _Watch(probe), torch.autograd.graph.saved_tensors_hooks(probe.pack, lambda t: t):
                 output = decoder(inputs_embeds=embeds, use_cache=False)
             probe.forward_done = True
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
             hidden_out.float().sum().backward()
     finally:
-        setattr(decoder, stack_name, built.layers)
+        setattr(holder, stack_name, built.layers)
     _book_bytes(probe)
     return probe.runs
 
