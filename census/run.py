@@ -23,6 +23,7 @@ from speccat.census.describe import (
     model_facts,
 )
 from speccat.census.family import Family, family_for
+from speccat.census.kinds import kind_names
 from speccat.census.probe import run_layers
 from speccat.census.spec import ModelSpec, SpecError
 
@@ -31,30 +32,10 @@ log = logging.getLogger(__name__)
 DEFAULT_SEQ_LENGTH = 4096
 
 
-def _describe_kinds(family: Family) -> str:
-    return ", ".join(f"{k.name} ({k.attention}, {k.ffn or 'any ffn'})" for k in family.kinds.values())
-
-
-def _kinds(family: Family, shapes: list[Shape]) -> dict[int, str]:
-    """Each distinct shape's kind (keyed by its first layer); two shapes on one kind is a conflict."""
-    kind_of: dict[int, str] = {}
-    owner: dict[str, int] = {}
-    for shape in shapes:
-        kind = family.kind_for(shape.attention, shape.ffn)
-        if kind is None:
-            raise SpecError(
-                "unsupported_layer",
-                f"layer {shape.first}: family {family.name!r} has no kind for attention={shape.attention}, ffn={shape.ffn} "
-                f"(kinds: {_describe_kinds(family)})",
-            )
-        if kind in owner:
-            raise SpecError(
-                "kind_conflict",
-                f"layers {owner[kind]} and {shape.first} are built differently but both map to kind {kind!r} of family {family.name!r}",
-            )
-        owner[kind] = shape.first
-        kind_of[shape.first] = kind
-    return kind_of
+def _kinds(family: Family, shapes: list[Shape], config) -> tuple[dict[int, str], bool]:
+    """Each distinct shape's kind (keyed by its first layer), and whether the profile named them."""
+    names, by_profile = kind_names(family, shapes, config)
+    return {shape.first: name for shape, name in zip(shapes, names)}, by_profile
 
 
 def _run_length(stack: list[tuple[int, Shape]], kind_of: dict[int, str]) -> list[dict]:
@@ -89,7 +70,7 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     hidden = int(built.embedding.weight.shape[1])
     views = [LayerView(shape.first, built.layers[shape.first], runs[shape.first], shape, hidden) for shape in shapes]
     check_runs(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
-    kind_of = _kinds(family, shapes)
+    kind_of, by_profile = _kinds(family, shapes, built.config)
 
     spec = {"name": name, "arch": arch}
     spec.update(model_facts(built, views, stack))
@@ -99,7 +80,8 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     for view in views:
         kind = kind_of[view.index]
         spec["ops"][kind] = view.ops()
-        _compare_with_profile(family, kind, spec["ops"][kind], name)
+        if by_profile:
+            _compare_with_profile(family, kind, spec["ops"][kind], name)
         spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
         kind_params[kind] = view.params()
         measured = {
