@@ -30,6 +30,10 @@ from speccat.census.spec import SpecError
 from speccat.census.stack import Stack, find_stack
 
 BUILD_DTYPE = torch.bfloat16
+# Attention implementations tried in turn: speccat's (the attention interface); then, for models
+# that look their attention up elsewhere (falcon's own table, gpt-neo), SDPA and eager, whose
+# attention census/routing.py routes to the same kernel while the layers run.
+BUILD_ATTENTION = (ATTENTION_IMPL, "sdpa", "eager")
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
@@ -111,13 +115,18 @@ def model_class_for(top: Any, text: Any):
 def build(top: Any, text: Any) -> Built:
     """The language model on meta in bf16, weights tied, with speccat's attention."""
     auto, config = model_class_for(top, text)
-    try:
-        with torch.device("meta"), no_init_weights():
-            model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
-    except SpecError:
-        raise
-    except Exception as err:  # the config parsed, but its values cannot make a model (pad id beyond vocab...)
-        raise SpecError("bad_value", f"config: transformers cannot build a model from it: {type(err).__name__}: {err}") from None
+    first = None
+    for implementation in BUILD_ATTENTION:
+        try:
+            with torch.device("meta"), no_init_weights():
+                model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=implementation, trust_remote_code=False)
+            break
+        except SpecError:
+            raise
+        except Exception as err:  # a model that refuses speccat's attention is built with its own (census/routing.py routes it)
+            first = first or err
+    else:  # the config parsed, but its values cannot make a model (pad id beyond vocab...)
+        raise SpecError("bad_value", f"config: transformers cannot build a model from it: {type(first).__name__}: {first}") from None
     model.tie_weights()
     return locate(model)
 
@@ -183,10 +192,10 @@ def _state_space_mixer(name: str, module: nn.Module) -> bool:
 
 def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
-    no family prices: state-space mixers, unfused experts, neither attention nor a delta rule.
+    no family prices: state-space mixers, unfused experts.
 
-    attention is linear when a gated delta rule runs, full when the attention interface does;
-    ffn is moe when the layer holds routed experts.
+    attention is linear when a gated delta rule runs, full when the attention interface does,
+    `eager` (decided by what runs) otherwise; ffn is moe when the layer holds routed experts.
     """
     attention, ffn = "none", "dense"
     for name, module in layer.named_modules():
@@ -203,14 +212,28 @@ def signature(index: int, layer: nn.Module) -> tuple:
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"
     if attention == "none":
-        children = ", ".join(sorted({type(m).__name__ for m in layer.children()}))
+        attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
+    if _cross_attention_only(layer):
         raise SpecError(
             "unsupported_layer",
-            f"layer {index} ({type(layer).__name__}: {children}): runs neither transformers' attention interface "
-            "nor a gated delta rule (a mixer no family prices)",
+            f"layer {index} ({type(layer).__name__}): a cross-attention layer (it attends to encoder states, "
+            "and has no self-attention); the census prices self-attention and known mixers only",
         )
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
     return (type(layer).__name__, attention, ffn, params)
+
+
+_CROSS_INPUTS = ("cross_attention_states", "encoder_hidden_states")
+
+
+def _cross_attention_only(layer: nn.Module) -> bool:
+    """A layer whose forward takes encoder states and whose only attention is a cross-attention
+    (mllama's cross-attention layers; a bart decoder layer also has self-attention)."""
+    takes = set(inspect.signature(layer.forward).parameters)
+    if not takes & set(_CROSS_INPUTS):
+        return False
+    attentions = [n for n, m in layer.named_children() if "Attention" in type(m).__name__]
+    return bool(attentions) and all("Cross" in type(layer.get_submodule(n)).__name__ or "cross" in n for n in attentions)
 
 
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:

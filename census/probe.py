@@ -35,6 +35,7 @@ from transformers import activations as hf_activations
 from speccat.catalogue.ops import OTHER
 from speccat.census import attention
 from speccat.census.build import Built, delta_rule_names, is_experts, is_norm
+from speccat.census.routing import route_attention
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -323,8 +324,11 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
                 except AttributeError:
                     continue  # a read-only property derived from other fields
                 originals[key] = value
-        originals["num_hidden_layers"] = config.num_hidden_layers
-        config.num_hidden_layers = len(keep)
+        try:
+            config.num_hidden_layers = len(keep)
+            originals["num_hidden_layers"] = total
+        except (AttributeError, NotImplementedError):
+            pass  # a config that derives its layer count from others (prophetnet); its decoder loops over the stack
         yield
     finally:
         for key, value in originals.items():
@@ -354,8 +358,9 @@ def run_layers(built: Built, indices: list[int], seq_length: int, fake_mode: Fak
         probe = Probe(kept, excluded)
         with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), probe.hooks():
             width = built.embedding.weight.shape[1]
-            embeds = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
-            with _Watch(probe), torch.autograd.graph.saved_tensors_hooks(probe.pack, lambda t: t):
+            leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
+            embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
+            with _Watch(probe), torch.autograd.graph.saved_tensors_hooks(probe.pack, lambda t: t), route_attention(seq_length):
                 output = decoder(inputs_embeds=embeds, use_cache=False)
             probe.forward_done = True
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from speccat.census.build import Shape, build, check_config, classify
+from speccat.census.build import Shape, build, check_config, classify, is_norm
 from speccat.census.describe import (
     ATTENTION_OP,
     DELTA_RULE_OP,
@@ -30,12 +30,39 @@ from speccat.census.spec import ModelSpec, SpecError
 log = logging.getLogger(__name__)
 
 DEFAULT_SEQ_LENGTH = 4096
+# Config fields that bound the sequence a model can run (learned positions, ALiBi tables).
+POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length")
 
 
 def _kinds(family: Family, shapes: list[Shape], config) -> tuple[dict[int, str], bool]:
     """Each distinct shape's kind (keyed by its first layer), and whether the profile named them."""
     names, by_profile = kind_names(family, shapes, config)
     return {shape.first: name for shape, name in zip(shapes, names)}, by_profile
+
+
+def _runnable_length(built, seq_length: int) -> int:
+    """The census's length, or the model's own maximum when that is shorter (learned absolute
+    positions: gpt-neo 2048, openai-gpt 512); measured bytes are per token either way."""
+    limits = [getattr(built.config, name, None) for name in POSITION_LIMITS]
+    limits = [v for v in limits if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return min([seq_length, *limits])
+
+
+def _settle_eager(views: list[LayerView]) -> None:
+    """A layer whose code calls no attention interface is full attention when its own attention
+    ran through speccat's kernel (census/routing.py); otherwise it runs a mixer the census does not know."""
+    for view in views:
+        if view.shape.attention != "eager":
+            continue
+        if view.attention_kernels():
+            view.shape.attention = "full"
+            continue
+        mixers = sorted({type(m).__name__ for _, m in view.layer.named_children() if not is_norm(m) and any(True for _ in m.parameters())})
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {view.index} ({type(view.layer).__name__}: {', '.join(mixers)}): ran no attention (interface, SDPA or "
+            "eager score·value matmuls) and no mixer the census knows",
+        )
 
 
 def _run_length(stack: list[tuple[int, Shape]], kind_of: dict[int, str]) -> list[dict]:
@@ -66,9 +93,11 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
+    seq_length = _runnable_length(built, seq_length)
     runs = run_layers(built, [shape.first for shape in shapes], seq_length)
     hidden = int(built.embedding.weight.shape[1])
     views = [LayerView(shape.first, built.layers[shape.first], runs[shape.first], shape, hidden) for shape in shapes]
+    _settle_eager(views)
     check_runs(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
     kind_of, by_profile = _kinds(family, shapes, built.config)
 

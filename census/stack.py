@@ -9,6 +9,7 @@ of expert MLPs inside a layer is not a stack). Ties go to the shallowest list.
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 
@@ -33,12 +34,14 @@ class Stack:
 
 
 def runner_of(model: nn.Module) -> nn.Module:
-    """The module that runs the language model from input embeddings: get_decoder(), or the
-    base model when a causal LM answers with itself."""
-    runner = model.get_decoder() if hasattr(model, "get_decoder") else None
-    if runner is None or runner is model:
-        runner = getattr(model, "base_model", model) or model
-    return runner
+    """The module that runs the language model from input embeddings: get_decoder(), else the
+    base model, else the model itself, whichever first holds a list of blocks (ModernBERT's
+    get_decoder() answers with its output projection, named `decoder`)."""
+    candidates = [model.get_decoder() if hasattr(model, "get_decoder") else None, getattr(model, "base_model", None), model]
+    for runner in candidates:
+        if isinstance(runner, nn.Module) and runner is not model and any(_is_block_list(m) for m in runner.modules()):
+            return runner
+    return model
 
 
 def _is_block_list(module: nn.Module) -> bool:
@@ -53,4 +56,10 @@ def find_stack(model: nn.Module) -> Stack:
     if not outermost:
         raise SpecError("unsupported_layer", f"{type(model).__name__}: no stack of decoder layers found (no list of blocks under {type(runner).__name__})")
     path, layers = max(outermost, key=lambda item: (len(item[1]), -item[0].count(".")))
+    while runner is model and "." in path:  # a causal LM that is its own decoder: run its base model
+        head, _, rest = path.partition(".")
+        child = runner.get_submodule(head)
+        if "inputs_embeds" not in inspect.signature(child.forward).parameters:
+            break
+        runner, path = child, rest
     return Stack(runner, path, layers)
