@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 
 import torch
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census.build import Shape, build, check_config, classify, is_norm
 from speccat.census.describe import (
@@ -24,6 +25,7 @@ from speccat.census.describe import (
 )
 from speccat.census.family import Family, family_for
 from speccat.census.kinds import kind_names
+from speccat.census import remote
 from speccat.census.probe import run_layers
 from speccat.census.spec import ModelSpec, SpecError
 
@@ -85,7 +87,7 @@ def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int],
 
 
 def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
-    top, text, _ = check_config(config)
+    top, text, _ = check_config(remote.resolve(config, CONFIG_MAPPING))
     arch = config["model_type"]
     family = family_for(arch)
     built = build(top, text)
@@ -101,7 +103,7 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     check_runs(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
     kind_of, by_profile = _kinds(family, shapes, built.config)
 
-    spec = {"name": name, "arch": arch}
+    spec = {"name": name, "arch": arch, "built_as": type(built.model).__name__}
     spec.update(model_facts(built, views, stack))
     spec["layers"] = _run_length(stack, kind_of)
     spec["ops"], spec["flavours"], spec["measured"] = {}, {}, {}

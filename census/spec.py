@@ -61,6 +61,7 @@ class SpecError(ValueError):
 
 
 REQUIRED_STR = ("name", "arch")
+OPTIONAL_STR = ("built_as",)  # the transformers class the census built (a remote-code config's substitute: census/remote.py)
 REQUIRED_INT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 OPTIONAL_INT = (
     "num_key_value_heads",
@@ -102,7 +103,7 @@ STRUCTURE_REQUIRED = ("layers", "ops")
 STRUCTURE_OPTIONAL = ("flavours", "params", "measured")
 
 KEYS = frozenset(
-    REQUIRED_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
+    REQUIRED_STR + OPTIONAL_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
 )
 
 ATTENTION_FLAVOURS = ("full", "linear")
@@ -241,6 +242,9 @@ def validate(spec: Mapping) -> None:
     for key in REQUIRED_STR:
         if not isinstance(spec[key], str) or not spec[key]:
             raise _bad(key, f"must be a non-empty string, got {spec[key]!r}")
+    for key in OPTIONAL_STR:
+        if key in spec and (not isinstance(spec[key], str) or not spec[key]):
+            raise _bad(key, f"must be a non-empty string when present, got {spec[key]!r}")
     for key in REQUIRED_INT:
         _check_int(key, spec[key], 1)
     for key in OPTIONAL_INT:

@@ -106,6 +106,9 @@ CREATE TABLE IF NOT EXISTS specs (
     spec                    JSON NOT NULL,
     PRIMARY KEY (config_hash, census_version)
 );
+-- The transformers class the census built (a remote-code config's substitute); added after the
+-- table's first version, so it is the last column of old and new catalogues alike.
+ALTER TABLE specs ADD COLUMN IF NOT EXISTS built_as VARCHAR;
 
 -- One row per layer kind of a spec: flavours, how many layers of the stack, op counts and the
 -- parameters of one layer of that kind.
