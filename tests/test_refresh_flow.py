@@ -98,7 +98,11 @@ def test_the_example_queries_answer_for_every_shipped_repo(snapshot_runs):
         fits = present.run(con, queries["fits_budget"], {"budget_gib": 10**6})
         assert {r[0] for r in fits.rows} == set(CENSUSED)  # a budget nothing exceeds
         measured = present.run(con, queries["priced_vs_measured"])
-        assert {r[0] for r in measured.rows} == set(CENSUSED)
+        # A model whose positions end before the census's 4096 tokens is measured at its own
+        # limit (gpt2 1024, RedPajama 2048), a length the settings grid does not price.
+        short = {r for r in CENSUSED if min(load_shipped(r).get(k) or 4096 for k in ("n_positions", "max_position_embeddings")) < 4096}
+        assert short == {"openai-community/gpt2", "togethercomputer/RedPajama-INCITE-Chat-3B-v1"}
+        assert {r[0] for r in measured.rows} == set(CENSUSED) - short
         for repo_id in CENSUSED:
             ranked = present.run(con, queries["masks_ranked"], {"repo_id": repo_id})
             assert len(ranked.rows) == n_masks, repo_id
