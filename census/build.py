@@ -8,7 +8,6 @@ would only cost time. Weights are tied afterwards.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +20,13 @@ from transformers.models.auto import modeling_auto
 from speccat.census.attention import ATTENTION_IMPL
 from speccat.census.predicates import is_norm
 from speccat.census.spec import SpecError
+from speccat.census.stack import Stack, find_stack
 
 BUILD_DTYPE = torch.bfloat16
-_VISION = re.compile(r"vision|visual")
+# Attention implementations tried in turn: speccat's (the attention interface); then, for models
+# that look their attention up elsewhere (falcon's own table, gpt-neo), SDPA and eager, whose
+# attention census/routing.py routes to the same kernel while the layers run.
+BUILD_ATTENTION = (ATTENTION_IMPL, "sdpa", "eager")
 
 
 @dataclass
@@ -32,8 +35,9 @@ class Built:
 
     config: Any  # the transformers config of the language model
     model: nn.Module  # the causal LM (or the composite model holding it)
-    decoder: nn.Module  # the module whose forward runs the layer stack
+    decoder: nn.Module  # the module whose forward runs the layer stack (from input embeddings)
     layers: nn.ModuleList
+    stack: Stack  # where the layer stack is under the decoder (census/stack.py)
     embedding: nn.Module
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
     params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
@@ -55,13 +59,18 @@ def model_class_for(top: Any, text: Any):
 def build(top: Any, text: Any) -> Built:
     """The language model on meta in bf16, weights tied, with speccat's attention."""
     auto, config = model_class_for(top, text)
-    try:
-        with torch.device("meta"), no_init_weights():
-            model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=ATTENTION_IMPL, trust_remote_code=False)
-    except SpecError:
-        raise
-    except Exception as err:  # the config parsed, but its values cannot make a model (pad id beyond vocab...)
-        raise SpecError("bad_value", f"config: transformers cannot build a model from it: {type(err).__name__}: {err}") from None
+    first = None
+    for implementation in BUILD_ATTENTION:
+        try:
+            with torch.device("meta"), no_init_weights():
+                model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=implementation, trust_remote_code=False)
+            break
+        except SpecError:
+            raise
+        except Exception as err:  # a model that refuses speccat's attention is built with its own (census/routing.py routes it)
+            first = first or err
+    else:  # the config parsed, but its values cannot make a model (pad id beyond vocab...)
+        raise SpecError("bad_value", f"config: transformers cannot build a model from it: {type(first).__name__}: {first}") from None
     model.tie_weights()
     return locate(model)
 
@@ -69,8 +78,8 @@ def build(top: Any, text: Any) -> Built:
 def locate(model: nn.Module) -> Built:
     """Where the parts of a built model are, and its whole-model parameter parts."""
     model.train()
-    decoder = _decoder(model)
-    layers = decoder.layers
+    stack = find_stack(model)
+    decoder, layers = stack.runner, stack.layers
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     shared = {id(p) for p in embedding.parameters()}
@@ -80,13 +89,5 @@ def locate(model: nn.Module) -> Built:
         "output": sum(p.numel() for p in head.parameters() if id(p) not in shared) if head is not None else 0,
         "final_norm": sum(p.numel() for m in decoder.children() if is_norm(m) for p in m.parameters()),
     }
-    return Built(decoder.config, model, decoder, layers, embedding, tied, params)
-
-
-def _decoder(model: nn.Module) -> nn.Module:
-    """The module whose forward runs the layer stack: get_decoder(), or the first text module under it holding `layers`."""
-    decoder = model.get_decoder()
-    for name, module in decoder.named_modules():
-        if isinstance(getattr(module, "layers", None), nn.ModuleList) and len(module.layers) and not _VISION.search(name):
-            return module
-    raise SpecError("unsupported_layer", f"{type(model).__name__}: no stack of decoder layers found")
+    config = getattr(decoder, "config", None) or getattr(model, "config")
+    return Built(config, model, decoder, layers, stack, embedding, tied, params)

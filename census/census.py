@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 
 import torch
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census.build import build
 from speccat.census.describe import (
@@ -29,12 +30,50 @@ from speccat.census.describe import (
 )
 from speccat.catalogue.records.settings import default_setting
 from speccat.census.family import Family, family_for
+from speccat.census.kinds import kind_names
+from speccat.census import remote
+from speccat.census.predicates import is_norm
 from speccat.census.probe import probe_layers
 from speccat.census.resolve import resolve_config
-from speccat.census.shapes import classify, kinds_of, layer_groups
+from speccat.census.shapes import Shape, classify, layer_groups
 from speccat.census.spec import ModelSpec, SpecError
 
 log = logging.getLogger(__name__)
+
+# Config fields that bound the sequence a model can run (learned positions, ALiBi tables).
+POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length")
+
+
+def _kinds(family: Family, shapes: list[Shape], config) -> tuple[dict[int, str], bool]:
+    """Each distinct shape's kind (keyed by its first layer), and whether the profile named them."""
+    names, by_profile = kind_names(family, shapes, config)
+    return {shape.first: name for shape, name in zip(shapes, names)}, by_profile
+
+
+def _runnable_length(built, seq_length: int) -> int:
+    """The census's length, or the model's own maximum when that is shorter (learned absolute
+    positions: gpt-neo 2048, openai-gpt 512); measured bytes are per token either way."""
+    limits = [getattr(built.config, name, None) for name in POSITION_LIMITS]
+    limits = [v for v in limits if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return min([seq_length, *limits])
+
+
+def _settle_eager(views: list[LayerView]) -> None:
+    """A layer whose code calls no attention interface is full attention when its own attention
+    ran through speccat's kernel (census/routing.py); otherwise it runs a mixer the census does not know."""
+    for view in views:
+        if view.shape.attention != "eager":
+            continue
+        if view.attention_kernels():
+            view.shape.attention = "full"
+            continue
+        mixers = sorted({type(m).__name__ for _, m in view.layer.named_children() if not is_norm(m) and any(True for _ in m.parameters())})
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {view.index} ({type(view.layer).__name__}: {', '.join(mixers)}): ran no attention (interface, SDPA or "
+            "eager score·value matmuls) and no mixer the census knows",
+        )
+
 
 def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int], name: str) -> None:
     expected = family.kinds[kind].ops
@@ -45,7 +84,7 @@ def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int],
 
 
 def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
-    top, text, _ = resolve_config(config)
+    top, text, _ = resolve_config(remote.resolve(config, CONFIG_MAPPING))
     arch = config["model_type"]
     family = family_for(arch)
     built = build(top, text)
@@ -53,13 +92,15 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
+    seq_length = _runnable_length(built, seq_length)
     probes = probe_layers(built, [shape.first for shape in shapes], seq_length)
     hidden = int(built.embedding.weight.shape[1])
     views = [LayerView(shape.first, built.layers[shape.first], probes[shape.first], shape, hidden) for shape in shapes]
+    _settle_eager(views)
     check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
-    kind_of = kinds_of(family, shapes)
+    kind_of, by_profile = _kinds(family, shapes, built.config)
 
-    spec = {"name": name, "arch": arch}
+    spec = {"name": name, "arch": arch, "built_as": type(built.model).__name__}
     spec.update(model_facts(built, views, stack))
     spec["layers"] = layer_groups(stack, kind_of)
     spec["ops"], spec["flavours"], spec["measured"] = {}, {}, {}
@@ -67,7 +108,8 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     for view in views:
         kind = kind_of[view.index]
         spec["ops"][kind] = view.ops()
-        _compare_with_profile(family, kind, spec["ops"][kind], name)
+        if by_profile:
+            _compare_with_profile(family, kind, spec["ops"][kind], name)
         spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
         kind_params[kind] = view.params()
         measured = {

@@ -64,7 +64,9 @@ def check_json_tree(data: Any, source: str = "config") -> None:
     transformers) recurses into an absurd depth or meets a value JSON cannot carry:
 
     - nesting deeper than max_config_depth is `bad_json`;
-    - a number literal beyond the float range (1e999 parses as inf) is `bad_value`;
+    - NaN is `bad_value` wherever it stands (a number literal beyond the float range, 1e999, is
+      refused while parsing); Infinity is left to `check_finite`, which refuses it in the fields
+      that must be finite;
     - a string with a lone surrogate (\\ud800) is `bad_json`: it is not text.
     """
     limit = LIMITS.max_config_depth
@@ -79,8 +81,8 @@ def check_json_tree(data: Any, source: str = "config") -> None:
                 if isinstance(key, str):
                     _check_text(key, source, path)
                 stack.append((child, _walk_path(path, key), depth + 1))
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise SpecError("bad_value", f"{source}: {path}: a number beyond the float range ({value}); sizes and constants are finite")
+        elif isinstance(value, float) and math.isnan(value):
+            raise SpecError("bad_value", f"{source}: {path}: NaN is not a value any config field can hold")
         elif isinstance(value, str):
             _check_text(value, source, path)
 
@@ -136,8 +138,25 @@ def check_top_k(language: Mapping) -> None:
         raise SpecError("bad_value", f"num_experts_per_tok: {top_k} exceeds the {experts} experts")
 
 
+def check_finite(language: Mapping) -> None:
+    """Infinity is accepted where transformers accepts it (nemotron_h's time_step_limit bound)
+    and refused in every size, count or ratio the census reads (census/limits.yaml `finite`),
+    at any depth (rope_parameters.rope_theta)."""
+    stack: list[tuple[Any, str]] = [(language, "")]
+    while stack:
+        value, path = stack.pop()
+        items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in items:
+            where = _walk_path(path, key)
+            if isinstance(child, (Mapping, list)):
+                stack.append((child, where))
+            elif isinstance(child, float) and math.isinf(child) and (key in LIMITS.finite or key in LIMITS.sizes):
+                raise SpecError("bad_value", f"{where}: {child} where a finite size, count or ratio belongs")
+
+
 RAW_CHECKS: tuple[Callable[[Mapping], None], ...] = (
     check_model_type,
+    check_finite,
     check_sizes,
     check_layer_types,
     check_heads_divide,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,8 +38,18 @@ NON_ARCHITECTURE_KEYS = frozenset(
 _TOKEN_ID = re.compile(r"_token_ids?$")
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+def _constant(name: str) -> float:
+    """NaN, Infinity and -Infinity, as Python's json and transformers read them. NaN is then
+    refused wherever it stands and infinities in the fields that must be finite (census/checks.py)."""
+    return float(name)
+
+
+def _number(text: str) -> float:
+    """A number literal; one beyond the float range (1e999) is not the infinity it would parse to."""
+    value = float(text)
+    if math.isinf(value):
+        raise SpecError("bad_value", f"the number {text[:40]} is beyond the float range; sizes and constants are finite")
+    return value
 
 
 def parse_config_text(text: str | bytes, source: str = "config") -> dict:
@@ -46,7 +57,9 @@ def parse_config_text(text: str | bytes, source: str = "config") -> dict:
     if len(text) > LIMITS.max_config_bytes:
         raise SpecError("too_large", f"{source}: {len(text)} bytes; a config may hold at most {LIMITS.max_config_bytes}")
     try:
-        data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=unique_keys)
+        data = json.loads(text, parse_constant=_constant, parse_float=_number, object_pairs_hook=unique_keys)
+    except SpecError as err:
+        raise SpecError(err.reason, f"{source}: {err}") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise SpecError("bad_json", f"{source}: not valid JSON: {err}") from None
     except RecursionError:
@@ -134,7 +147,7 @@ def census_config(config: Mapping) -> dict:
 def config_hash(config: Mapping) -> str:
     """sha256 of the canonical JSON (sorted keys, no spaces) of the architecture config."""
     try:
-        blob = json.dumps(architecture_config(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        blob = json.dumps(architecture_config(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as err:
         raise SpecError("bad_value", f"config: cannot be written as canonical JSON: {err}") from None
     return hashlib.sha256(blob.encode()).hexdigest()

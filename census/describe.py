@@ -287,10 +287,10 @@ def check_probes(views: list[LayerView]) -> None:
                 "(a cross-attention layer skips without encoder states)",
             )
         for k in v.attention_kernels():
-            if not k.causal or k.q[2] != k.k[2]:
+            if k.q[2] != k.k[2]:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
                 raise SpecError(
                     "unsupported_layer",
-                    f"layer {v.index} ({type(v.layer).__name__}): non-causal or cross-attention (queries {k.q[2]}, keys {k.k[2]})",
+                    f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})",
                 )
 
 

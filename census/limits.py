@@ -10,7 +10,7 @@ from typing import Mapping
 import yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
-KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "sizes")
+KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "sizes", "finite")
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class Limits:
     census_memory_mib: int  # address space a census child may add (flows/isolate.py)
     required: tuple[str, ...]
     sizes: Mapping[str, tuple[int, int]]  # field -> (min, max)
+    finite: frozenset[str]  # fields that must be finite numbers (never Infinity)
 
 
 def load_limits(path: Path = LIMITS_PATH) -> Limits:
@@ -36,7 +37,8 @@ def load_limits(path: Path = LIMITS_PATH) -> Limits:
         if not (isinstance(data.get(key), int) and data[key] > 0):
             raise ValueError(f"{path.name}: {key}: must be a positive integer, got {data.get(key)!r}")
     return Limits(
-        data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), MappingProxyType(sizes)
+        data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), MappingProxyType(sizes),
+        frozenset(data["finite"]),
     )
 
 

@@ -43,6 +43,7 @@ from speccat.census.predicates import (
     is_norm,
     is_projection,
 )
+from speccat.census.routing import route_attention
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -303,8 +304,11 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
                 except AttributeError:
                     continue  # a read-only property derived from other fields
                 originals[key] = value
-        originals["num_hidden_layers"] = config.num_hidden_layers
-        config.num_hidden_layers = len(keep)
+        try:
+            config.num_hidden_layers = len(keep)
+            originals["num_hidden_layers"] = total
+        except (AttributeError, NotImplementedError):
+            pass  # a config that derives its layer count from others (prophetnet); its decoder loops over the stack
         yield
     finally:
         for key, value in originals.items():
@@ -318,35 +322,31 @@ def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: F
     is given: then the model was built under that mode and is fake already.
     """
     decoder = built.decoder
-    config = decoder.config
+    config = built.config
     total = len(built.layers)
-    stack_name = next(name for name, child in decoder.named_children() if child is built.layers)
+    holder, stack_name = built.stack.parent
     kept = {index: built.layers[index] for index in indices}
-    if fake_mode is None:
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        with fake_mode:
-            for child in decoder.children():
-                if child is not built.layers:
-                    child.to_empty(device="cpu")
-            for layer in kept.values():
-                layer.to_empty(device="cpu")
-    for layer in kept.values():
-        _mark_inline_activations(layer)
-    others = [t for child in decoder.children() if child is not built.layers for t in (*child.parameters(), *child.buffers())]
-    mine = [t for layer in kept.values() for t in (*layer.parameters(), *layer.buffers())]
-    excluded = {_storage_key(t) for t in others + mine}
-    watcher = Watcher(kept, excluded)
-    setattr(decoder, stack_name, nn.ModuleList([kept[i] for i in indices]))
+    setattr(holder, stack_name, nn.ModuleList([kept[i] for i in indices]))  # the decoder now holds only the kept layers
     try:
+        if fake_mode is None:
+            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            with fake_mode:
+                decoder.to_empty(device="cpu")
+        for layer in kept.values():
+            _mark_inline_activations(layer)
+        excluded = {_storage_key(t) for t in (*decoder.parameters(), *decoder.buffers())}
+        watcher = Watcher(kept, excluded)
         with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), watcher.hooks():
-            embeds = torch.empty(1, seq_length, config.hidden_size, dtype=built.embedding.weight.dtype, requires_grad=True)
-            with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, lambda t: t):
+            width = built.embedding.weight.shape[1]
+            leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
+            embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
+            with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, lambda t: t), route_attention(seq_length):
                 output = decoder(inputs_embeds=embeds, use_cache=False)
             watcher.forward_done = True
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
             hidden_out.float().sum().backward()
     finally:
-        setattr(decoder, stack_name, built.layers)
+        setattr(holder, stack_name, built.layers)
     _book_bytes(watcher)
     return watcher.probes
 

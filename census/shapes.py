@@ -1,19 +1,20 @@
-"""Layers into distinct shapes, and shapes into their family's kinds (docs/census.md, "How a
-config becomes a spec", step 3).
+"""Layers into distinct shapes, and the stack as run-length groups of kinds (docs/census.md,
+"How a config becomes a spec", step 3).
 
 Each decoder layer gets a signature: its class, its attention flavour (linear when a gated delta
-rule runs, full when transformers' attention interface does), its ffn flavour (moe when it holds
-routed experts) and its parameters' paths, shapes and dtypes. Equal signatures are one distinct
-shape, probed once. Each shape then takes the one kind of the family whose flavours it has.
+rule runs, full when transformers' attention interface does, `eager` when its code calls neither
+and what runs decides), its ffn flavour (moe when it holds routed experts) and its parameters'
+paths, shapes and dtypes. Equal signatures are one distinct shape, probed once; census/kinds.py
+names each shape's kind.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 from torch import nn
 
-from speccat.census.family import Family
 from speccat.census.predicates import is_experts, is_state_space_mixer, runs_delta_rule, uses_attention_interface
 from speccat.census.spec import SpecError
 
@@ -22,7 +23,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full" or "linear"
+    attention: str  # "full", "linear", or "eager" until the probe settles it
     ffn: str  # "dense" or "moe"
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -34,10 +35,10 @@ class Shape:
 
 def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
-    no family prices: state-space mixers, unfused experts, neither attention nor a delta rule.
+    no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
-    attention is linear when a gated delta rule runs, full when the attention interface does;
-    ffn is moe when the layer holds routed experts.
+    attention is linear when a gated delta rule runs, full when the attention interface does,
+    `eager` (decided by what runs) otherwise; ffn is moe when the layer holds routed experts.
     """
     attention, ffn = "none", "dense"
     for name, module in layer.named_modules():
@@ -54,14 +55,28 @@ def signature(index: int, layer: nn.Module) -> tuple:
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"
     if attention == "none":
-        children = ", ".join(sorted({type(m).__name__ for m in layer.children()}))
+        attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
+    if _cross_attention_only(layer):
         raise SpecError(
             "unsupported_layer",
-            f"layer {index} ({type(layer).__name__}: {children}): runs neither transformers' attention interface "
-            "nor a gated delta rule (a mixer no family prices)",
+            f"layer {index} ({type(layer).__name__}): a cross-attention layer (it attends to encoder states, "
+            "and has no self-attention); the census prices self-attention and known mixers only",
         )
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
     return (type(layer).__name__, attention, ffn, params)
+
+
+_CROSS_INPUTS = ("cross_attention_states", "encoder_hidden_states")
+
+
+def _cross_attention_only(layer: nn.Module) -> bool:
+    """A layer whose forward takes encoder states and whose only attention is a cross-attention
+    (mllama's cross-attention layers; a bart decoder layer also has self-attention)."""
+    takes = set(inspect.signature(layer.forward).parameters)
+    if not takes & set(_CROSS_INPUTS):
+        return False
+    attentions = [n for n, m in layer.named_children() if "Attention" in type(m).__name__]
+    return bool(attentions) and all("Cross" in type(layer.get_submodule(n)).__name__ or "cross" in n for n in attentions)
 
 
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
@@ -76,32 +91,6 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
         shape.layers.append(index)
         stack.append((index, shape))
     return stack
-
-
-def _describe_kinds(family: Family) -> str:
-    return ", ".join(f"{k.name} ({k.attention}, {k.ffn or 'any ffn'})" for k in family.kinds.values())
-
-
-def kinds_of(family: Family, shapes: list[Shape]) -> dict[int, str]:
-    """Each distinct shape's kind (keyed by its first layer); two shapes on one kind is a conflict."""
-    kind_of: dict[int, str] = {}
-    owner: dict[str, int] = {}
-    for shape in shapes:
-        kind = family.kind_for(shape.attention, shape.ffn)
-        if kind is None:
-            raise SpecError(
-                "unsupported_layer",
-                f"layer {shape.first}: family {family.name!r} has no kind for attention={shape.attention}, ffn={shape.ffn} "
-                f"(kinds: {_describe_kinds(family)})",
-            )
-        if kind in owner:
-            raise SpecError(
-                "kind_conflict",
-                f"layers {owner[kind]} and {shape.first} are built differently but both map to kind {kind!r} of family {family.name!r}",
-            )
-        owner[kind] = shape.first
-        kind_of[shape.first] = kind
-    return kind_of
 
 
 def layer_groups(stack: list[tuple[int, Shape]], kind_of: dict[int, str]) -> list[dict]:

@@ -29,6 +29,7 @@ class SpecError(ReasonError):
 
 
 REQUIRED_STR = ("name", "arch")
+OPTIONAL_STR = ("built_as",)  # the transformers class the census built (a remote-code config's substitute: census/remote.py)
 REQUIRED_INT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 OPTIONAL_INT = (
     "num_key_value_heads",
@@ -70,7 +71,7 @@ STRUCTURE_REQUIRED = ("layers", "ops")
 STRUCTURE_OPTIONAL = ("flavours", "params", "measured")
 
 KEYS = frozenset(
-    REQUIRED_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
+    REQUIRED_STR + OPTIONAL_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
 )
 
 
@@ -207,6 +208,9 @@ def validate(spec: Mapping) -> None:
     for key in REQUIRED_STR:
         if not isinstance(spec[key], str) or not spec[key]:
             raise _bad(key, f"must be a non-empty string, got {spec[key]!r}")
+    for key in OPTIONAL_STR:
+        if key in spec and (not isinstance(spec[key], str) or not spec[key]):
+            raise _bad(key, f"must be a non-empty string when present, got {spec[key]!r}")
     for key in REQUIRED_INT:
         _check_int(key, spec[key], 1)
     for key in OPTIONAL_INT:

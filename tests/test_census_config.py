@@ -26,8 +26,6 @@ def test_load_config_file_reads_a_json_object(tmp_path):
         '{"model_type": "llama",',  # truncated
         "[1, 2, 3]",  # not an object
         '"llama"',
-        '{"hidden_size": NaN}',  # not JSON, although Python's json reads it by default
-        '{"hidden_size": Infinity}',
         "\xff\xfe not utf-8",
         "[" * 100_000 + "]" * 100_000,  # nested beyond the parser's recursion
     ],
@@ -38,6 +36,41 @@ def test_load_config_file_refuses_what_is_not_one_json_object(tmp_path, text):
     with pytest.raises(SpecError) as err:
         load_config_file(path)
     assert err.value.reason == "bad_json"
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ('{"hidden_size": NaN}', "hidden_size"),  # NaN parses (as Python's json and transformers read it), no field holds it
+        ('{"a": {"b": [1.0, NaN]}}', "a.b[1]"),
+        ('{"rope_theta": 1e999}', "1e999"),  # beyond the float range: not the Infinity it would parse to
+    ],
+)
+def test_nan_anywhere_and_overflowing_literals_are_bad_values(tmp_path, text, field):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_config_file(path)
+    assert err.value.reason == "bad_value" and field in str(err.value)
+
+
+def test_infinity_is_read_and_refused_only_where_a_finite_number_belongs(tmp_path):
+    from speccat.census.config import precheck
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "nemotron_h", "time_step_limit": [0.0, Infinity]}')
+    config = load_config_file(path)
+    assert config["time_step_limit"] == [0.0, float("inf")]
+    precheck(config)  # an unbounded clamp is a value transformers accepts
+    for text, field in (
+        ('{"model_type": "llama", "hidden_size": Infinity}', "hidden_size"),
+        ('{"model_type": "llama", "rope_parameters": {"rope_theta": -Infinity}}', "rope_parameters.rope_theta"),
+        ('{"model_type": "llama", "partial_rotary_factor": Infinity}', "partial_rotary_factor"),
+    ):
+        path.write_text(text)
+        with pytest.raises(SpecError) as err:
+            precheck(load_config_file(path))
+        assert err.value.reason == "bad_value" and field in str(err.value), text
 
 
 def test_load_config_file_refuses_huge_files_before_reading_them(tmp_path):

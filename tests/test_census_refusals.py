@@ -54,11 +54,6 @@ def test_broken_config_is_refused_with_its_reason(name, paths, monkeypatch):
     assert "\n" not in str(error) and len(str(error)) <= MAX_MESSAGE_CHARS  # one bounded line
 
 
-def test_kind_conflict_names_both_layers():
-    error = _refusal(CORPUS / "dense_and_moe_in_one_kind.json")
-    assert "layers 0 and 1" in str(error) and "'decoder'" in str(error)
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_cli_prints_a_refusal_as_one_json_line(name, paths, capsys):
     assert main(["census", str(paths[name]), "--json"]) == 2

@@ -10,6 +10,7 @@ tonight (including those whose fetch failed, with config_hash None) and `failure
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -281,8 +282,21 @@ def _constant(value: str, n: int) -> pa.DictionaryArray:
 
 
 def _canonical(mapping: Mapping[str, Any]) -> str:
-    """JSON text that is the same for equal mappings, so a re-stored run compares equal."""
-    return json.dumps(mapping, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    """JSON text that is the same for equal mappings, so a re-stored run compares equal.
+
+    A config may hold JSON's non-standard Infinity (nemotron_h's time_step_limit), which
+    DuckDB's JSON cannot: it is stored as the string "Infinity" (or "-Infinity")."""
+    return json.dumps(_finite(mapping), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> pa.Table:

@@ -20,7 +20,7 @@ SELECT config_hash, census_version,
        (s ->> 'moe_intermediate_size')::INTEGER, (s ->> 'kv_lora_rank')::INTEGER,
        (s ->> 'q_lora_rank')::INTEGER, (s ->> 'sliding_window')::INTEGER,
        (s ->> 'tie_word_embeddings')::BOOLEAN,
-       s
+       s, s ->> 'built_as'
 FROM (SELECT config_hash, census_version, spec::JSON AS s FROM raw_specs);
 
 INSERT INTO stack

@@ -33,6 +33,7 @@
 --   q_lora_rank              count    rank of the compressed query projection (MLA)
 --   sliding_window           tokens   the sliding attention window
 --   tie_word_embeddings      flag     output projection shares the embedding's weights
+--   built_as                 text     the transformers class the census built (a remote-code config's substitute)
 --   listed                   flag     the latest night listed the repo (false: it was listed before, not any more)
 CREATE OR REPLACE VIEW latest_specs AS
 SELECT r.repo_id, r.downloads, r.likes, r.gated, r.license, r.pipeline_tag, r.sha, r.last_modified,

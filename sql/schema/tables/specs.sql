@@ -22,5 +22,6 @@ CREATE TABLE IF NOT EXISTS specs (
     sliding_window          INTEGER,
     tie_word_embeddings     BOOLEAN,
     spec                    JSON NOT NULL,
+    built_as                VARCHAR,  -- the transformers class the census built (a remote-code config's substitute)
     PRIMARY KEY (config_hash, census_version)
 );

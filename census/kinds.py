@@ -1,0 +1,106 @@
+"""Layer kinds from what the census sees: one kind per distinct layer shape, with a readable name.
+
+A kind is a distinct shape (census/build.py: class, mixer, feed-forward, parameters' paths,
+shapes and dtypes). Its name is derived from its facts:
+
+- the mixer (`full` attention, `linear` for a gated delta rule, ...) and the feed-forward
+  (`dense`, `moe`; left out when the layer has none), joined: `full_dense`, `linear_moe`,
+  `full` (an attention-only block);
+- when two shapes would share that name, the facts that tell them apart are added, in this
+  order, until the names differ: `sliding` for the mixer when all of the shape's layers are
+  sliding-window layers by the config's `layer_types` (and the other shape's are not); the
+  layer's class (`full_dense_glm4_moe_mtp_layer`); finally the shape's ordinal in stack
+  order (`full_dense_2`).
+
+A family profile (census/profiles/*.yaml) may name the kinds instead: when every shape maps
+to one of the profile's kinds by its flavours and no two shapes map to the same kind, the
+profile's names are used (and its op counts compared with the counted ones). Otherwise the
+derived names are used for every shape: a profile never refuses a model, and two differently
+built layers never share a kind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from speccat.census.family import Family
+
+_NAME_LIMIT = 64
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def base_name(mixer: str, ffn: str) -> str:
+    """`{mixer}_{ffn}` without the parts a layer lacks (`none`)."""
+    return "_".join(part for part in (mixer, ffn) if part != "none") or "block"
+
+
+def snake(name: str) -> str:
+    """DecoderLayer → decoder_layer; lower case letters, digits and underscores only."""
+    return re.sub(r"[^a-z0-9_]+", "_", _CAMEL.sub("_", name).lower()).strip("_")
+
+
+def _clip(name: str) -> str:
+    name = name if name[:1].isalpha() else f"k_{name}"
+    return name[:_NAME_LIMIT].rstrip("_")
+
+
+def _layer_types(config: Any, layers: Sequence[int]) -> set[str] | None:
+    types = getattr(config, "layer_types", None)
+    if not isinstance(types, (list, tuple)) or not all(isinstance(t, str) for t in types):
+        return None
+    if any(i >= len(types) for i in layers):
+        return None
+    return {types[i] for i in layers}
+
+
+def _sliding(config: Any, layers: Sequence[int]) -> bool:
+    types = _layer_types(config, layers)
+    return bool(types) and all("sliding" in t for t in types)
+
+
+def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
+    """One readable, distinct name per shape (in the order given: stack order of first layers)."""
+    names = [base_name(s.attention, s.ffn) for s in shapes]
+
+    def clashing() -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {}
+        for i, name in enumerate(names):
+            groups.setdefault(name, []).append(i)
+        return {n: idx for n, idx in groups.items() if len(idx) > 1}
+
+    # 1. sliding-window layers, by the config's own layer types
+    for indices in clashing().values():
+        sliding = [_sliding(config, shapes[i].layers) for i in indices]
+        if any(sliding) and not all(sliding):
+            for i, is_sliding in zip(indices, sliding):
+                if is_sliding and shapes[i].attention == "full":
+                    names[i] = base_name("sliding", shapes[i].ffn)
+    # 2. the layer's class, when the clashing shapes are of different classes
+    for indices in clashing().values():
+        classes = [shapes[i].signature[0] for i in indices]
+        if len(set(classes)) > 1:
+            for i in indices:
+                names[i] = _clip(f"{names[i]}_{snake(shapes[i].signature[0])}")
+    # 3. the ordinal, in stack order (the first keeps the plain name)
+    for indices in clashing().values():
+        for ordinal, i in enumerate(indices[1:], start=2):
+            names[i] = _clip(f"{names[i][: _NAME_LIMIT - 4]}_{ordinal}")
+    return [_clip(n) for n in names]
+
+
+def profile_names(family: Family, shapes: Sequence[Any]) -> list[str] | None:
+    """The profile's kind per shape, when it names every shape and no two alike; else None."""
+    names = [family.kind_for(s.attention, s.ffn) for s in shapes]
+    if any(n is None for n in names) or len(set(names)) != len(names):
+        return None
+    return names
+
+
+def kind_names(family: Family, shapes: Sequence[Any], config: Any) -> tuple[list[str], bool]:
+    """(a name per shape, whether the profile named them)."""
+    named = profile_names(family, shapes)
+    if named is not None:
+        return named, True
+    return derived_names(shapes, config), False
