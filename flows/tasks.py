@@ -139,10 +139,11 @@ def _within(seconds: float, fn, *args):
 
 
 @task(name="fetch-config", retry_condition_fn=is_transient, task_run_name="fetch {listing.repo_id}")
-def fetch_config(source: Source, listing: Listing) -> Fetched | State:
+def fetch_config(source: Source, listing: Listing) -> Fetched | ReasonError:
     """Fetch and parse one repo's config.json. A transient error raises (and is retried); a
-    final one (gated, not found, not JSON: SpecError bad_json) ends the task Failed with the
-    error as its data, without a traceback in the logs."""
+    final one (gated, not found, not JSON: SpecError bad_json) is the task's answer, the error
+    itself: a refusal of the repo is expected, so the task completes and the flow logs it at
+    INFO, rather than Prefect logging a failed task at ERROR."""
     from speccat.census import config_hash, load_config_file
     from speccat.census.spec import SpecError
 
@@ -152,9 +153,9 @@ def fetch_config(source: Source, listing: Listing) -> Fetched | State:
     except FetchError as err:
         if err.transient:
             raise
-        return Failed(message=str(err), data=err)
+        return err
     except SpecError as err:
-        return Failed(message=str(err), data=err)
+        return err
 
 
 def versions_key(versions: dict[str, str], seq_length: int) -> str:
