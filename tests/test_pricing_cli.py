@@ -88,8 +88,11 @@ def test_a_census_refusal_is_the_census_error(capsys, tmp_path):
 
 
 def test_readable_output(capsys):
-    assert main(["price", LLAMA, "--switches", "normOp"]) == 0
+    assert main(["price", LLAMA, "--switches", "normOp", "--units", "bytes"]) == 0
     out = capsys.readouterr().out
     assert "recomputed: normOp" in out
     # normOp recomputed drops the norm part: 706,740,224 - 134,217,728
-    assert "572,522,496" in out and "model total: 18,320,719,872 bytes" in out
+    assert "572,522,496 B" in out and "model total: 18,320,719,872 B" in out
+    assert main(["price", LLAMA, "--switches", "normOp"]) == 0  # human units: the same figures
+    out = capsys.readouterr().out
+    assert "546.00 MiB" in out and "model total: 17.06 GiB" in out  # 572,522,496 B; 18,320,719,872 B

@@ -58,6 +58,16 @@ def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
     assert "published ducklake:" in out
     # the second night found the config in the lake and left it alone, as with the file
     assert "configs 1 (0 already stored, 1 new" in out and "configs 1 (1 already stored, 0 new: 0 censused, 0 from the cache)" in out
+    # the read commands read the lake too (--lake, --lake-data)
+    lake_args = ["--lake", catalog, "--lake-data", data]
+    assert cli.main(["query", "SELECT count(*) AS n FROM runs", "--format", "csv", *lake_args]) == 0
+    assert capsys.readouterr().out == "n\n2\n"
+    assert cli.main(["show", "qwen/qwen3-0.6b", "--json", *lake_args]) == 0
+    assert json.loads(capsys.readouterr().out)["repo"]["repo_id"] == "Qwen/Qwen3-0.6B"
+    assert cli.main(["export", str(tmp_path / "out"), *lake_args]) == 0 and (tmp_path / "out" / "runs.parquet").is_file()
+    capsys.readouterr()
+    assert cli.main(["query", "latest_specs", "--lake", f"sqlite:{tmp_path / 'none.sqlite'}", "--lake-data", data]) == 3
+    assert capsys.readouterr().err.startswith("speccat: no_catalogue: ")
     with open_lake(Lake(catalog, data)) as con:
         assert con.execute("SELECT count(*), count(DISTINCT status) FROM runs").fetchone() == (2, 1)
         assert con.execute("SELECT name FROM specs").fetchall() == [("Qwen/Qwen3-0.6B",)]

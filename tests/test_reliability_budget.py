@@ -78,6 +78,6 @@ def test_a_budget_does_not_change_an_answer(memory_limit):
 def test_the_cli_refuses_a_budget_that_would_refuse_every_census(value, capsys):
     from speccat.flows.cli import main
 
-    assert main(["refresh", "--memory-limit", value]) == 1
+    assert main(["refresh", "--memory-limit", value]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("speccat: error: ValueError: --memory-limit must be a positive") and err.count("\n") == 1
+    assert out == "" and err.startswith("speccat: bad_argument: --memory-limit must be a positive") and err.count("\n") == 1

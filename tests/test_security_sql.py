@@ -40,8 +40,8 @@ def test_a_repo_id_that_is_sql_matches_no_repo(db, capsys):
     assert code == 0 and json.loads(out)["repo"]["repo_id"] == REPO  # the control: a real id is found
     # Pasted into `WHERE repo_id = '...'`, the tautology would match every repo.
     code, out, err = speccat(capsys, "show", TAUTOLOGY, "--db", db)
-    assert (code, out) == (1, "")
-    assert "has no spec" in err
+    assert (code, out) == (2, "")
+    assert err.startswith(f"speccat: not_found: no repo {TAUTOLOGY} in the catalogue")
 
 
 def test_a_parameter_value_that_is_sql_is_a_value(db, capsys):
@@ -50,14 +50,14 @@ def test_a_parameter_value_that_is_sql_is_a_value(db, capsys):
     assert code == 0 and len(json.loads(out)) == 2 ** len(runs.records().switches)
     # The query looks the repo up first and names the value it did not find: the whole text.
     code, out, err = speccat(capsys, "query", "masks_ranked", "-p", f"repo_id={TAUTOLOGY}", "--db", db, "--format", "json")
-    assert (code, out) == (1, "")
-    assert f"repo_id {TAUTOLOGY} has no config in the catalogue" in err
+    error = json.loads(out)["error"]
+    assert code == 2 and error["reason"] == "not_found" and f"no repo {TAUTOLOGY} in the catalogue" in error["message"]
 
 
 def test_a_parameter_name_that_is_sql_is_refused(db, capsys):
     before = speccat(capsys, "query", "SELECT count(*) AS n FROM runs", "--db", db, "--format", "json")[1]
     code, out, err = speccat(capsys, "query", "masks_ranked", "-p", "repo_id = 'x'; DROP TABLE runs; --=1", "--db", db)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert "NAME an identifier" in err and err.count("\n") == 1
     assert speccat(capsys, "query", "SELECT count(*) AS n FROM runs", "--db", db, "--format", "json")[1] == before
 
