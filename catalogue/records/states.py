@@ -1,0 +1,224 @@
+"""Model states per rank: weights, gradients and optimizer states (docs/planning.md).
+
+The bytes per parameter of each state, how a ZeRO stage partitions them over data-parallel
+ranks and how each parameter group divides among model-parallel ranks are data, in
+`catalogue/records/states.yaml`; this module reads them and adds a spec's parameters up per
+pipeline stage. The inputs are plain mappings: a ModelSpec mapping (its `params` and `layers`)
+and a `Layout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.records.expr import Expr, ExprError
+
+STATES_PATH = Path(__file__).with_name("states.yaml")
+STATES = ("weight", "grad", "optimizer")
+MODEL_GROUPS = ("embedding", "output", "final_norm")
+KIND_GROUPS = ("attention", "ffn_dense", "ffn_shared", "ffn_router", "ffn_routed", "norm", "other")
+LAYOUT_NAMES = frozenset({"t", "cp", "dp", "ep", "etp"})
+
+
+class StatesError(ReasonError):
+    """A states file, layout or spec the model-state arithmetic refuses."""
+
+    group = "records"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the ranks are arranged: data, tensor, pipeline (with `vpp` virtual stages each),
+    expert, expert-tensor (default: tp) and context parallel sizes, and the ZeRO stage."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    cp: int = 1
+    zero: int = 0
+    vpp: int = 1
+    etp: int | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def names(self) -> dict[str, float]:
+        return {"t": float(self.tp), "cp": float(self.cp), "dp": float(self.dp), "ep": float(self.ep),
+                "etp": float(self.tp if self.etp is None else self.etp)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Group:
+    model: Expr
+    data: Expr
+
+
+@dataclass(frozen=True)
+class States:
+    recipes: Mapping[str, Mapping[str, float]]
+    default_recipe: str
+    zero: Mapping[int, frozenset[str]]
+    groups: Mapping[str, Group]
+    active: Mapping[str, Expr]
+    version: str = field(default="")
+
+    def bytes_per_param(self, recipe: str | None = None) -> Mapping[str, float]:
+        name = recipe or self.default_recipe
+        if name not in self.recipes:
+            raise StatesError("bad_value", f"unknown recipe {name!r}; recipes: {', '.join(self.recipes)}")
+        return self.recipes[name]
+
+
+class _StatesLoader(Loader):
+    error = StatesError
+
+    def expr(self, key: str, text: Any, known: frozenset[str]) -> Expr:
+        try:
+            expr = Expr(str(text))
+        except ExprError as err:
+            raise self.fail("bad_expression", key, f"{err.reason}: {err}") from None
+        unknown = expr.names - known
+        if unknown:
+            raise self.fail("unknown_name", key, f"reads {sorted(unknown)}; known: {sorted(known)}")
+        return expr
+
+    def load(self, data: Any) -> States:
+        top = self.mapping("", data, ("recipes", "default_recipe", "zero", "groups", "active"), ("recipes", "default_recipe", "zero", "groups"))
+        recipes = {}
+        for name, body in top["recipes"].items():
+            body = self.mapping(f"recipes.{name}", body, STATES, STATES)
+            for state, value in body.items():
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise self.fail("bad_value", f"recipes.{name}.{state}", f"bytes per parameter must be a number >= 0, got {value!r}")
+            recipes[name] = {state: float(body[state]) for state in STATES}
+        if top["default_recipe"] not in recipes:
+            raise self.fail("bad_value", "default_recipe", f"{top['default_recipe']!r} is no recipe")
+        zero = {}
+        for stage, sharded in top["zero"].items():
+            if not isinstance(sharded, list) or set(sharded) - set(STATES):
+                raise self.fail("bad_value", f"zero.{stage}", f"must list states among {STATES}")
+            zero[int(stage)] = frozenset(sharded)
+        groups = {}
+        for name in (*MODEL_GROUPS, *KIND_GROUPS):
+            if name not in top["groups"]:
+                raise self.fail("missing_key", f"groups.{name}", "every parameter group needs its sharding")
+        for name, body in top["groups"].items():
+            if name not in (*MODEL_GROUPS, *KIND_GROUPS):
+                raise self.fail("unknown_key", f"groups.{name}", f"groups: {', '.join((*MODEL_GROUPS, *KIND_GROUPS))}")
+            body = self.mapping(f"groups.{name}", body, ("model", "data"), ("model", "data"))
+            groups[name] = Group(self.expr(f"groups.{name}.model", body["model"], LAYOUT_NAMES), self.expr(f"groups.{name}.data", body["data"], LAYOUT_NAMES))
+        active = {}
+        for name, text in (top.get("active") or {}).items():
+            if name not in KIND_GROUPS:
+                raise self.fail("unknown_key", f"active.{name}", f"kind groups: {', '.join(KIND_GROUPS)}")
+            active[name] = self.expr(f"active.{name}", text, frozenset({"n_chosen_exp", "n_exp"}))
+        return States(recipes, top["default_recipe"], zero, groups, active, version_of(data))
+
+
+def load_states(path: str | Path | None = None) -> States:
+    """Read `catalogue/records/states.yaml` (or `path`)."""
+    path = Path(path) if path is not None else STATES_PATH
+    loader = _StatesLoader(path.name)
+    return loader.load(read_yaml(path, lambda reason, what: loader.fail(reason, "", what)))
+
+
+def stage_kinds(spec: Mapping, pp: int) -> list[dict[str, int]]:
+    """Layers of each kind on each pipeline stage: the stack in order, split as evenly as it
+    goes, earlier stages taking one more layer where the count does not divide."""
+    stack = [group["kind"] for group in spec["layers"] for _ in range(group["count"])]
+    if pp < 1 or pp > len(stack):
+        raise StatesError("bad_value", f"pp={pp}: a model of {len(stack)} layers splits into 1 to {len(stack)} stages")
+    base, extra = divmod(len(stack), pp)
+    stages, start = [], 0
+    for i in range(pp):
+        n = base + (1 if i < extra else 0)
+        counts: dict[str, int] = {}
+        for kind in stack[start : start + n]:
+            counts[kind] = counts.get(kind, 0) + 1
+        stages.append(counts)
+        start += n
+    return stages
+
+
+def _params(spec: Mapping) -> Mapping:
+    params = spec.get("params")
+    if not isinstance(params, Mapping) or "kinds" not in params:
+        raise StatesError("bad_value", "the spec states no params (embedding, output, final_norm, kinds)")
+    return params
+
+
+def stage_params(spec: Mapping, pp: int, stage: int) -> dict[str, float]:
+    """Parameters per group on one pipeline stage (whole, before model-parallel sharding):
+    the embedding on the first stage, the final norm and output on the last."""
+    params = _params(spec)
+    layers = stage_kinds(spec, pp)[stage]
+    groups = {name: 0.0 for name in (*MODEL_GROUPS, *KIND_GROUPS)}
+    for kind, count in layers.items():
+        for name in KIND_GROUPS:
+            groups[name] += count * float(params["kinds"][kind].get(name, 0))
+    if stage == 0:
+        groups["embedding"] = float(params.get("embedding", 0))
+    if stage == pp - 1:
+        groups["final_norm"] = float(params.get("final_norm", 0))
+        groups["output"] = float(params.get("output", 0))
+        if pp > 1 and not groups["output"] and spec.get("tie_word_embeddings"):
+            # the last stage's copy of a tied word embedding (not of position embeddings)
+            tied = spec["vocab_size"] * spec["hidden_size"] if "vocab_size" in spec and "hidden_size" in spec else params.get("embedding", 0)
+            groups["output"] = float(tied)
+    return groups
+
+
+def rank_states(spec: Mapping, layout: Layout, states: States, stage: int = 0, recipe: str | None = None) -> dict[str, float]:
+    """Bytes of weights, gradients and optimizer states one rank of `stage` holds, and their total."""
+    if layout.zero not in states.zero:
+        raise StatesError("bad_value", f"zero={layout.zero}; stages: {sorted(states.zero)}")
+    per_param = states.bytes_per_param(recipe)
+    sharded = states.zero[layout.zero]
+    names = layout.names()
+    out = {state: 0.0 for state in STATES}
+    for name, count in stage_params(spec, layout.pp, stage).items():
+        if not count:
+            continue
+        group = states.groups[name]
+        held = count / group.model(names)
+        data = group.data(names)
+        for state in STATES:
+            out[state] += held * per_param[state] / (data if state in sharded else 1.0)
+    out["total"] = out["weight"] + out["grad"] + out["optimizer"]
+    return out
+
+
+def total_params(spec: Mapping) -> float:
+    """Parameters of the whole model: embedding, output, final norm and every layer."""
+    params = _params(spec)
+    counts: dict[str, int] = {}
+    for group in spec["layers"]:
+        counts[group["kind"]] = counts.get(group["kind"], 0) + group["count"]
+    layers = sum(n * sum(float(params["kinds"][k].get(g, 0)) for g in KIND_GROUPS) for k, n in counts.items())
+    return float(params.get("embedding", 0)) + float(params.get("output", 0)) + float(params.get("final_norm", 0)) + layers
+
+
+def active_params(spec: Mapping, states: States) -> float:
+    """Parameters one token runs through: routed experts count their share (states.yaml
+    `active`), every other parameter whole; the embedding counts as one lookup of its table,
+    as it is usually stated (the whole table)."""
+    params = _params(spec)
+    names = {"n_exp": float(spec.get("num_experts", 1) or 1), "n_chosen_exp": float(spec.get("num_experts_per_tok", 1) or 1)}
+    counts: dict[str, int] = {}
+    for group in spec["layers"]:
+        counts[group["kind"]] = counts.get(group["kind"], 0) + group["count"]
+    total = float(params.get("embedding", 0)) + float(params.get("output", 0)) + float(params.get("final_norm", 0))
+    for kind, n in counts.items():
+        for name in KIND_GROUPS:
+            value = float(params["kinds"][kind].get(name, 0))
+            if value and name in states.active:
+                value *= states.active[name](names)
+            total += n * value
+    return total
