@@ -1,0 +1,171 @@
+"""Recompute cost per (kind, setting, switch set): forward FLOPs and bytes moved of the ops a
+set recomputes, and an estimated time on named accelerators (docs/planning.md).
+
+The per-op formulas are data (`catalogue/records/costs.yaml`), written in the records'
+expression language over a layer's names (catalogue/records/names.py) plus the kind's parameter
+groups (`p_attention`, ...), so a cost scales with s, b, tp and cp as bytes do. Which ops a set
+recomputes is the records' own rule: the ops and parts whose saves the mask drops
+(`Records.kept`); full recompute re-runs every op once. The accelerators' peaks are
+`catalogue/records/accelerators.yaml`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.records.expr import Expr, ExprError
+from speccat.catalogue.records.names import LAYER_NAMES, layer_names
+from speccat.catalogue.records.oprecords import Records
+from speccat.catalogue.records.priced import stack_counts
+from speccat.catalogue.records.settings import Grid
+
+COSTS_PATH = Path(__file__).with_name("costs.yaml")
+ACCELERATORS_PATH = Path(__file__).with_name("accelerators.yaml")
+PARAM_NAMES = ("p_attention", "p_ffn_dense", "p_ffn_shared", "p_ffn_router", "p_ffn_routed", "p_norm")
+
+
+class CostError(ReasonError):
+    """A costs or accelerators file, or a layer, the cost arithmetic refuses."""
+
+    group = "records"
+
+
+@dataclass(frozen=True)
+class Costs:
+    ops: Mapping[str, tuple[Expr, Expr]]  # op or part -> (flops, bytes)
+    step_factor: float
+    version: str
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    peak_flops: float
+    bandwidth: float
+    memory: float
+
+    def seconds(self, flops: Any, moved: Any) -> Any:
+        """max(flops / peak, bytes / bandwidth), element for element."""
+        return np.maximum(np.asarray(flops, dtype=float) / self.peak_flops, np.asarray(moved, dtype=float) / self.bandwidth)
+
+
+class _Loader(Loader):
+    error = CostError
+
+    def expr(self, key: str, text: Any, known: frozenset[str]) -> Expr:
+        try:
+            expr = Expr(str(text))
+        except ExprError as err:
+            raise self.fail("bad_expression", key, f"{err.reason}: {err}") from None
+        unknown = expr.names - known
+        if unknown:
+            raise self.fail("unknown_name", key, f"reads {sorted(unknown)}, which no layer supplies")
+        return expr
+
+
+def load_costs(records: Records, path: str | Path | None = None) -> Costs:
+    """Read `costs.yaml`: one (flops, bytes) pair for every op and part of `records`."""
+    path = Path(path) if path is not None else COSTS_PATH
+    loader = _Loader(path.name)
+    data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
+    top = loader.mapping("", data, ("step_factor", "ops"), ("step_factor", "ops"))
+    wanted = (*records.ops, *records.parts)
+    body = loader.mapping("ops", top["ops"], wanted, wanted, unknown="unknown_op", missing="missing_op")
+    known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | frozenset(PARAM_NAMES)
+    ops = {}
+    for name in wanted:
+        entry = loader.mapping(f"ops.{name}", body[name], ("flops", "bytes"), ("flops", "bytes"))
+        ops[name] = (loader.expr(f"ops.{name}.flops", entry["flops"], known), loader.expr(f"ops.{name}.bytes", entry["bytes"], known))
+    step = top["step_factor"]
+    if not isinstance(step, (int, float)) or isinstance(step, bool) or step < 1:
+        raise loader.fail("bad_value", "step_factor", f"must be a number >= 1, got {step!r}")
+    return Costs(ops, float(step), version_of(data))
+
+
+def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:
+    path = Path(path) if path is not None else ACCELERATORS_PATH
+    loader = _Loader(path.name)
+    data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
+    top = loader.mapping("", data, ("accelerators",), ("accelerators",))
+    out = {}
+    for name, body in top["accelerators"].items():
+        body = loader.mapping(f"accelerators.{name}", body, ("peak_flops", "bandwidth", "memory"), ("peak_flops", "bandwidth", "memory"))
+        values = [float(body[k]) for k in ("peak_flops", "bandwidth", "memory")]
+        if not all(v > 0 for v in values):
+            raise loader.fail("bad_value", f"accelerators.{name}", "peak_flops, bandwidth and memory must be > 0")
+        out[name] = Accelerator(name, *values)
+    return out
+
+
+def recomputed(records: Records, ops: tuple[str, ...]) -> np.ndarray:
+    """[mask, op]: whether switch set `mask` recomputes op (or part) `op`: its saves are dropped."""
+    out = np.zeros((records.n_masks, len(ops)), dtype=bool)
+    for mask in range(records.n_masks):
+        kept = records.kept(mask)
+        for j, op in enumerate(ops):
+            record = records.ops.get(op) or records.parts[op]
+            out[mask, j] = record.switch is not None and op not in kept
+    return out
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """Per (kind, setting, op): forward FLOPs and bytes moved of re-running that op."""
+
+    kinds: tuple[str, ...]
+    setting_ids: tuple[str, ...]
+    ops: tuple[str, ...]
+    flops: np.ndarray  # [kind, setting, op]
+    moved: np.ndarray  # [kind, setting, op], bytes
+
+    def masks(self, records: Records) -> tuple[np.ndarray, np.ndarray]:
+        """[kind, setting, mask]: FLOPs and bytes a switch set recomputes."""
+        r = recomputed(records, self.ops).astype(float)
+        return self.flops @ r.T, self.moved @ r.T
+
+    def forward(self) -> tuple[np.ndarray, np.ndarray]:
+        """[kind, setting]: the layer's whole forward (full recompute)."""
+        return self.flops.sum(axis=2), self.moved.sum(axis=2)
+
+    def seconds(self, accelerator: Accelerator, records: Records | None = None) -> np.ndarray:
+        """Estimated seconds per op ([kind, setting, op]); with `records`, per mask ([kind, setting, mask])."""
+        per_op = accelerator.seconds(self.flops, self.moved)
+        if records is None:
+            return per_op
+        return per_op @ recomputed(records, self.ops).astype(float).T
+
+
+def _param_names(spec: Mapping, kind: str) -> dict[str, float]:
+    params = spec.get("params", {}).get("kinds", {}).get(kind)
+    if params is None:
+        raise CostError("bad_value", f"params.kinds.{kind}: the spec states no parameters for kind {kind!r}")
+    return {f"p_{g}": float(params.get(g, 0)) for g in ("attention", "ffn_dense", "ffn_shared", "ffn_router", "ffn_routed", "norm")}
+
+
+def op_costs(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs) -> OpCosts:
+    """Every op's recompute cost for every kind of `spec` at every setting of `grid`."""
+    kinds = tuple(stack_counts(spec))
+    ops = tuple(costs.ops)
+    flops = np.zeros((len(kinds), len(grid.settings), len(ops)))
+    moved = np.zeros_like(flops)
+    for k, kind in enumerate(kinds):
+        extra = _param_names(spec, kind)
+        for i, setting in enumerate(grid.settings):
+            names = layer_names(spec, kind, setting, defaults, records, grid.dtype_bytes)
+            names.update(extra)
+            for j, op in enumerate(ops):
+                f, m = costs.ops[op]
+                try:
+                    flops[k, i, j], moved[k, i, j] = float(f(names)), float(m(names))
+                except ExprError as err:
+                    raise CostError("bad_value", f"kind {kind!r}, setting {setting['setting_id']}, op {op}: {err}") from None
+    if not (np.isfinite(flops).all() and np.isfinite(moved).all() and (flops >= 0).all() and (moved >= 0).all()):
+        raise CostError("bad_value", "a cost is negative or not finite")
+    return OpCosts(kinds, tuple(s["setting_id"] for s in grid.settings), ops, flops, moved)
