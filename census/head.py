@@ -1,0 +1,60 @@
+"""The model's ends on fake tensors: the embedding's output, the final norm, and the logits
+with the loss's fp32 upcast (docs/planning.md).
+
+`probe_head` converts the embedding, the final norm and the output head of a model built on meta
+(census/build.py) to fake tensors, runs them as the causal LM's forward does (ids → embedding;
+the stack's output → final norm → head → the model's own loss function), and books every
+storage autograd saves, once, to the part that saved it, parameters left out. The embedding's
+part also holds its output: the first layer's input, which the layers' prices leave out.
+Final-logit softcapping (Gemma 2 and 3) is applied by the causal LM's forward, not by these
+parts, and is not measured.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from speccat.census.build import Built
+from speccat.census.predicates import is_norm
+from speccat.census.spec import SpecError
+
+HEAD_PARTS = ("embedding", "final_norm", "logits")
+
+
+def probe_head(built: Built, seq_length: int) -> dict[str, float]:
+    """Bytes per token each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1."""
+    head = built.model.get_output_embeddings()
+    norms = [m for m in built.decoder.children() if is_norm(m)]
+    if head is None or not norms:
+        raise SpecError("unsupported_layer", f"{type(built.model).__name__}: no output head or final norm to probe")
+    norm = norms[-1]
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake:
+        for module in (built.embedding, norm, head):
+            module.to_empty(device="cpu")
+    params = {p.untyped_storage()._cdata for m in (built.embedding, norm, head) for p in m.parameters()}
+    saved: Counter = Counter()
+    seen: dict[int, torch.Tensor] = {}  # kept alive so a storage's identity cannot be reused
+    part = ["embedding"]
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        key = tensor.untyped_storage()._cdata
+        if key not in params and key not in seen:
+            seen[key] = tensor
+            saved[part[0]] += tensor.untyped_storage().nbytes()
+        return tensor
+
+    with fake, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        ids = torch.zeros(1, seq_length, dtype=torch.long)
+        embeds = built.embedding(ids)
+        saved["embedding"] += embeds.untyped_storage().nbytes()  # the first layer's input
+        hidden = torch.empty_like(embeds, requires_grad=True)  # the stack's output
+        part[0] = "final_norm"
+        normed = norm(hidden)
+        part[0] = "logits"
+        logits = head(normed)
+        built.model.loss_function(logits=logits, labels=ids, vocab_size=logits.shape[-1])
+    return {name: saved[name] / seq_length for name in HEAD_PARTS}
