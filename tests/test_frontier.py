@@ -1,0 +1,99 @@
+"""Distinct switch sets and the frontier (catalogue/records/frontier.py), for every kind and
+setting of every shipped config, from the specs the snapshot refresh stored: every set is on
+the frontier or dominated by a set that is, and equivalent sets are really equal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs
+from speccat.catalogue.records.frontier import FULL, cheapest_saving, frontier
+from speccat.catalogue.records.pricing import price_layers
+from speccat.census.family import family_for
+from speccat.census.version import CENSUS_VERSION
+
+
+def fronts(specs, records, grid):
+    costs = load_costs(records)
+    for config_hash, spec in sorted(specs.items()):
+        defaults = family_for(spec["arch"]).pricing_defaults()
+        prices = price_layers(spec, defaults, records, grid)
+        oc = op_costs(spec, defaults, records, grid, costs)
+        flops, moved = oc.masks(records)
+        yield spec, prices, oc, frontier(prices, flops, moved, *oc.forward())
+
+
+@pytest.fixture(scope="module")
+def shipped_fronts(snapshot_runs, records, grid):
+    from speccat.catalogue.store.file import load_specs
+
+    specs = load_specs(snapshot_runs.db, CENSUS_VERSION)
+    assert len(specs) >= 30
+    return list(fronts(specs, records, grid))
+
+
+def test_every_set_is_on_the_frontier_or_dominated_by_one_that_is(shipped_fronts):
+    for spec, _, _, front in shipped_fronts:
+        on = front.on_frontier
+        assert on.any(axis=2).all(), spec["name"]
+        for k in range(on.shape[0]):
+            for i in range(on.shape[1]):
+                kept, flops, moved = front.kept[k, i], front.flops[k, i], front.moved[k, i]
+                # le[q, p]: q is <= p in all three; lt[q, p]: q is < p in one
+                le = (kept[:, None] <= kept) & (flops[:, None] <= flops) & (moved[:, None] <= moved)
+                lt = (kept[:, None] < kept) | (flops[:, None] < flops) | (moved[:, None] < moved)
+                f = on[k, i]
+                assert le[f][:, ~f].any(axis=0).all(), (spec["name"], k, i)  # each other point is covered by a frontier point
+                assert not (le & lt)[:, f].any(), (spec["name"], k, i)  # and nothing beats a frontier point
+
+
+def test_equivalent_sets_are_really_equal(shipped_fronts, records):
+    distinct = total = 0
+    for spec, prices, oc, front in shipped_fronts:
+        name = spec["name"]
+        flops, moved = oc.masks(records)
+        rep = front.representative
+        for part in (prices.attention, prices.ffn, prices.norm, prices.total, flops, moved):
+            assert np.array_equal(np.take_along_axis(part, rep.astype(np.int64), axis=2), part), name
+        masks = np.arange(records.n_masks)
+        assert (rep <= masks).all() and (rep[..., 0] == 0).all()
+        # a representative differs from every lower mask: classes are whole
+        for k in range(rep.shape[0]):
+            for i in range(rep.shape[1]):
+                reps = np.unique(rep[k, i])
+                keys = {(prices.attention[k, i, m], prices.ffn[k, i, m], prices.norm[k, i, m], flops[k, i, m], moved[k, i, m]) for m in reps}
+                assert len(keys) == len(reps), name
+                distinct += len(reps)
+                total += records.n_masks
+    assert distinct < total / 2  # most of the 256 sets are duplicates (the issue counted 36,656 of 294,912)
+
+
+def test_gather_never_changes_anything_and_att_up_only_for_mla(shipped_fronts, records):
+    gather, att_up = records.mask_of(["gather"]), records.mask_of(["attUp"])
+    mla = 0
+    for spec, _, _, front in shipped_fronts:
+        assert (front.representative[..., gather] == 0).all(), spec["name"]
+        if "kv_lora_rank" in spec:
+            mla += 1
+            assert (front.representative[..., att_up] == att_up).all(), spec["name"]
+        else:
+            assert (front.representative[..., att_up] == 0).all(), spec["name"]
+    assert mla >= 3  # DeepSeek-V2-Lite, V3, R1, V3.2
+
+
+def test_cheapest_set_saving_at_least_half(shipped_fronts, records):
+    h100 = load_accelerators()["H100-SXM"]
+    for spec, prices, oc, front in shipped_fronts:
+        name = spec["name"]
+        seconds = h100.seconds(front.flops, front.moved)
+        best = cheapest_saving(front, seconds, 0.5)
+        for k in range(best.shape[0]):
+            for i in range(best.shape[1]):
+                saved = 1 - front.kept[k, i] / front.kept[k, i, 0]
+                ok = np.flatnonzero(saved >= 0.5)
+                if best[k, i] == -2:
+                    assert ok.size == 0
+                    continue
+                p = front.n_masks if best[k, i] == FULL else best[k, i]
+                assert saved[p] >= 0.5 and seconds[k, i, p] == seconds[k, i, ok].min(), spec["name"]
