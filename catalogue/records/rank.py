@@ -1,0 +1,171 @@
+"""Whole-rank memory and what fits (docs/planning.md): for a layout (dp, tp, pp, ep, cp, ZeRO
+stage, virtual stages), a sequence length and a micro-batch, the bytes each pipeline stage's
+rank holds under each switch set, and which (layout, switch set) pairs fit a memory budget,
+ranked by estimated recompute time.
+
+A stage's rank holds its model states (states.py), its layers' activations (the records'
+prices) and its ends' (head.py: the embedding on the first stage, the final norm and logits on
+the last), each for the micro-batches in flight: in 1F1B, stage i of pp holds pp − i; with v
+virtual stages each holds (pp − i)(1 + (pp − 1)/(pp·v)) (Korthikanti et al. 2022, section
+4.2.3, for the first stage). The rank that must fit is the fullest stage's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from speccat.catalogue.records.cost import Accelerator, Costs, op_costs
+from speccat.catalogue.records.head import Head, price_head
+from speccat.catalogue.records.oprecords import Records
+from speccat.catalogue.records.pricing import price_layers
+from speccat.catalogue.records.settings import Grid
+from speccat.catalogue.records.states import Layout, States, rank_states, stage_kinds
+
+FULL = -1  # full recompute, beside the masks
+
+
+def in_flight(pp: int, vpp: int, stage: int) -> float:
+    """Micro-batches whose activations stage `stage` holds at its peak."""
+    factor = 1.0 + (pp - 1) / (pp * vpp) if vpp > 1 else 1.0
+    return (pp - stage) * factor
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One (layout, switch set): the fullest stage's bytes by part, and the recompute it costs."""
+
+    layout: Layout
+    micro_batch: int
+    mask: int  # FULL for full recompute
+    switch_set: str
+    stage: int  # the fullest stage
+    in_flight: float
+    activations: float  # bytes: the stage's layers × in-flight micro-batches
+    ends: float  # bytes: embedding / final norm and logits × in-flight micro-batches
+    weight: float
+    grad: float
+    optimizer: float
+    total: float
+    recompute_flops: float  # per micro-batch, the first stage's layers
+    recompute_moved: float
+    recompute_s: float  # estimated, per micro-batch, the first stage's layers
+    overhead: float  # recompute_s over the same layers' forward + backward time (ratio)
+
+    def as_dict(self) -> dict:
+        out = {f: getattr(self.layout, f) for f in ("dp", "tp", "pp", "ep", "cp", "zero", "vpp")}
+        out.update({k: v for k, v in self.__dict__.items() if k != "layout"})
+        return out
+
+
+def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: Iterable[int]) -> list[Layout]:
+    """Every layout of `gpus` ranks: tp dividing the heads, pp at most the layers, ep dividing
+    both the routed experts and dp·cp; a field given in `fixed` is held at its value."""
+    heads = int(spec["num_attention_heads"])
+    n_layers = sum(g["count"] for g in spec["layers"])
+    experts = int(spec.get("num_experts", 1) or 1)
+
+    def choices(name: str, candidates: Iterable[int]) -> list[int]:
+        return [fixed[name]] if fixed.get(name) is not None else list(candidates)
+
+    divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    out = []
+    for tp, pp, cp in product(choices("tp", [d for d in divisors if heads % d == 0]), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [1])):
+        if gpus % (tp * pp * cp):
+            continue
+        dp = gpus // (tp * pp * cp)
+        if fixed.get("dp") is not None and fixed["dp"] != dp:
+            continue
+        eps = [d for d in range(1, dp * cp + 1) if (dp * cp) % d == 0 and experts % d == 0] if experts > 1 else [1]
+        for ep, zero in product(choices("ep", eps), zeros):
+            if zero and dp * cp == 1:
+                continue  # no data-parallel ranks to shard over: every ZeRO stage is stage 0
+            out.append(Layout(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, zero=zero, vpp=fixed.get("vpp") or 1))
+    return out
+
+
+def _pareto(bytes_: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Points no other point beats on both (<= both, < one); of equal points the first."""
+    le = (bytes_[:, None] <= bytes_) & (seconds[:, None] <= seconds)
+    lt = (bytes_[:, None] < bytes_) | (seconds[:, None] < seconds)
+    dominated = (le & lt).any(axis=0)
+    same = (bytes_[:, None] == bytes_) & (seconds[:, None] == seconds)
+    first = same.argmax(axis=0) == np.arange(len(bytes_))
+    return ~dominated & first
+
+
+def fits(
+    spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs, states: States, head: Head,
+    accelerator: Accelerator, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
+    fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
+) -> list[Fit]:  # fmt: skip
+    """Every (layout, switch set) whose fullest stage fits `budget` bytes, ranked by estimated
+    recompute seconds, then total bytes. Per layout only the switch sets no other beats on both
+    bytes and seconds are listed (one of each equal pair: the lowest mask, full recompute last)."""
+    fixed = dict(fixed or {})
+    candidates = layouts(gpus, spec, fixed, zeros)
+    keys = sorted({(lay.tp, lay.cp) for lay in candidates})
+    settings = [grid.setting({"seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
+    sub = grid.with_settings(settings)
+    prices = price_layers(spec, defaults, records, sub)
+    oc = op_costs(spec, defaults, records, sub, costs)
+    flops, moved = oc.masks(records)
+    fwd_flops, fwd_moved = oc.forward()
+    seconds = oc.seconds(accelerator, records)  # [kind, setting, mask]
+    fwd_seconds = oc.seconds(accelerator).sum(axis=2)  # [kind, setting]
+    # points: masks, then full recompute
+    kept = np.concatenate([prices.total, prices.full[..., None]], axis=2)
+    p_flops = np.concatenate([flops, fwd_flops[..., None]], axis=2)
+    p_moved = np.concatenate([moved, fwd_moved[..., None]], axis=2)
+    p_seconds = np.concatenate([seconds, fwd_seconds[..., None]], axis=2)
+    kind_index = {k: i for i, k in enumerate(prices.kinds)}
+    ends = [price_head(spec, defaults, records, s, grid.dtype_bytes, head) for s in settings]
+    n = records.n_masks
+    out: list[Fit] = []
+    stage_cache: dict[int, list[dict[str, int]]] = {}
+    for lay in candidates:
+        j = keys.index((lay.tp, lay.cp))
+        stages = stage_cache.setdefault(lay.pp, stage_kinds(spec, lay.pp))
+        per_stage = []
+        for i, counts in enumerate(stages):
+            weights = np.zeros(len(prices.kinds))
+            for kind, c in counts.items():
+                weights[kind_index[kind]] = c
+            act = weights @ kept[:, j, :]  # [point]
+            end = (ends[j]["embedding"] if i == 0 else 0.0) + (ends[j]["final_norm"] + ends[j]["logits"] if i == lay.pp - 1 else 0.0)
+            flight = in_flight(lay.pp, lay.vpp, i)
+            st = rank_states(spec, lay, states, stage=i, recipe=recipe)
+            per_stage.append((i, flight, act * flight, end * flight, st))
+        totals = np.stack([a + e + st["total"] for _, _, a, e, st in per_stage])  # [stage, point]
+        fullest = totals.argmax(axis=0)
+        first = np.zeros(len(prices.kinds))
+        for kind, c in stages[0].items():
+            first[kind_index[kind]] = c
+        rec_s = first @ p_seconds[:, j, :]
+        step_s = costs.step_factor * (first @ fwd_seconds[:, j])
+        keep = _pareto(totals.max(axis=0), rec_s)
+        for p in np.flatnonzero(keep):
+            total = float(totals[fullest[p], p])
+            if total > budget:
+                continue
+            i, flight, act, end, st = per_stage[fullest[p]]
+            mask = FULL if p == n else int(p)
+            out.append(Fit(
+                lay, micro_batch, mask, "full" if mask == FULL else _name(records, mask), int(i), float(flight),
+                float(act[p]), float(end), st["weight"], st["grad"], st["optimizer"], total,
+                float(first @ p_flops[:, j, p]), float(first @ p_moved[:, j, p]), float(rec_s[p]), float(rec_s[p] / step_s),
+            ))  # fmt: skip
+    out.sort(key=lambda f: (f.recompute_s, f.total, f.layout.gpus, f.mask))
+    return out
+
+
+def _name(records: Records, mask: int) -> str:
+    switches = records.switches_of(mask)
+    if not switches:
+        return "none"
+    if len(switches) == len(records.switches):
+        return "all"
+    return ",".join(switches)

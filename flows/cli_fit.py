@@ -1,0 +1,113 @@
+"""`speccat fit`: every layout and switch set whose per-rank memory fits the GPUs, ranked by
+estimated recompute time, with the breakdown (docs/planning.md).
+
+The spec comes from the catalogue (the repo's at the latest census version); the prices, the
+recompute costs, the model states and the model's ends are computed from the data files
+(catalogue/records/rank.py), at exactly the sequence length and micro-batch asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+
+from speccat.flows.targets import DEFAULT_DB
+
+UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_size(text: str) -> float:
+    """'80GiB', '141GB', '1.5TiB' or a number of bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size such as 80GiB, 141GB or 1.5TiB")
+    return float(match.group(1)) * UNITS[match.group(2).lower()]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    fit = subparsers.add_parser(
+        "fit",
+        help="every layout and switch set whose per-rank memory fits, ranked by recompute time",
+        description="List every parallel layout (dp, tp, pp, ep, ZeRO stage) of --gpus GPUs and every "
+        "switch set no other beats on both memory and recompute time, whose fullest pipeline stage fits "
+        "--gpu-mem: activations of the stage's layers times the micro-batches in flight, the embedding, "
+        "final norm and logits, and weights, gradients and optimizer states. Ranked by estimated "
+        "recompute time per micro-batch on --accelerator.",
+    )
+    fit.add_argument("repo_id", metavar="REPO_ID")
+    fit.add_argument("--gpu-mem", type=parse_size, help="memory per GPU (default: the accelerator's)")
+    fit.add_argument("--seq", type=int, required=True, help="sequence length")
+    fit.add_argument("--gpus", type=int, required=True, help="GPUs in all")
+    fit.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
+        fit.add_argument(f"--{name}", type=int, help=f"hold the {what}-parallel size at this value")
+    fit.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="hold the ZeRO stage (default: try 0 to 3)")
+    fit.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B; default 1)")
+    fit.add_argument("--accelerator", default="H100-SXM", help="a name of catalogue/records/accelerators.yaml (default H100-SXM)")
+    fit.add_argument("--top", type=int, default=20, help="rows to print (default 20; 0: all)")
+    fit.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
+    fit.add_argument("--json", action="store_true", help="print one JSON object")
+    fit.set_defaults(handler=fit_command)
+
+
+def load_spec(db: str, repo_id: str) -> dict:
+    from speccat import sql
+    from speccat.catalogue.store import present
+    from speccat.catalogue.store.file import open_readonly
+
+    with contextlib.closing(open_readonly(db)) as con:
+        found = present.run(con, sql.load("show/spec"), {"repo_id": repo_id})
+    if not found.rows:
+        raise LookupError(f"{repo_id} has no spec at the latest census version in {db}")
+    return json.loads(found.rows[0][1])
+
+
+def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
+    from speccat.catalogue.records.cost import load_accelerators, load_costs
+    from speccat.catalogue.records.head import load_head
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.rank import fits
+    from speccat.catalogue.records.settings import load_settings
+    from speccat.catalogue.records.states import load_states
+    from speccat.census.family import family_for
+
+    accelerators = load_accelerators()
+    if args.accelerator not in accelerators:
+        raise LookupError(f"unknown accelerator {args.accelerator!r}; known: {', '.join(accelerators)}")
+    accelerator = accelerators[args.accelerator]
+    budget = args.gpu_mem if args.gpu_mem is not None else accelerator.memory
+    records = load_records()
+    fixed = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp, "vpp": args.vpp}
+    zeros = (args.zero,) if args.zero is not None else (0, 1, 2, 3)
+    rows = fits(
+        spec, family_for(spec["arch"]).pricing_defaults(), records, load_settings(), load_costs(records), load_states(),
+        load_head(), accelerator, gpus=args.gpus, seq=args.seq, budget=budget, micro_batch=args.micro_batch,
+        fixed=fixed, zeros=zeros,
+    )  # fmt: skip
+    return rows, budget
+
+
+def fit_command(args: argparse.Namespace) -> int:
+    spec = load_spec(args.db, args.repo_id)
+    rows, budget = fit_rows(args, spec)
+    shown = rows if args.top == 0 else rows[: args.top]
+    if args.json:
+        print(json.dumps({"repo_id": args.repo_id, "budget_bytes": budget, "fits": len(rows), "rows": [r.as_dict() for r in shown]}))
+        return 0
+    from speccat.catalogue.store.present import human_bytes, table
+
+    print(f"{args.repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
+          f"on {args.gpus} GPUs at seq {args.seq}, micro-batch {args.micro_batch}; showing {len(shown)}")  # fmt: skip
+    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%")
+    body = []
+    for r in shown:
+        d = r.as_dict()
+        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [human_bytes(d[c]) for c in columns[7:13]]
+                    + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}"])  # fmt: skip
+    print(table(columns, body))
+    if not rows:
+        print("nothing fits: try more GPUs, a shorter sequence or a larger --gpu-mem", file=sys.stderr)
+    return 0
