@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import re
 import sys
@@ -46,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         fit.add_argument(f"--{name}", type=int, help=f"hold the {what}-parallel size at this value")
     fit.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="hold the ZeRO stage (default: try 0 to 3)")
     fit.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B; default 1)")
-    fit.add_argument("--accelerator", default="H100-SXM", help="a name of catalogue/records/accelerators.yaml (default H100-SXM)")
+    fit.add_argument("--accelerator", default="H100-SXM", help="a name of catalogue/records/accelerators.yaml (default H100-SXM); "
+                     "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=int, default=20, help="rows to print (default 20; 0: all)")
     fit.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
     fit.add_argument("--json", action="store_true", help="print one JSON object")
@@ -65,26 +67,35 @@ def load_spec(db: str, repo_id: str) -> dict:
     return json.loads(found.rows[0][1])
 
 
-def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
+@functools.lru_cache(maxsize=1)
+def planning_data() -> dict:
+    """The data files fit reads, parsed once per process."""
     from speccat.catalogue.records.cost import load_accelerators, load_costs
     from speccat.catalogue.records.head import load_head
     from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.records.rank import fits
     from speccat.catalogue.records.settings import load_settings
     from speccat.catalogue.records.states import load_states
+
+    records = load_records()
+    return {"records": records, "grid": load_settings(), "costs": load_costs(records), "states": load_states(),
+            "head": load_head(), "accelerators": load_accelerators()}  # fmt: skip
+
+
+def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
+    from speccat.catalogue.records.rank import fits
     from speccat.census.family import family_for
 
-    accelerators = load_accelerators()
+    data = planning_data()
+    accelerators = data["accelerators"]
     if args.accelerator not in accelerators:
         raise LookupError(f"unknown accelerator {args.accelerator!r}; known: {', '.join(accelerators)}")
     accelerator = accelerators[args.accelerator]
     budget = args.gpu_mem if args.gpu_mem is not None else accelerator.memory
-    records = load_records()
     fixed = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp, "vpp": args.vpp}
     zeros = (args.zero,) if args.zero is not None else (0, 1, 2, 3)
     rows = fits(
-        spec, family_for(spec["arch"]).pricing_defaults(), records, load_settings(), load_costs(records), load_states(),
-        load_head(), accelerator, gpus=args.gpus, seq=args.seq, budget=budget, micro_batch=args.micro_batch,
+        spec, family_for(spec["arch"]).pricing_defaults(), data["records"], data["grid"], data["costs"], data["states"],
+        data["head"], accelerator, gpus=args.gpus, seq=args.seq, budget=budget, micro_batch=args.micro_batch,
         fixed=fixed, zeros=zeros,
     )  # fmt: skip
     return rows, budget
@@ -101,12 +112,12 @@ def fit_command(args: argparse.Namespace) -> int:
 
     print(f"{args.repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
           f"on {args.gpus} GPUs at seq {args.seq}, micro-batch {args.micro_batch}; showing {len(shown)}")  # fmt: skip
-    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%")
+    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%", "ms_per_seq")
     body = []
     for r in shown:
         d = r.as_dict()
         body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [human_bytes(d[c]) for c in columns[7:13]]
-                    + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}"])  # fmt: skip
+                    + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}", f"{d['recompute_s_per_seq'] * 1e3:.2f}"])  # fmt: skip
     print(table(columns, body))
     if not rows:
         print("nothing fits: try more GPUs, a shorter sequence or a larger --gpu-mem", file=sys.stderr)

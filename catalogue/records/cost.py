@@ -50,6 +50,7 @@ class Accelerator:
     peak_flops: float
     bandwidth: float
     memory: float
+    node: int  # GPUs of one node
 
     def seconds(self, flops: Any, moved: Any) -> Any:
         """max(flops / peak, bytes / bandwidth), element for element."""
@@ -96,11 +97,12 @@ def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:
     top = loader.mapping("", data, ("accelerators",), ("accelerators",))
     out = {}
     for name, body in top["accelerators"].items():
-        body = loader.mapping(f"accelerators.{name}", body, ("peak_flops", "bandwidth", "memory"), ("peak_flops", "bandwidth", "memory"))
-        values = [float(body[k]) for k in ("peak_flops", "bandwidth", "memory")]
-        if not all(v > 0 for v in values):
-            raise loader.fail("bad_value", f"accelerators.{name}", "peak_flops, bandwidth and memory must be > 0")
-        out[name] = Accelerator(name, *values)
+        fields = ("peak_flops", "bandwidth", "memory", "node")
+        body = loader.mapping(f"accelerators.{name}", body, fields, fields)
+        values = [body[k] for k in fields]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values) or not isinstance(body["node"], int):
+            raise loader.fail("bad_value", f"accelerators.{name}", "peak_flops, bandwidth, memory must be > 0 and node a positive integer")
+        out[name] = Accelerator(name, float(values[0]), float(values[1]), float(values[2]), int(values[3]))
     return out
 
 

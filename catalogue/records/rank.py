@@ -54,6 +54,7 @@ class Fit:
     recompute_moved: float
     recompute_s: float  # estimated, per micro-batch, the first stage's layers
     overhead: float  # recompute_s over the same layers' forward + backward time (ratio)
+    recompute_s_per_seq: float  # recompute_s over the sequences the dp pipelines take per micro-batch (dp · micro_batch)
 
     def as_dict(self) -> dict:
         out = {f: getattr(self.layout, f) for f in ("dp", "tp", "pp", "ep", "cp", "zero", "vpp")}
@@ -61,8 +62,8 @@ class Fit:
         return out
 
 
-def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: Iterable[int]) -> list[Layout]:
-    """Every layout of `gpus` ranks: tp dividing the heads, pp at most the layers, ep dividing
+def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: Iterable[int], max_tp: int) -> list[Layout]:
+    """Every layout of `gpus` ranks: tp dividing the heads and tp and cp at most `max_tp` (a node), pp at most the layers, ep dividing
     both the routed experts and dp·cp; a field given in `fixed` is held at its value."""
     heads = int(spec["num_attention_heads"])
     n_layers = sum(g["count"] for g in spec["layers"])
@@ -73,7 +74,7 @@ def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: It
 
     divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
     out = []
-    for tp, pp, cp in product(choices("tp", [d for d in divisors if heads % d == 0]), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [1])):
+    for tp, pp, cp in product(choices("tp", [d for d in divisors if heads % d == 0 and d <= max_tp]), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [d for d in divisors if d <= max_tp])):
         if gpus % (tp * pp * cp):
             continue
         dp = gpus // (tp * pp * cp)
@@ -103,10 +104,11 @@ def fits(
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) whose fullest stage fits `budget` bytes, ranked by estimated
-    recompute seconds, then total bytes. Per layout only the switch sets no other beats on both
+    recompute seconds per sequence (the first stage's per micro-batch, over dp · micro_batch:
+    the dp pipelines run side by side), then total bytes. Per layout only the switch sets no other beats on both
     bytes and seconds are listed (one of each equal pair: the lowest mask, full recompute last)."""
     fixed = dict(fixed or {})
-    candidates = layouts(gpus, spec, fixed, zeros)
+    candidates = layouts(gpus, spec, fixed, zeros, accelerator.node)
     keys = sorted({(lay.tp, lay.cp) for lay in candidates})
     settings = [grid.setting({"seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
     sub = grid.with_settings(settings)
@@ -157,8 +159,9 @@ def fits(
                 lay, micro_batch, mask, "full" if mask == FULL else _name(records, mask), int(i), float(flight),
                 float(act[p]), float(end), st["weight"], st["grad"], st["optimizer"], total,
                 float(first @ p_flops[:, j, p]), float(first @ p_moved[:, j, p]), float(rec_s[p]), float(rec_s[p] / step_s),
+                float(rec_s[p] / (lay.dp * micro_batch)),
             ))  # fmt: skip
-    out.sort(key=lambda f: (f.recompute_s, f.total, f.layout.gpus, f.mask))
+    out.sort(key=lambda f: (f.recompute_s_per_seq, f.total, f.mask))
     return out
 
 
