@@ -166,13 +166,19 @@ def test_masks_ranked(con):
     totals = model_totals(item, setting_id(8192, 1, 4, 2))
     rows = query(con, "masks_ranked", repo_id=item.repo_id, seq_length=8192, tp=4, cp=2)
     masks = [m for m in totals if m is not None]
-    expected = sorted(masks, key=lambda m: (totals[m], bin(m).count("1"), m))
-    assert [r["mask"] for r in rows] == expected
-    assert rows[0]["rank"] == 1 and rows[-1]["rank"] <= len(masks)
+    classes: dict[float, list[int]] = {}
+    for m in sorted(masks, key=lambda m: (bin(m).count("1"), m)):
+        classes.setdefault(totals[m], []).append(m)
+    expected = sorted((members[0] for members in classes.values()), key=lambda m: (totals[m], bin(m).count("1"), m))
+    assert [r["mask"] for r in rows] == expected  # one row per distinct result, no duplicates
+    assert sum(r["n_equivalent"] for r in rows) == len(masks)
+    assert rows[0]["rank"] == 1 and rows[-1]["rank"] <= len(rows)
     for r in rows:
         assert r["total"] == totals[r["mask"]]
+        assert r["n_equivalent"] == len(classes[r["total"]]) == len(r["equivalents"])
         assert r["saved"] == totals[0] - totals[r["mask"]]
-    # more switches recomputed never keeps more: the all-switches mask ranks first
+        assert r["pct_saved"] == round(100 * (totals[0] - totals[r["mask"]]) / totals[0], 2)
+    # more switches recomputed never keeps more: the all-switches mask's class ranks first
     assert rows[0]["total"] == totals[255]
 
 

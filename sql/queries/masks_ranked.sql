@@ -1,5 +1,7 @@
--- One repo's switch sets ranked by the whole-model bytes they keep at one setting, least
--- first, with what each saves against no recompute, at the latest versions.
+-- One repo's distinct switch sets ranked by the whole-model bytes they keep at one setting,
+-- least first, with what each saves against no recompute (bytes and per cent), at the latest
+-- versions. Sets that keep the same bytes in every part are one row: the representative with
+-- the fewest switches (then the lowest mask), how many sets it stands for, and their names.
 -- Parameters: repo_id (required); seq_length, micro_batch, tp, cp [the grid's defaults: the
 --   table setting_defaults, through the view chosen_settings].
 -- The repo's config, the setting and the versions are looked up first, as constants for the scan.
@@ -13,15 +15,27 @@ SET VARIABLE _setting_ids = coalesce(
     error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
 
 WITH priced AS (
-    SELECT m.setting_id, m.mask, w.name AS switch_set, w.n_recomputed, m.total
+    SELECT m.setting_id, m.mask, w.name AS switch_set, w.n_recomputed, m.attention, m.ffn, m.norm, m.total
     FROM model_prices AS m JOIN switch_sets AS w USING (mask)
     WHERE m.config_hash = getvariable('_config_hash') AND m.census_version = getvariable('_census_version')
       AND m.records_version = getvariable('_records_version')
       AND list_contains(getvariable('_setting_ids'), m.setting_id)
+),
+classes AS (
+    SELECT setting_id, total,
+           arg_min(mask, n_recomputed * 65536 + mask) AS mask,
+           min(n_recomputed) AS n_recomputed,
+           count(*) AS n_equivalent,
+           list(switch_set ORDER BY n_recomputed, mask) AS equivalents
+    FROM priced
+    GROUP BY setting_id, attention, ffn, norm, total
 )
-SELECT p.setting_id,
-       rank() OVER (PARTITION BY p.setting_id ORDER BY p.total, p.n_recomputed) AS rank,
-       p.mask, p.switch_set, p.n_recomputed, p.total, round(p.total / 2 ** 30, 3) AS total_gib,
-       z.total - p.total AS saved
-FROM priced AS p JOIN priced AS z ON z.setting_id = p.setting_id AND z.mask = 0
-ORDER BY p.setting_id, rank, p.mask;
+SELECT c.setting_id,
+       rank() OVER (PARTITION BY c.setting_id ORDER BY c.total, c.n_recomputed) AS rank,
+       c.mask, w.name AS switch_set, c.n_recomputed, c.n_equivalent, c.equivalents,
+       c.total, round(c.total / 2 ** 30, 3) AS total_gib,
+       z.total - c.total AS saved, round(100 * (z.total - c.total) / z.total, 2) AS pct_saved
+FROM classes AS c
+JOIN switch_sets AS w USING (mask)
+JOIN priced AS z ON z.setting_id = c.setting_id AND z.mask = 0
+ORDER BY c.setting_id, rank, c.mask;
