@@ -15,7 +15,7 @@ import json
 import re
 import sys
 
-from speccat.flows.targets import DEFAULT_DB
+from speccat.flows.cli_catalogue import _catalogue_options, _epilog, _target, _units_option
 
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
@@ -36,10 +36,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "switch set no other beats on both memory and recompute time, whose fullest pipeline stage fits "
         "--gpu-mem: activations of the stage's layers times the micro-batches in flight, the embedding, "
         "final norm and logits, and weights, gradients and optimizer states. Ranked by estimated "
-        "recompute time per micro-batch on --accelerator.",
+        "recompute time per sequence on --accelerator. Layouts that layouts.yaml refuses (heads "
+        "not divisible by tp, ...) are left out.",
+        **_epilog(
+            "speccat fit meta-llama/Llama-3.1-8B-Instruct --gpu-mem 80GiB --seq 8192 --gpus 8",
+            "speccat fit Qwen/Qwen3-30B-A3B --seq 32768 --gpus 16 --ep 8 --zero 1 --accelerator H200-SXM --json",
+        ),
     )
     fit.add_argument("repo_id", metavar="REPO_ID")
-    fit.add_argument("--gpu-mem", type=parse_size, help="memory per GPU (default: the accelerator's)")
+    fit.add_argument("--gpu-mem", type=parse_size, help="memory per GPU, such as 80GiB or 141GB (default: the accelerator's)")
     fit.add_argument("--seq", type=int, required=True, help="sequence length")
     fit.add_argument("--gpus", type=int, required=True, help="GPUs in all")
     fit.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
@@ -50,21 +55,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--accelerator", default="H100-SXM", help="a name of catalogue/records/accelerators.yaml (default H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=int, default=20, help="rows to print (default 20; 0: all)")
-    fit.add_argument("--db", default=DEFAULT_DB, help=f"catalogue file (default {DEFAULT_DB})")
-    fit.add_argument("--json", action="store_true", help="print one JSON object")
+    _catalogue_options(fit)
+    _units_option(fit)
+    fit.add_argument("--json", action="store_true", help="print one JSON object (bytes as numbers)")
     fit.set_defaults(handler=fit_command)
 
 
-def load_spec(db: str, repo_id: str) -> dict:
+def load_spec(args: argparse.Namespace) -> tuple[str, dict]:
+    """The stored repo id REPO_ID names (exactly, else ignoring case) and its spec."""
     from speccat import sql
+    from speccat.catalogue.errors import InputError
     from speccat.catalogue.store import present
-    from speccat.catalogue.store.file import open_readonly
 
-    with contextlib.closing(open_readonly(db)) as con:
+    with _target(args).open_readonly() as con:
+        repo_id = present.resolve_repo_id(con, args.repo_id)
         found = present.run(con, sql.load("show/spec"), {"repo_id": repo_id})
     if not found.rows:
-        raise LookupError(f"{repo_id} has no spec at the latest census version in {db}")
-    return json.loads(found.rows[0][1])
+        raise InputError("not_found", f"{repo_id} has no spec at the latest census version (see speccat show {repo_id})")
+    return repo_id, json.loads(found.rows[0][1])
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,7 +96,9 @@ def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
     data = planning_data()
     accelerators = data["accelerators"]
     if args.accelerator not in accelerators:
-        raise LookupError(f"unknown accelerator {args.accelerator!r}; known: {', '.join(accelerators)}")
+        from speccat.catalogue.errors import InputError
+
+        raise InputError("bad_argument", f"--accelerator {args.accelerator}: known: {', '.join(accelerators)}")
     accelerator = accelerators[args.accelerator]
     budget = args.gpu_mem if args.gpu_mem is not None else accelerator.memory
     fixed = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp, "vpp": args.vpp}
@@ -102,21 +112,21 @@ def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    spec = load_spec(args.db, args.repo_id)
+    repo_id, spec = load_spec(args)
     rows, budget = fit_rows(args, spec)
     shown = rows if args.top == 0 else rows[: args.top]
     if args.json:
-        print(json.dumps({"repo_id": args.repo_id, "budget_bytes": budget, "fits": len(rows), "rows": [r.as_dict() for r in shown]}))
+        print(json.dumps({"repo_id": repo_id, "budget_bytes": budget, "fits": len(rows), "rows": [r.as_dict() for r in shown]}))
         return 0
-    from speccat.catalogue.store.present import human_bytes, table
+    from speccat.catalogue.store.present import format_bytes, human_bytes, table
 
-    print(f"{args.repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
+    print(f"{repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
           f"on {args.gpus} GPUs at seq {args.seq}, micro-batch {args.micro_batch}; showing {len(shown)}")  # fmt: skip
     columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%", "ms_per_seq")
     body = []
     for r in shown:
         d = r.as_dict()
-        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [human_bytes(d[c]) for c in columns[7:13]]
+        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [format_bytes(d[c], args.units) for c in columns[7:13]]
                     + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}", f"{d['recompute_s_per_seq'] * 1e3:.2f}"])  # fmt: skip
     print(table(columns, body))
     if not rows:

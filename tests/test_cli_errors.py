@@ -75,7 +75,7 @@ def test_version_and_examples_in_every_help(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.startswith("speccat 0.")
-    for command in ("census", "price", "refresh", "serve", "query", "show", "export"):
+    for command in ("census", "price", "refresh", "serve", "query", "show", "export", "fit"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert f"examples:\n  speccat {command}" in capsys.readouterr().out or command == "serve"

@@ -16,7 +16,8 @@ BUDGET = 80 * 2**30
 
 
 def run_fit(db, capsys, *extra) -> dict:
-    assert main(["fit", REPO, "--gpu-mem", "80GiB", "--seq", "8192", "--gpus", "8", "--db", str(db), "--json", "--top", "0", *extra]) == 0
+    argv = ["fit", REPO, "--gpu-mem", "80GiB", "--seq", "8192", "--gpus", "8", "--db", str(db), "--json", "--top", "0", *extra]
+    assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -76,6 +77,13 @@ def test_held_fields_are_held(snapshot_runs, capsys):
     assert rows and all(r["tp"] == 2 and r["zero"] == 1 for r in rows)
 
 
-def test_an_unknown_repo_is_one_line(snapshot_runs, capsys):
-    assert main(["fit", "nobody/nothing", "--seq", "8192", "--gpus", "8", "--db", str(snapshot_runs.db)]) == 1
-    assert "no spec" in capsys.readouterr().err
+def test_an_unknown_repo_is_one_refused_line(snapshot_runs, capsys):
+    assert main(["fit", "nobody/nothing", "--seq", "8192", "--gpus", "8", "--db", str(snapshot_runs.db)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speccat: not_found: ") and err.count("\n") == 1
+
+
+def test_layouts_the_rules_refuse_are_left_out(snapshot_runs, capsys):
+    # Llama-3.1-8B has 8 kv heads: tp 8 divides them, and 12 GPUs allow tp 1, 2, 4 (3, 6, 12 do not divide 32 heads)
+    rows = run_fit(snapshot_runs.db, capsys, "--gpus", "12")["rows"]
+    assert rows and {r["tp"] for r in rows} <= {1, 2, 4}

@@ -20,6 +20,7 @@ import numpy as np
 
 from speccat.catalogue.records.cost import Accelerator, Costs, op_costs
 from speccat.catalogue.records.head import Head, price_head
+from speccat.catalogue.records.layouts import infeasible
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
@@ -103,7 +104,8 @@ def fits(
     accelerator: Accelerator, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
 ) -> list[Fit]:  # fmt: skip
-    """Every (layout, switch set) whose fullest stage fits `budget` bytes, ranked by estimated
+    """Every (layout, switch set) whose fullest stage fits `budget` bytes (layouts that
+    layouts.yaml refuses at the setting left out), ranked by estimated
     recompute seconds per sequence (the first stage's per micro-batch, over dp · micro_batch:
     the dp pipelines run side by side), then total bytes. Per layout only the switch sets no other beats on both
     bytes and seconds are listed (one of each equal pair: the lowest mask, full recompute last)."""
@@ -111,6 +113,12 @@ def fits(
     candidates = layouts(gpus, spec, fixed, zeros, accelerator.node)
     keys = sorted({(lay.tp, lay.cp) for lay in candidates})
     settings = [grid.setting({"seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
+    refused = {row["setting_id"] for row in infeasible(spec, defaults, records, grid.with_settings(settings))}
+    keys = [key for key, setting in zip(keys, settings) if setting["setting_id"] not in refused]
+    settings = [setting for setting in settings if setting["setting_id"] not in refused]
+    candidates = [lay for lay in candidates if (lay.tp, lay.cp) in set(keys)]
+    if not candidates:
+        return []
     sub = grid.with_settings(settings)
     prices = price_layers(spec, defaults, records, sub)
     oc = op_costs(spec, defaults, records, sub, costs)
