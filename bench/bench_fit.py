@@ -28,7 +28,7 @@ CASES = (  # (shipped repo, GPUs, sequence length)
     ("meta-llama/Llama-3.1-8B-Instruct", 8, 8192),
     ("Qwen/Qwen3-30B-A3B", 8, 32768),
     ("meta-llama/Llama-3.1-70B-Instruct", 64, 131072),
-    ("deepseek-ai/DeepSeek-V3", 256, 4096),
+    ("deepseek-ai/DeepSeek-V3", 64, 4096),
 )
 
 

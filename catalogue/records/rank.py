@@ -24,7 +24,7 @@ from speccat.catalogue.records.layouts import infeasible
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
-from speccat.catalogue.records.states import Layout, States, rank_states, stage_kinds
+from speccat.catalogue.records.states import Layout, States, rank_states, stage_kinds, stage_params
 
 FULL = -1  # full recompute, beside the masks
 
@@ -90,13 +90,15 @@ def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: It
 
 
 def _pareto(bytes_: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-    """Points no other point beats on both (<= both, < one); of equal points the first."""
-    le = (bytes_[:, None] <= bytes_) & (seconds[:, None] <= seconds)
-    lt = (bytes_[:, None] < bytes_) | (seconds[:, None] < seconds)
-    dominated = (le & lt).any(axis=0)
-    same = (bytes_[:, None] == bytes_) & (seconds[:, None] == seconds)
-    first = same.argmax(axis=0) == np.arange(len(bytes_))
-    return ~dominated & first
+    """Points no other point beats on both (<= both, < one); of equal points the first.
+    Sorted by bytes, then seconds, then position, a point is on the frontier when its seconds
+    are below every earlier point's."""
+    order = np.lexsort((np.arange(len(bytes_)), seconds, bytes_))
+    ordered = seconds[order]
+    before = np.concatenate([[np.inf], np.minimum.accumulate(ordered)[:-1]])
+    out = np.zeros(len(bytes_), dtype=bool)
+    out[order] = (ordered < before) & np.isfinite(bytes_[order])
+    return out
 
 
 def fits(
@@ -135,37 +137,42 @@ def fits(
     ends = [price_head(spec, defaults, records, s, grid.dtype_bytes, head) for s in settings]
     n = records.n_masks
     out: list[Fit] = []
-    stage_cache: dict[int, list[dict[str, int]]] = {}
+    stage_weights: dict[int, list[np.ndarray]] = {}  # pp -> layers per kind on each stage
+    stage_groups: dict[int, list[dict[str, float]]] = {}  # pp -> parameters per group on each stage
+    activations: dict[tuple[int, int, int], tuple[np.ndarray, list[float], float, np.ndarray, float]] = {}
     for lay in candidates:
         j = keys.index((lay.tp, lay.cp))
-        stages = stage_cache.setdefault(lay.pp, stage_kinds(spec, lay.pp))
-        per_stage = []
-        for i, counts in enumerate(stages):
-            weights = np.zeros(len(prices.kinds))
-            for kind, c in counts.items():
-                weights[kind_index[kind]] = c
-            act = weights @ kept[:, j, :]  # [point]
-            end = (ends[j]["embedding"] if i == 0 else 0.0) + (ends[j]["final_norm"] + ends[j]["logits"] if i == lay.pp - 1 else 0.0)
-            flight = in_flight(lay.pp, lay.vpp, i)
-            st = rank_states(spec, lay, states, stage=i, recipe=recipe)
-            per_stage.append((i, flight, act * flight, end * flight, st))
-        totals = np.stack([a + e + st["total"] for _, _, a, e, st in per_stage])  # [stage, point]
+        if lay.pp not in stage_weights:
+            weights = []
+            for counts in stage_kinds(spec, lay.pp):
+                w = np.zeros(len(prices.kinds))
+                for kind, c in counts.items():
+                    w[kind_index[kind]] = c
+                weights.append(w)
+            stage_weights[lay.pp] = weights
+            stage_groups[lay.pp] = [stage_params(spec, lay.pp, i) for i in range(lay.pp)]
+        key = (j, lay.pp, lay.vpp)
+        if key not in activations:  # what dp, ep and the ZeRO stage do not change
+            flights = [in_flight(lay.pp, lay.vpp, i) for i in range(lay.pp)]
+            act = np.stack([(w @ kept[:, j, :]) * f for w, f in zip(stage_weights[lay.pp], flights)])  # [stage, point]
+            end = [((ends[j]["embedding"] if i == 0 else 0.0) + (ends[j]["final_norm"] + ends[j]["logits"] if i == lay.pp - 1 else 0.0)) * flights[i]
+                   for i in range(lay.pp)]  # fmt: skip
+            first = stage_weights[lay.pp][0]
+            activations[key] = (act + np.asarray(end)[:, None], end, costs.step_factor * float(first @ fwd_seconds[:, j]), first @ p_seconds[:, j, :], 0.0)
+        held, end, step_s, rec_s, _ = activations[key]
+        st = rank_states(spec, lay, states, stage=None, recipe=recipe, groups=stage_groups[lay.pp])
+        totals = held + np.array([x["total"] for x in st])[:, None]  # [stage, point]
         fullest = totals.argmax(axis=0)
-        first = np.zeros(len(prices.kinds))
-        for kind, c in stages[0].items():
-            first[kind_index[kind]] = c
-        rec_s = first @ p_seconds[:, j, :]
-        step_s = costs.step_factor * (first @ fwd_seconds[:, j])
-        keep = _pareto(totals.max(axis=0), rec_s)
-        for p in np.flatnonzero(keep):
-            total = float(totals[fullest[p], p])
-            if total > budget:
-                continue
-            i, flight, act, end, st = per_stage[fullest[p]]
+        peak = totals[fullest, np.arange(totals.shape[1])]
+        fits_at = peak <= budget
+        for p in np.flatnonzero(_pareto(np.where(fits_at, peak, np.inf), rec_s) & fits_at):
+            i = int(fullest[p])
+            first = stage_weights[lay.pp][0]
             mask = FULL if p == n else int(p)
+            flight = in_flight(lay.pp, lay.vpp, i)
             out.append(Fit(
-                lay, micro_batch, mask, "full" if mask == FULL else _name(records, mask), int(i), float(flight),
-                float(act[p]), float(end), st["weight"], st["grad"], st["optimizer"], total,
+                lay, micro_batch, mask, "full" if mask == FULL else _name(records, mask), i, float(flight),
+                float(held[i, p] - end[i]), float(end[i]), st[i]["weight"], st[i]["grad"], st[i]["optimizer"], float(peak[p]),
                 float(first @ p_flops[:, j, p]), float(first @ p_moved[:, j, p]), float(rec_s[p]), float(rec_s[p] / step_s),
                 float(rec_s[p] / (lay.dp * micro_batch)),
             ))  # fmt: skip

@@ -175,24 +175,34 @@ def stage_params(spec: Mapping, pp: int, stage: int) -> dict[str, float]:
     return groups
 
 
-def rank_states(spec: Mapping, layout: Layout, states: States, stage: int = 0, recipe: str | None = None) -> dict[str, float]:
-    """Bytes of weights, gradients and optimizer states one rank of `stage` holds, and their total."""
+def rank_states(
+    spec: Mapping, layout: Layout, states: States, stage: int | None = 0, recipe: str | None = None,
+    groups: list[Mapping[str, float]] | None = None,
+) -> Any:  # fmt: skip
+    """Bytes of weights, gradients and optimizer states one rank of `stage` holds, and their
+    total. With `stage=None`, a list over every stage; `groups` may give stage_params of every
+    stage, computed once."""
     if layout.zero not in states.zero:
         raise StatesError("bad_value", f"zero={layout.zero}; stages: {sorted(states.zero)}")
     per_param = states.bytes_per_param(recipe)
     sharded = states.zero[layout.zero]
     names = layout.names()
-    out = {state: 0.0 for state in STATES}
-    for name, count in stage_params(spec, layout.pp, stage).items():
-        if not count:
-            continue
-        group = states.groups[name]
-        held = count / group.model(names)
-        data = group.data(names)
-        for state in STATES:
-            out[state] += held * per_param[state] / (data if state in sharded else 1.0)
-    out["total"] = out["weight"] + out["grad"] + out["optimizer"]
-    return out
+    shares = {}  # group -> bytes per parameter of each state one rank holds
+    for name, group in states.groups.items():
+        model, data = group.model(names), group.data(names)
+        shares[name] = {state: per_param[state] / model / (data if state in sharded else 1.0) for state in STATES}
+    wanted = range(layout.pp) if stage is None else [stage]
+    out = []
+    for i in wanted:
+        params = groups[i] if groups is not None else stage_params(spec, layout.pp, i)
+        held = {state: 0.0 for state in STATES}
+        for name, count in params.items():
+            if count:
+                for state in STATES:
+                    held[state] += count * shares[name][state]
+        held["total"] = held["weight"] + held["grad"] + held["optimizer"]
+        out.append(held)
+    return out if stage is None else out[0]
 
 
 def total_params(spec: Mapping) -> float:

@@ -27,7 +27,13 @@ MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
 PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "model_prices", "model_full_prices")
 # One file each: what a planner joins the prices with.
-WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings")
+WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings", "measured", "failures")
+# The planners' wide views (one SELECT, no join), partitioned by readable names
+# (NAME/seq=8192/tp=4/data_0.parquet), every column described in the Parquet schema's field
+# metadata (`description`, `unit`) from the view's header (catalogue/store/comments.py).
+READABLE: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "planner_layer_prices": (("seq", "seq_length_tokens"), ("tp", "tp_ranks")),
+}
 
 
 def export(db_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
@@ -52,13 +58,15 @@ def export_from(con: duckdb.DuckDBPyConnection, catalogue: str, out_dir: str | o
         for name in WHOLE:
             con.execute(sql.render("steps/export_whole", table=name, path=str(building / f"{name}.parquet")))
             tables[name] = count_rows(con, name)
+        for name, partitions in READABLE.items():
+            tables[name] = _export_readable(con, name, partitions, building / name)
         cursor = con.execute(sql.load("steps/export_latest_run"))
         latest = cursor.fetchone()
         latest_columns = [d[0] for d in cursor.description]
         manifest = {
             "catalogue": catalogue,
             "latest_run": None if latest is None else dict(zip(latest_columns, latest)),
-            "partitioned_by": "setting_id",
+            "partitioned_by": {**{name: "setting_id" for name in PARTITIONED}, **{n: "/".join(p[0] for p in parts) for n, parts in READABLE.items()}},
             "tables": tables,
         }
         (building / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -74,3 +82,31 @@ def _swap_in(building: Path, out: Path) -> None:
         os.replace(out, old)
     os.replace(building, out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _export_readable(con: duckdb.DuckDBPyConnection, name: str, partitions, folder: Path) -> int:
+    """One Parquet file per partition of view `name`, under readable folder names, each field
+    described; the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from speccat.catalogue.store.comments import description, view_columns
+
+    columns = view_columns(name)
+    (label_a, first), (label_b, second) = partitions
+    keys = con.execute(sql.render("steps/export_partition_keys", table=name, first=first, second=second)).fetchall()
+    rows = 0
+    for a, b in keys:
+        table = con.execute(
+            sql.render("steps/export_partition_rows", table=name, first=first, second=second), {"first": a, "second": b}
+        ).to_arrow_table()
+        fields = []
+        for field in table.schema:
+            unit, meaning = columns[field.name]
+            fields.append(field.with_metadata({"description": description(unit, meaning), "unit": unit}))
+        schema = pa.schema(fields, metadata={"speccat.table": name, "speccat.descriptions": json.dumps({f: description(*columns[f]) for f in table.column_names})})
+        target = folder / f"{label_a}={a}" / f"{label_b}={b}"
+        target.mkdir(parents=True)
+        pq.write_table(table.cast(schema), target / "data_0.parquet")
+        rows += table.num_rows
+    return rows

@@ -37,6 +37,7 @@ import pyarrow as pa
 import yaml
 
 from speccat import sql
+from speccat.catalogue.store.comments import comment_views
 from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.night import STAGED_PRICES, NightData, StoreError
 from speccat.catalogue.vocabulary import vocabulary_rows
@@ -121,6 +122,7 @@ def publish(db_path: str | os.PathLike, night: NightData, lock_wait: float | Non
                 stage(con, night, tables)
                 merge(con)
                 create_views(con)
+                comment_views(con)
                 rows = {t: count_rows(con, t) for t in TABLES}
                 con.execute(sql.render("steps/detach", catalog=INCOMING))
                 con.execute(sql.load("steps/checkpoint"))

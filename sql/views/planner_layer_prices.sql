@@ -1,0 +1,46 @@
+-- View planner_layer_prices: the planners' question in one SELECT with no join: the bytes one
+-- layer of each kind keeps, for every repo at the latest versions, every setting (as readable
+-- columns) and every switch set (by name), beside the bytes under full recompute. A quantity's
+-- unit is in its column's name.
+-- Grain: one row per repo, kind, setting and switch set, at the latest night's versions.
+-- Columns:
+--   repo_id               id       the Hub repo
+--   config_hash           id       the repo's config
+--   census_version        version  the spec's census version: the latest night's
+--   records_version       version  the prices' records version: the latest night's
+--   kind                  code     the layer kind
+--   layers_count          count    layers of this kind in the stack
+--   setting_id            id       the setting (a hash of its fields)
+--   seq_length_tokens     tokens   sequence length
+--   micro_batch_count     count    sequences per micro-batch
+--   tp_ranks              count    tensor-parallel ranks
+--   cp_ranks              count    context-parallel ranks
+--   sequence_parallel     flag     sequence parallelism on
+--   flash_attention       flag     a flash attention kernel
+--   cp_algo               code     context-parallel algorithm (ring or ulysses)
+--   dtype                 code     compute dtype
+--   in_flight_count       count    micro-batches in flight the bytes are for
+--   mask                  id       the switch set (bit i: switch i recomputed)
+--   switch_set            code     the switch set's name: none, all, or the recomputed switches joined by commas
+--   n_recomputed_count    count    switches recomputed
+--   attention_bytes       bytes    what one layer's attention keeps, per rank
+--   ffn_bytes             bytes    what one layer's MLP or experts keep, per rank
+--   norm_bytes            bytes    what one layer's norms keep, per rank
+--   total_bytes           bytes    what one layer keeps, per rank (attention + ffn + norm)
+--   full_recompute_bytes  bytes    what one layer keeps under full recompute, per rank
+CREATE OR REPLACE VIEW planner_layer_prices AS
+SELECT r.repo_id, p.config_hash, p.census_version, p.records_version, p.kind, k.layers AS layers_count,
+       p.setting_id, s.seq_length AS seq_length_tokens, s.micro_batch AS micro_batch_count,
+       s.tp AS tp_ranks, s.cp AS cp_ranks, s.sequence_parallel, s.flash_attention, s.cp_algo, s.dtype,
+       s.in_flight AS in_flight_count, p.mask, w.name AS switch_set, w.n_recomputed AS n_recomputed_count,
+       p.attention AS attention_bytes, p.ffn AS ffn_bytes, p.norm AS norm_bytes, p.total AS total_bytes,
+       f.kept AS full_recompute_bytes
+FROM repos AS r
+JOIN latest_run AS v ON true
+JOIN layer_prices AS p ON p.config_hash = r.config_hash AND p.census_version = v.census_version
+                      AND p.records_version = v.records_version
+JOIN kinds AS k ON k.config_hash = p.config_hash AND k.census_version = p.census_version AND k.kind = p.kind
+JOIN full_prices AS f ON f.config_hash = p.config_hash AND f.census_version = p.census_version
+                     AND f.records_version = p.records_version AND f.kind = p.kind AND f.setting_id = p.setting_id
+JOIN switch_sets AS w ON w.mask = p.mask
+JOIN settings AS s ON s.setting_id = p.setting_id;
