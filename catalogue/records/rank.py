@@ -24,7 +24,7 @@ from speccat.catalogue.records.layouts import infeasible
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
-from speccat.catalogue.records.states import Layout, States, rank_states, stage_kinds, stage_params
+from speccat.catalogue.records.states import Layout, States, rank_states, stage_kinds, stage_params, state_shares
 
 FULL = -1  # full recompute, beside the masks
 
@@ -140,6 +140,8 @@ def fits(
     stage_weights: dict[int, list[np.ndarray]] = {}  # pp -> layers per kind on each stage
     stage_groups: dict[int, list[dict[str, float]]] = {}  # pp -> parameters per group on each stage
     activations: dict[tuple[int, int, int], tuple[np.ndarray, list[float], float, np.ndarray, float]] = {}
+    shares: dict[tuple, dict] = {}  # state_shares by everything but pp
+    set_names: dict[int, str] = {}
     for lay in candidates:
         j = keys.index((lay.tp, lay.cp))
         if lay.pp not in stage_weights:
@@ -160,7 +162,10 @@ def fits(
             first = stage_weights[lay.pp][0]
             activations[key] = (act + np.asarray(end)[:, None], end, costs.step_factor * float(first @ fwd_seconds[:, j]), first @ p_seconds[:, j, :], 0.0)
         held, end, step_s, rec_s, _ = activations[key]
-        st = rank_states(spec, lay, states, stage=None, recipe=recipe, groups=stage_groups[lay.pp])
+        share_key = (lay.dp, lay.tp, lay.cp, lay.ep, lay.etp, lay.zero)
+        if share_key not in shares:
+            shares[share_key] = state_shares(lay, states, recipe)
+        st = rank_states(spec, lay, states, stage=None, recipe=recipe, groups=stage_groups[lay.pp], shares=shares[share_key])
         totals = held + np.array([x["total"] for x in st])[:, None]  # [stage, point]
         fullest = totals.argmax(axis=0)
         peak = totals[fullest, np.arange(totals.shape[1])]
@@ -171,7 +176,7 @@ def fits(
             mask = FULL if p == n else int(p)
             flight = in_flight(lay.pp, lay.vpp, i)
             out.append(Fit(
-                lay, micro_batch, mask, "full" if mask == FULL else _name(records, mask), i, float(flight),
+                lay, micro_batch, mask, set_names.get(mask) or set_names.setdefault(mask, "full" if mask == FULL else _name(records, mask)), i, float(flight),
                 float(held[i, p] - end[i]), float(end[i]), st[i]["weight"], st[i]["grad"], st[i]["optimizer"], float(peak[p]),
                 float(first @ p_flops[:, j, p]), float(first @ p_moved[:, j, p]), float(rec_s[p]), float(rec_s[p] / step_s),
                 float(rec_s[p] / (lay.dp * micro_batch)),

@@ -175,22 +175,29 @@ def stage_params(spec: Mapping, pp: int, stage: int) -> dict[str, float]:
     return groups
 
 
-def rank_states(
-    spec: Mapping, layout: Layout, states: States, stage: int | None = 0, recipe: str | None = None,
-    groups: list[Mapping[str, float]] | None = None,
-) -> Any:  # fmt: skip
-    """Bytes of weights, gradients and optimizer states one rank of `stage` holds, and their
-    total. With `stage=None`, a list over every stage; `groups` may give stage_params of every
-    stage, computed once."""
+def state_shares(layout: Layout, states: States, recipe: str | None = None) -> dict[str, dict[str, float]]:
+    """Per parameter group, the bytes per parameter of each state one rank of `layout` holds
+    (the pipeline size does not change them)."""
     if layout.zero not in states.zero:
         raise StatesError("bad_value", f"zero={layout.zero}; stages: {sorted(states.zero)}")
     per_param = states.bytes_per_param(recipe)
     sharded = states.zero[layout.zero]
     names = layout.names()
-    shares = {}  # group -> bytes per parameter of each state one rank holds
+    shares = {}
     for name, group in states.groups.items():
         model, data = group.model(names), group.data(names)
         shares[name] = {state: per_param[state] / model / (data if state in sharded else 1.0) for state in STATES}
+    return shares
+
+
+def rank_states(
+    spec: Mapping, layout: Layout, states: States, stage: int | None = 0, recipe: str | None = None,
+    groups: list[Mapping[str, float]] | None = None, shares: Mapping[str, Mapping[str, float]] | None = None,
+) -> Any:  # fmt: skip
+    """Bytes of weights, gradients and optimizer states one rank of `stage` holds, and their
+    total. With `stage=None`, a list over every stage; `groups` may give stage_params of every
+    stage and `shares` state_shares(layout), computed once."""
+    shares = shares if shares is not None else state_shares(layout, states, recipe)
     wanted = range(layout.pp) if stage is None else [stage]
     out = []
     for i in wanted:
