@@ -170,6 +170,8 @@ def fits(
         fullest = totals.argmax(axis=0)
         peak = totals[fullest, np.arange(totals.shape[1])]
         fits_at = peak <= budget
+        if not fits_at.any():
+            continue
         for p in np.flatnonzero(_pareto(np.where(fits_at, peak, np.inf), rec_s) & fits_at):
             i = int(fullest[p])
             first = stage_weights[lay.pp][0]
