@@ -22,7 +22,7 @@ from speccat.census.family import family_for
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from test_census_hub_more import REFUSED  # noqa: E402  (the shipped configs the census refuses, with why)
+from hub_more import REFUSED  # noqa: E402  (the shipped configs the census refuses, with why)
 
 REPOS = [repo_id_of(p) for p in shipped_config_paths() if repo_id_of(p) not in REFUSED]
 # The whole grid, every mask: dense GQA, hybrid linear + MoE, MLA with a q latent, MoE with

@@ -28,7 +28,7 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
 from speccat.catalogue.store.file import TABLES, open_readonly
 from speccat.census import CENSUS_VERSION, config_hash
-from test_census_hub_more import REFUSED
+from hub_more import REFUSED
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +158,7 @@ def test_the_summary_artifact_holds_the_counts(snapshot_runs):
     assert values["distinct configs"] == warm["configs"]
     assert values["censused"] == 0
     assert values["status"] == "partial" and values["refused: bad_json"] == 1
-    assert values["failing repos"] == "speccat-test/broken-config"
+    assert values["failing repos"] == ", ".join(sorted([BROKEN_REPO, *REFUSED]))  # the broken config and those the census refuses
     assert values["duration of the flow (s)"] == warm["seconds"]
     assert values["wall time with Prefect's start (s)"] >= warm["seconds"]
 
