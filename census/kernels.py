@@ -74,6 +74,24 @@ def _dropout_keep(shape, dropout_p: float, seed: int) -> Tensor | None:
     return (torch.rand(shape, generator=generator) >= dropout_p) / (1.0 - dropout_p)
 
 
+def _heads_major(q: Tensor) -> bool:
+    """q's memory holds each head's tokens together ((b, h, s, d)-contiguous: built by torch.cat, MLA)."""
+    return q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2)
+
+
+def _new_out(q: Tensor, dv: int, dtype: torch.dtype) -> Tensor:
+    """The (b, s, h, dv) output as GPU flash kernels allocate it: in q's memory layout (empty_like(q)).
+
+    For a q whose memory is (b, s, h, d) that is contiguous; for a heads-major q it is a
+    (b, h, s, dv)-contiguous buffer seen as (b, s, h, dv), which the caller's reshape to
+    (b, s, h·dv) has to copy.
+    """
+    b, heads, s, _ = q.shape
+    if _heads_major(q):
+        return torch.empty_strided((b, s, heads, dv), (heads * s * dv, dv, s * dv, 1), dtype=dtype, device=q.device)
+    return q.new_empty((b, s, heads, dv), dtype=dtype)
+
+
 def _probabilities(logits: Tensor, lse: Tensor) -> Tensor:
     return torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(0.0)  # a row with no key gives zeros
 
@@ -94,6 +112,8 @@ def flash_attention(
 ) -> tuple[Tensor, Tensor]:
     """Attention of q (b, h, s, d) over k, v (b, kv_heads, t, d|dv) → (out (b, s, h, dv), lse (b, h, s) fp32).
 
+    `out` has q's memory layout, as the GPU kernels allocate it (see `_new_out`).
+
     `sinks` are per-head logits that take probability mass without a value (gpt-oss);
     `indices` (b, s, topk) restrict each query to chosen keys (DeepSeek sparse attention);
     `window` > 0 limits each query to that many most recent keys; `softcap` > 0 caps logits
@@ -110,13 +130,13 @@ def flash_attention(
     if keep is not None:
         probs = probs * keep
     out = torch.matmul(probs, _acc(_expand_kv(v, q.shape[1])))
-    return out.transpose(1, 2).contiguous().to(q.dtype), lse
+    return _new_out(q, v.shape[-1], q.dtype).copy_(out.transpose(1, 2)), lse
 
 
 @flash_attention.register_fake
 def _flash_attention_fake(q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed):
     b, heads, s, _ = q.shape
-    out = q.new_empty(b, s, heads, v.shape[-1])
+    out = _new_out(q, v.shape[-1], q.dtype)
     lse = q.new_empty(b, heads, s, dtype=torch.promote_types(q.dtype, torch.float32))
     return out, lse
 

@@ -21,6 +21,8 @@ delta rule restored and the modes popped when the probe ends, whatever happens.
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,6 +58,34 @@ DROPOUT_OPS = {
 
 def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage()._cdata
+
+
+class _Held:
+    """What the pack hook hands autograd instead of a saved tensor.
+
+    The graph node that saved the tensor owns it; when the node is freed (its output reaches
+    nothing backward will run), the holder dies too. A weak reference to it tells, after the
+    forward, whether backward can still reach the saved tensor.
+    """
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+def _unpack(saved: Any) -> Any:
+    return saved.tensor if isinstance(saved, _Held) else saved
+
+
+# The CUDA dtypes of tensors the CPU kernels keep in another dtype: a dropout mask is bool, a
+# LayerNorm's mean and rstd are in the accumulation dtype (fp32 for half inputs).
+_CUDA_MASK_DTYPE = torch.bool
+_LAYER_NORM_OPS = {torch.ops.aten.native_layer_norm.default}
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32) if dtype.is_floating_point else dtype
 
 
 @dataclass
@@ -109,8 +139,10 @@ class Watcher:
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
-        self.seen: dict[int, tuple[LayerProbe, str, int]] = {}
-        self.kept: list[torch.Tensor] = []  # holds saved tensors and masks so storage identities stay unique
+        self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
+        self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
+        self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
+        self.excluded_outputs: set[int] = set()
         self.forward_done = False
         self.layer_inputs: set[int] = set()
 
@@ -139,17 +171,25 @@ class Watcher:
 
     # -- saved tensors ----------------------------------------------------------------------
 
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+    def pack(self, tensor: torch.Tensor) -> Any:
+        """Book a storage a layer saves to the op of the region saving it; hand autograd a holder.
+
+        Parameters, buffers and the layer's other inputs (rotary tables, masks) are left out;
+        its hidden-states input counts when an op inside the layer keeps it (a LayerNorm).
+        """
         probe = self.current
         if probe is None or self.forward_done or not isinstance(tensor, torch.Tensor):
             return tensor
         key = _storage_key(tensor)
-        if key in self.excluded or key in self.layer_inputs or key in self.seen:
+        if key in self.excluded or key in self.layer_inputs:
             return tensor
-        nbytes = tensor.untyped_storage().nbytes()
-        self.seen[key] = (probe, self._region_op(tensor, key), nbytes)
-        self.kept.append(tensor)
-        return tensor
+        held = _Held(tensor)
+        nbytes = self.cuda_nbytes.get(key, tensor.untyped_storage().nbytes())
+        savers = self.seen.setdefault(key, [])
+        if not savers:
+            self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
+        savers.append((probe, self._region_op(tensor, key), nbytes, weakref.ref(held)))
+        return held
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -175,8 +215,15 @@ class Watcher:
             if keep < 1.0:
                 probe.dropouts += 1
                 mask = args[0] if func is torch.ops.aten.bernoulli_.float else out[1]
-                self.dropout_storages.add(_storage_key(mask))
-                self.kept.append(mask)  # alive, so no later storage can take its identity
+                key = _storage_key(mask)
+                self.dropout_storages.add(key)
+                self.cuda_nbytes[key] = mask.numel() * _CUDA_MASK_DTYPE.itemsize
+                self.kept.append(mask.untyped_storage())  # alive, so no later storage can take its identity
+        elif func in _LAYER_NORM_OPS:
+            for stat in out[1:]:
+                key = _storage_key(stat)
+                self.cuda_nbytes[key] = stat.numel() * _acc_dtype(args[0].dtype).itemsize
+                self.kept.append(stat.untyped_storage())
 
     # -- module hooks -----------------------------------------------------------------------
 
@@ -185,7 +232,9 @@ class Watcher:
             self.current = self.probes[index]
             self.path = []
             self.kernel_count_in_child = Counter()
-            self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            hidden_key = _storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
+            self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
 
         return hook
 
@@ -193,9 +242,9 @@ class Watcher:
         def hook(module, args, kwargs, output):
             outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor)}
             for key in outputs:
-                entry = self.seen.get(key)
-                if entry is not None and entry[0] is self.probes[index]:
-                    self.seen[key] = (entry[0], "excluded", 0)
+                savers = self.seen.get(key)
+                if savers and savers[0][0] is self.probes[index]:
+                    self.excluded_outputs.add(key)
             self.current = None
             self.path = []
 
@@ -340,18 +389,25 @@ def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: F
             width = built.embedding.weight.shape[1]
             leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
-            with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, lambda t: t), route_attention(seq_length):
+            with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
                 output = decoder(inputs_embeds=embeds, use_cache=False)
             watcher.forward_done = True
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
+            del output
+            gc.collect()  # graph nodes no output reaches are freed now, with what they saved
+            _book_bytes(watcher)
             hidden_out.float().sum().backward()
     finally:
         setattr(holder, stack_name, built.layers)
-    _book_bytes(watcher)
     return watcher.probes
 
 
 def _book_bytes(watcher: Watcher) -> None:
-    for probe, op, nbytes in watcher.seen.values():
-        if op != "excluded":
+    """Book each storage backward can still reach to the op of its first saver still alive."""
+    for key, savers in watcher.seen.items():
+        if key in watcher.excluded_outputs:
+            continue
+        alive = next(((probe, op, nbytes) for probe, op, nbytes, held in savers if held() is not None), None)
+        if alive is not None:
+            probe, op, nbytes = alive
             probe.saved_bytes[op] += nbytes

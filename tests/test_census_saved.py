@@ -1,0 +1,111 @@
+"""What the census books as saved for backward, checked against sources it does not share code with.
+
+- A real CPU forward of one layer, whose autograd graph is walked from the layer's output: the
+  tensors its nodes hold are exactly what backward can reach (a router's group scores, freed
+  with their nodes before backward, are not among them).
+- Hand-worked formulas from the shapes, for what the CPU cannot show: the CUDA dtypes of dropout
+  masks (bool) and LayerNorm statistics (fp32), and the attention output that o_proj keeps a
+  copy of when q is built with torch.cat (the GPU kernel allocates its output in q's layout).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+BF16, FP32, BOOL = 2, 4, 1
+
+TINY_DEEPSEEK = {
+    "model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1,
+    "kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+    "vocab_size": 128,
+}  # fmt: skip
+
+
+def _saved_by_graph(root: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Every tensor the autograd graph behind `root` holds for backward, by storage."""
+    found, seen, stack = {}, set(), [root.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        values = []
+        for name in dir(node):
+            if name.startswith("_saved_"):
+                try:
+                    values.append(getattr(node, name))
+                except RuntimeError:  # freed or not a tensor slot
+                    continue
+        if hasattr(node, "saved_tensors"):  # a Python-level autograd function (speccat's kernels)
+            values.extend(node.saved_tensors)
+        for value in values:
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(t, torch.Tensor) and t.dim() > 0:  # 0-dim: wrapped scalars, no activation
+                    found[t.untyped_storage()._cdata] = t
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+@pytest.mark.parametrize("seq", [32])
+def test_each_layer_books_what_its_real_graph_holds(seq):
+    """Tiny DeepSeek-V3 (MLA, group-limited router, shared expert): census bytes == a real CPU graph's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from speccat.census import run_census
+    from speccat.census.attention import ATTENTION_IMPL
+
+    spec = run_census(TINY_DEEPSEEK, name="tiny-deepseek", seq_length=seq)
+    config = AutoConfig.for_model(**TINY_DEEPSEEK)
+    config._attn_implementation = ATTENTION_IMPL
+    config._experts_implementation = "grouped_mm"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    for kind, index in (("dense", 0), ("moe", 1)):
+        x = torch.randn(1, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+        rotary = model.model.rotary_emb(x, torch.arange(seq).unsqueeze(0))
+        out = model.model.layers[index](x, position_embeddings=rotary, attention_mask=None)
+        out = out[0] if isinstance(out, tuple) else out
+        left_out = fixed | {t.untyped_storage()._cdata for t in rotary} | {out.untyped_storage()._cdata}
+        real = sum(t.untyped_storage().nbytes() for key, t in _saved_by_graph(out).items() if key not in left_out)
+        assert sum(spec["measured"][kind]["bytes_per_token"].values()) * seq == real, kind
+
+
+def _census_bytes(config: dict, seq: int = 64) -> dict[str, float]:
+    from speccat.census import run_census
+
+    spec = run_census(config, name="tiny", seq_length=seq)
+    (measured,) = spec["measured"].values()
+    return measured["bytes_per_token"]
+
+
+def test_o_proj_keeps_a_copy_when_q_is_built_with_cat():
+    """Phi-3 builds q with torch.cat (partial rope): the kernel's output is heads-major and o_proj copies it."""
+    h, heads, d = 64, 4, 16
+    config = {
+        "model_type": "phi3", "hidden_size": h, "num_attention_heads": heads, "num_key_value_heads": heads,
+        "intermediate_size": 128, "num_hidden_layers": 1, "vocab_size": 128, "partial_rotary_factor": 0.5,
+        "pad_token_id": 0,
+    }  # fmt: skip
+    booked = _census_bytes(config)
+    # qkv_proj keeps its input (the norm's bf16 output, h); o_proj keeps the reshaped copy (heads·d).
+    assert booked["attMM"] == BF16 * (h + heads * d)
+    # The kernel keeps q, k (new tensors), v (a view of the fused qkv output: the whole base), out.
+    assert booked["attBMM"] == BF16 * (heads * d + heads * d + 3 * heads * d + heads * d)
+
+
+def test_layer_norm_keeps_its_layer_input_and_cuda_dtypes():
+    """StarCoder2: LayerNorms keep their input (the first one the layer's own input) and fp32 mean and
+    rstd; its two hidden-state dropouts keep bool masks."""
+    h, heads, kv, w = 64, 4, 2, 256
+    config = {
+        "model_type": "starcoder2", "hidden_size": h, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "intermediate_size": w, "num_hidden_layers": 1, "vocab_size": 128, "residual_dropout": 0.1,
+        "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    booked = _census_bytes(config)
+    assert booked["normOp"] == 2 * (BF16 * h + FP32 + FP32)
+    assert booked["dropout"] == 2 * BOOL * h
