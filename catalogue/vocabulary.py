@@ -28,6 +28,8 @@ _VOCABULARY = _lists()
 OPS: tuple[str, ...] = tuple(_VOCABULARY["ops"])
 (OTHER,) = tuple(_VOCABULARY["other_op"])
 PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
+# The variant facts the census states per kind, read by the records' formulas as names.
+VARIANTS: tuple[str, ...] = tuple(_VOCABULARY["variants"])
 
 # Reason codes by the group that raises them: census, fetch, store, records, settings, expr, profile.
 REASONS: Mapping[str, tuple[str, ...]] = MappingProxyType({group: tuple(codes) for group, codes in _VOCABULARY["reasons"].items()})

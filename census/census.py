@@ -103,7 +103,7 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     spec = {"name": name, "arch": arch, "built_as": type(built.model).__name__}
     spec.update(model_facts(built, views, stack))
     spec["layers"] = layer_groups(stack, kind_of)
-    spec["ops"], spec["flavours"], spec["measured"] = {}, {}, {}
+    spec["ops"], spec["flavours"], spec["measured"], spec["variants"] = {}, {}, {}, {}
     kind_params = {}
     for view in views:
         kind = kind_of[view.index]
@@ -112,6 +112,7 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
             _compare_with_profile(family, kind, spec["ops"][kind], name)
         spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
         kind_params[kind] = view.params()
+        spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
         measured = {
             "seq_length": seq_length,
             "attention_impl": DELTA_RULE_OP if view.shape.attention == "linear" else ATTENTION_OP,

@@ -206,6 +206,18 @@ class LayerView:
             QK_NORM_NAME.match(n) and is_norm(m) for child in self.attention_children for n, m in self.module(child).named_children()
         )
 
+    def qk_norm_per_head(self) -> bool:
+        """QK-norm whose weight is one head wide: it normalises each head on its own."""
+        kernels = self.attention_kernels()
+        if not kernels:
+            return False
+        head_dim = kernels[0].q[3]
+        return any(
+            QK_NORM_NAME.match(n) and is_norm(m) and getattr(m, "weight", None) is not None and m.weight.shape[-1] == head_dim
+            for child in self.attention_children
+            for n, m in self.module(child).named_children()
+        )
+
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
         return any(is_projection(m) and _bias(m) for n, m in self.named(self.attention_children) if n not in outputs)
@@ -241,6 +253,43 @@ class LayerView:
                 dims["q_lora_rank"] = int(q_a.weight.shape[0])
             return dims
         return {}
+
+    # -- variants ----------------------------------------------------------------------------
+
+    def variants(self, num_experts_per_tok: int | None) -> dict[str, bool | int]:
+        """The kind's variant facts (catalogue/vocabulary.yaml `variants`), read off what ran."""
+        import torch
+
+        half = (torch.bfloat16, torch.float16)
+        norms = [n for n, m in self.layer.named_children() if is_norm(m)]
+        ops = self.probe.norm_ops.get(norms[0], []) if norms else []
+        upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in half for op in ops)
+        muls = [op for op in ops if op.name == "mul"]
+        kernels = self.attention_kernels()
+        router = [op for child in self.ffn_children for op in self.probe.router_ops.get(child, [])]
+        experts = self.experts
+        n_exp = int(experts.num_experts) if experts is not None else -1
+        dense = self.dense_width()
+        return {
+            "norm_upcast": upcast,
+            "norm_scale_fp32": upcast and bool(muls) and muls[-1].out_dtype == torch.float32,
+            "q_heads_major": any(k.heads_major for k in kernels),
+            "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
+            "index_topk": max((k.index_topk for k in kernels), default=0),
+            "ff_fused_gate_up": bool(dense)
+            and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
+            "act_inline": experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules()),
+            "router_fp32_input": any(
+                op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in half and op.out_last == self.hidden for op in router
+            ),
+            "router_scores_all": any(op.name in ("softmax", "_softmax", "sigmoid") and op.out_last == n_exp for op in router),
+            "router_renorm": num_experts_per_tok is not None and any(op.name in ("div", "div_") and op.out_last == num_experts_per_tok for op in router),
+            "routing_weights_fp32": self.probe.routing_weights_dtype == torch.float32,
+            "qk_norm_per_head": self.qk_norm_per_head(),
+            "gated_norm": any(
+                op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
+            ),
+        }
 
     def conv_kernel(self) -> int | None:
         for _, m in self.named(self.attention_children):

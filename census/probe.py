@@ -97,6 +97,19 @@ class KernelCall:
     v: tuple[int, ...]
     window: int = 0
     causal: bool = True
+    heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
+    v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
+    index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
+
+
+@dataclass(frozen=True)
+class OpSeen:
+    """One op dispatched inside a region whose variant the census states (a norm, a router)."""
+
+    name: str  # aten overload packet, e.g. "mul", "_to_copy", "softmax"
+    out_dtype: torch.dtype | None
+    out_last: int  # the output's last dim (0 for a 0-dim output)
+    in_dtype: torch.dtype | None
 
 
 @dataclass
@@ -112,6 +125,9 @@ class LayerProbe:
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
+    norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
+    router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
+    routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
 
 
 class _DispatchWatch(TorchDispatchMode):
@@ -193,14 +209,39 @@ class Watcher:
 
     # -- dispatch ---------------------------------------------------------------------------
 
+    def _note_variant_op(self, probe: LayerProbe, func, args, out) -> None:
+        """Ops inside a norm, or in an ffn child outside its experts and shared MLPs (the router)."""
+        first_out = out[0] if isinstance(out, (tuple, list)) and out else out
+        first_in = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        seen = OpSeen(
+            func.overloadpacket.__name__,
+            first_out.dtype if isinstance(first_out, torch.Tensor) else None,
+            int(first_out.shape[-1]) if isinstance(first_out, torch.Tensor) and first_out.dim() else 0,
+            first_in.dtype if first_in is not None else None,
+        )
+        norm = next((name for name, m in reversed(self.path) if is_norm(m)), None)
+        if norm is not None:
+            probe.norm_ops.setdefault(norm, []).append(seen)
+        elif self.path and not any(is_experts(m) or "shared" in name.rsplit(".", 1)[-1] for name, m in self.path):
+            probe.router_ops.setdefault(self._child(), []).append(seen)
+
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
         if probe is None or self.forward_done:
             return
+        if attention.current_kernel() is None:
+            self._note_variant_op(probe, func, args, out)
         if func is OPS_KERNEL:
             q, k, v = args[0], args[1], args[2]
-            window, causal = args[7], args[6]
-            probe.kernels.append(KernelCall("attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal)))
+            window, causal, indices = args[7], args[6], args[4]
+            probe.kernels.append(
+                KernelCall(
+                    "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
+                    heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2),
+                    v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
+                    index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
+                )
+            )
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_DELTA:
             q, k, v = args[0], args[1], args[2]
@@ -258,6 +299,8 @@ class Watcher:
             probe = self.current
             if depth_one and is_norm(module):
                 probe.layer_norm_calls += 1
+            if is_experts(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
+                probe.routing_weights_dtype = args[2].dtype
             if is_projection(module):
                 child = name.split(".", 1)[0]
                 probe.projection_order.setdefault(child, []).append(name)

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, OPS, OTHER
+from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, OPS, OTHER, VARIANTS
 
 # Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
 REASONS: tuple[str, ...] = CENSUS_REASONS
@@ -68,7 +68,7 @@ FLAGS = (
     "layer_norms",  # true when the layer's norms are LayerNorm (mean-centred), false for RMSNorm
 )
 STRUCTURE_REQUIRED = ("layers", "ops")
-STRUCTURE_OPTIONAL = ("flavours", "params", "measured")
+STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants")
 
 KEYS = frozenset(
     REQUIRED_STR + OPTIONAL_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
@@ -170,6 +170,16 @@ def _validate_flavours(spec: Mapping, kinds: tuple[str, ...]) -> None:
             raise _bad(f"{field}.ffn", f"{flav['ffn']!r} is not one of {FFN_FLAVOURS}")
 
 
+def _validate_variants(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    for kind, facts in _validate_per_kind("variants", spec["variants"], kinds).items():
+        field = f"variants.{kind}"
+        _check_keys(field, _check_mapping(field, facts), VARIANTS, VARIANTS)
+        for name in VARIANTS:
+            value = facts[name]
+            if not isinstance(value, bool):
+                _check_int(f"{field}.{name}", value, 0)
+
+
 def _validate_params(spec: Mapping, kinds: tuple[str, ...]) -> None:
     params = _check_mapping("params", spec["params"])
     _check_keys("params", params, MODEL_PARAM_PARTS + ("kinds",), MODEL_PARAM_PARTS + ("kinds",))
@@ -230,7 +240,7 @@ def validate(spec: Mapping) -> None:
         )
     kinds = _validate_layers(spec)
     _validate_ops(spec, kinds)
-    for key, check in (("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured)):
+    for key, check in (("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured), ("variants", _validate_variants)):
         if key in spec:
             check(spec, kinds)
 

@@ -23,18 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import OPS
+from speccat.catalogue.vocabulary import OPS, VARIANTS
 
 # Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
-    "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "s_fa",
+    "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "fa",
     "bytes_compute", "n_attParamCast", "n_ffParamCast", "micro_factor", "kv_shards",
 )  # fmt: skip
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm",
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
+# The spec's flags a formula reads as names (1.0 or 0.0).
+FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
 LAYER_NAMES: frozenset[str] = frozenset(SETTING_NAMES + KIND_NAMES)
 
 # The name a slot formula's element sum is bound to; no layer supplies it.
@@ -134,6 +136,10 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values["n_kv"] = spec["linear_num_key_heads"] * spec["linear_key_head_dim"] / spec["linear_value_head_dim"]
         if need("dh", "linear_value_head_dim"):
             values["dh"] = spec["linear_value_head_dim"]
+        if need("n_lkh", "linear_num_key_heads"):
+            values["n_lkh"] = spec["linear_num_key_heads"]
+        if need("k_conv", "linear_conv_kernel_dim"):
+            values["k_conv"] = spec["linear_conv_kernel_dim"]
     else:
         a = values["a"] = spec["num_attention_heads"]
         values["n_kv"] = spec.get("num_key_value_heads", a)
@@ -145,8 +151,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
                 values["dh"] = v_head_dim
         else:
             values["dh"] = spec.get("head_dim", h / a)
-    if "a" in absent:
-        absent["s_fa"] = absent["a"]
+    values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
     for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")):
         if need(name, field):
             values[name] = spec[field]
@@ -182,6 +187,15 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     for op in OPS:
         values[f"n_{op}"] = ops[op]
     values["n_qknorm"] = 1 if spec.get("qk_norm") and not linear else 0
+    for flag in FLAG_NAMES:
+        if need(flag, flag):
+            values[flag] = spec[flag]
+    stated = spec.get("variants", {}).get(kind)
+    for name in VARIANTS:
+        if stated is not None and name in stated:
+            values[name] = stated[name]
+        else:
+            absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
     return KindValues(kind, _floats(values), absent, linear)
 
 
@@ -207,10 +221,7 @@ def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, i
     if dtype not in dtype_bytes:
         raise PricingError("bad_value", f"setting dtype {dtype!r} has no byte width; known: {sorted(dtype_bytes)}")
     values["bytes_compute"] = dtype_bytes[dtype]
-    if not setting["flash_attention"]:
-        values["s_fa"] = s
-    elif "a" in kv.values:
-        values["s_fa"] = s / kv.values["a"]
+    values["fa"] = setting["flash_attention"]
     return _floats(values)
 
 
