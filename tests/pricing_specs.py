@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from conftest import load_shipped
 
+from speccat.catalogue.vocabulary import VARIANTS
 from speccat.census.family import family_for
+from speccat.census.spec import FLAGS
 
 DENSE = {"attention": "full", "ffn": "dense"}
 MOE = {"attention": "full", "ffn": "moe"}
+
+
+def _variants(*stated: str) -> dict:
+    """A kind's variant facts as the census states them: the named ones true, the rest false/0."""
+    return {name: name in stated for name in VARIANTS} | {"index_topk": 0}
 
 
 def _ops(model_type: str, kind: str) -> dict:
@@ -27,6 +34,7 @@ def _base(repo_id: str, c: dict, **extra) -> dict:
         "num_hidden_layers": c["num_hidden_layers"],
         "num_attention_heads": c["num_attention_heads"],
         "vocab_size": c["vocab_size"],
+        **{flag: False for flag in FLAGS},  # the census states every flag; the builder sets the true ones
     }
     spec.update(extra)
     return spec
@@ -41,6 +49,7 @@ def llama_8b() -> tuple[dict, dict]:
         num_key_value_heads=c["num_key_value_heads"], intermediate_size=c["intermediate_size"],
         layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
         ops={"decoder": _ops("llama", "decoder")}, flavours={"decoder": DENSE},
+        variants={"decoder": _variants("norm_upcast")},
     )  # fmt: skip
     return spec, family_for("llama").pricing_defaults()
 
@@ -56,6 +65,7 @@ def qwen3_30b_a3b() -> tuple[dict, dict]:
         num_experts=c["num_experts"], num_experts_per_tok=c["num_experts_per_tok"], qk_norm=True,
         layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
         ops={"decoder": _ops("qwen3_moe", "decoder")}, flavours={"decoder": MOE},
+        variants={"decoder": _variants("norm_upcast", "router_scores_all", "router_renorm", "qk_norm_per_head")},
     )  # fmt: skip
     return spec, family_for("qwen3_moe").pricing_defaults()
 
@@ -73,6 +83,7 @@ def qwen15_moe() -> tuple[dict, dict]:
         qkv_bias=True, shared_expert_gate=True,
         layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
         ops={"decoder": _ops("qwen2_moe", "decoder")}, flavours={"decoder": MOE},
+        variants={"decoder": _variants("norm_upcast", "router_scores_all")},
     )  # fmt: skip
     return spec, family_for("qwen2_moe").pricing_defaults()
 
@@ -94,6 +105,10 @@ def deepseek_v2_lite() -> tuple[dict, dict]:
         layers=[{"kind": "dense", "count": dense}, {"kind": "moe", "count": c["num_hidden_layers"] - dense}],
         ops={"dense": _ops("deepseek_v2", "dense"), "moe": _ops("deepseek_v2", "moe")},
         flavours={"dense": DENSE, "moe": MOE},
+        variants={
+            "dense": _variants("norm_upcast", "q_heads_major"),
+            "moe": _variants("norm_upcast", "q_heads_major", "router_fp32_input", "router_scores_all", "routing_weights_fp32"),
+        },
     )  # fmt: skip
     return spec, family_for("deepseek_v2").pricing_defaults()
 
@@ -117,6 +132,10 @@ def qwen35_9b() -> tuple[dict, dict]:
         qk_norm=True, attn_output_gate=True, layers=layers,
         ops={k: _ops("qwen3_5_text", k) for k in ("linear_attention", "full_attention")},
         flavours={"linear_attention": {"attention": "linear", "ffn": "dense"}, "full_attention": DENSE},
+        variants={
+            "linear_attention": _variants("norm_upcast", "norm_scale_fp32", "gated_norm"),
+            "full_attention": _variants("norm_upcast", "norm_scale_fp32", "q_heads_major", "qk_norm_per_head"),
+        },
     )  # fmt: skip
     return spec, family_for("qwen3_5_text").pricing_defaults()
 
