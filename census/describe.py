@@ -276,6 +276,7 @@ class LayerView:
             "q_heads_major": any(k.heads_major for k in kernels),
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
+            "attention_dropout": any(k.dropout > 0 for k in kernels),
             "ff_fused_gate_up": bool(dense)
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
             "act_inline": experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules()),

@@ -100,6 +100,7 @@ class KernelCall:
     heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
     v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
+    dropout: float = 0.0  # the attention-probability dropout the kernel was called with
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ class Watcher:
                     heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2),
                     v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
+                    dropout=float(args[9]),
                 )
             )
             self.kernel_count_in_child[self._child()] += 1

@@ -101,6 +101,7 @@ def deepseek_v2_lite() -> tuple[dict, dict]:
         num_experts_per_tok=c["num_experts_per_tok"], num_shared_experts=c["n_shared_experts"],
         first_k_dense_replace=dense, kv_lora_rank=c["kv_lora_rank"],
         qk_rope_head_dim=c["qk_rope_head_dim"], qk_nope_head_dim=c["qk_nope_head_dim"],
+        head_dim=c["qk_nope_head_dim"] + c["qk_rope_head_dim"],  # q and k's width, as the census states it
         v_head_dim=c["v_head_dim"],
         layers=[{"kind": "dense", "count": dense}, {"kind": "moe", "count": c["num_hidden_layers"] - dense}],
         ops={"dense": _ops("deepseek_v2", "dense"), "moe": _ops("deepseek_v2", "moe")},

@@ -1,4 +1,4 @@
-"""Pricing: the names a layer reads (docs/pricing.md) and the prices of records v1 (§3.5).
+"""Pricing: the names a layer reads (docs/pricing.md) and the prices of records v2.
 
 Expected numbers are derived in each test from the shipped config's dims, step by step.
 """
@@ -120,10 +120,12 @@ def test_names_cap_fact_gmm_dropless_tok_factor_come_from_the_setting(records, g
     assert (names["cap_fact"], names["gmm"], names["dropless_tok_factor"]) == (1.25, 0, 1.5)
 
 
-def test_name_s_fa_is_s_over_a_with_flash_attention_else_s(records, grid):
+def test_name_fa_is_the_flash_attention_flag_and_megatron_the_stack(records, grid):
     spec, d = llama_8b()
-    assert names_of(spec, d, "decoder", grid, records, seq_length=8192)["s_fa"] == 8192 / 32
-    assert names_of(spec, d, "decoder", grid, records, seq_length=8192, flash_attention=False)["s_fa"] == 8192
+    assert names_of(spec, d, "decoder", grid, records, seq_length=8192)["fa"] == 1
+    assert names_of(spec, d, "decoder", grid, records, seq_length=8192, flash_attention=False)["fa"] == 0
+    assert names_of(spec, d, "decoder", grid, records)["megatron"] == 0  # the default stack: transformers
+    assert names_of(spec, d, "decoder", grid, records, stack="megatron")["megatron"] == 1
 
 
 def test_names_bytes_compute_and_bytes_softmax(records, grid):
@@ -156,7 +158,19 @@ def test_names_param_casts_follow_the_setting(records, grid):
     assert (names["n_attParamCast"], names["n_ffParamCast"]) == (0, 0)
     names = names_of(spec, d, "decoder", grid, records, param_casts=True)
     assert (names["n_attParamCast"], names["n_ffParamCast"]) == (4, 3)  # n_attMM, n_ffMM
-    assert names["N"] == 4 + 4  # the records' derived name: n_attMM + n_attParamCast
+
+
+def test_the_records_derived_names_are_evaluated_from_the_layers_names(records, grid):
+    spec, d = llama_8b()  # RMSNorm upcasting its input, weight applied in bf16; 8 kv heads
+    names = names_of(spec, d, "decoder", grid, records, tp=8, sequence_parallel=False)
+    assert names["rep"] == 8 / 1  # t / sp: outside the tensor-parallel region every rank keeps it all
+    assert names["kvr"] == 8  # n_kv = t: one kv head per rank
+    assert names["norm_w"] == 4 + 2  # fp32 input, bf16 normalised input
+    names = names_of(spec, d, "decoder", grid, records, tp=8)
+    assert names["rep"] == 1
+    names = names_of(spec, d, "decoder", grid, records, tp=16)
+    assert names["kvr"] == 16  # t > n_kv: each rank keeps one replicated kv head
+    assert names_of(spec, d, "decoder", grid, records, stack="megatron")["norm_w"] == 2  # megatron keeps the 2-byte input
 
 
 def test_name_n_qknorm_is_1_for_qk_norm_in_full_attention_only(records, grid):
@@ -208,7 +222,7 @@ def test_a_spec_without_flavours_is_refused(records, grid):
     assert err.value.reason == "missing_field" and "flavours" in str(err.value)
 
 
-# ------------------------------------------------------------------------ v1 prices
+# ------------------------------------------------------------------------ v2 prices
 
 
 def layer(prices, kind: str, mask: int = 0, setting: int = 0) -> dict:
@@ -218,87 +232,122 @@ def layer(prices, kind: str, mask: int = 0, setting: int = 0) -> dict:
 
 def test_llama_8b_acceptance(records, grid):
     spec, d = llama_8b()
-    prices = price_layers(spec, d, records, one(grid))  # s=4096, b=1, tp=cp=1, bf16, flash, in_flight 1
+    prices = price_layers(spec, d, records, one(grid))  # transformers, s=4096, b=1, tp=cp=1, bf16, flash
     s, h, a, kv, hff = 4096, 4096, 32, 8, 14336
-    dh, N = h / a, 4  # no head_dim in the config; N = n_attMM
-    qkv = s * 2 * (0.25 * N * h + 0.5 * N * dh * kv + 2 * dh)  # attMM + attBMM (2 kernels × dh)
-    score = (s / a) * a * s * (4 + 0 + 2)  # flash: s/a; softmax fp32 4, dropout 0, headCast bf16 2
-    proj = s * h * 2 * (0.25 * N)
-    ffn = s * ((h / 3 + 2 * hff / 3) * (2 * 3) + 2 * hff)  # gated MLP (3 projections) + activation
-    norm = s * 4 * (h * 2)  # two RMSNorms keep fp32 inputs
-    assert (qkv, score, proj) == (52_428_800, 100_663_296, 33_554_432)
-    assert (qkv + score + proj, ffn, norm) == (186_646_528, 385_875_968, 134_217_728)
+    dh = h / a  # no head_dim in the config
+    # attention: q/k/v_proj's input (the norm's output); the flash kernel's q, k, v and output;
+    # one fp32 log-sum-exp per head; no dropout
+    attention = 2 * h + 2 * (a * dh + kv * dh + kv * dh + a * dh) + 4 * a
+    # unfused SwiGLU: gate/up's input, SiLU's input and output, up's output, down's input
+    ffn = 2 * h + 2 * hff * 3 + 2 * hff
+    # two RMSNorms, each its fp32 input, one fp32 rstd and the bf16 normalised input
+    norm = 2 * (4 * h + 4 + 2 * h)
+    assert (attention, ffn, norm) == (28_800, 122_880, 49_160)
+    assert attention + ffn + norm == 200_840  # measured by a real forward on CPU and on an H200
     assert layer(prices, "decoder") == {
-        "attention": 186_646_528, "ffn": 385_875_968, "norm": 134_217_728, "total": 706_740_224,
+        "attention": s * 28_800, "ffn": s * 122_880, "norm": s * 49_160, "total": s * 200_840,
     }  # fmt: skip
     everything = records.mask_of(records.switches)
-    # all eight recomputed: only attMM (qkv's and proj's) and ffMM stay
-    kept = s * 2 * (0.25 * N * h + 0.5 * N * dh * kv) + proj + s * (h / 3 + 2 * hff / 3) * 6
-    assert layer(prices, "decoder", everything)["total"] == kept == 352_321_536
+    # all eight recomputed: only attMM (the projections' inputs) and ffMM stay
+    kept = s * (2 * h) + s * (2 * h + 2 * hff * 3)
+    assert layer(prices, "decoder", everything)["total"] == kept == 419_430_400
     assert prices.full[0, 0] == 2 * s * h == 33_554_432  # full recompute keeps the input
     totals = model_totals(spec, price_spec(spec, d, records, one(grid)))
     by_mask = {r["mask"]: r["total"] for r in totals.layer_prices.to_pylist()}
-    assert (by_mask[0], by_mask[everything]) == (32 * 706_740_224, 32 * 352_321_536)
+    assert (by_mask[0], by_mask[everything]) == (32 * s * 200_840, 32 * 419_430_400)
     assert totals.full_prices.column("kept").to_pylist() == [32 * 33_554_432]
 
 
 def test_moe_routed_shared_and_router_slots(records, grid):
     spec, d = qwen15_moe()
     prices = price_layers(spec, d, records, one(grid))
-    s, h, e, k, hexp, shared = 4096, 2048, 60, 4, 1408, 5632 / 1408
-    expert = (h / 3 + 2 * hexp / 3) * (2 * 3) + 2 * hexp  # one expert's ffMM + ffAct, bf16
-    routed = expert * s * k * 1  # every token's 4 chosen experts, dropless grouped GEMM
-    shared_slot = shared * s * expert  # 4 routed-width shared experts
-    router = s * 2 * (2 * e + k) + s * 2 * h
-    assert layer(prices, "decoder")["ffn"] == routed + shared_slot + router
-    # ffAct recomputed drops the activation of the routed and the shared experts only
+    s, h, e, k, hexp, hsh = 4096, 2048, 60, 4, 1408, 5632
+    # per chosen expert: the gathered input, SiLU's output and the product, the down output,
+    # the bf16 routing weight, three int64 sort/gather indices; SiLU's input (gate_up's output)
+    expert_mm = 2 * h + 2 * hexp * 2 + 2 * h + 2 + 8 * 3
+    expert_act = 2 * hexp * 2
+    routed = s * k * (expert_mm + expert_act)  # dropless grouped GEMM: every token's k experts
+    # the shared expert: its input, SiLU's output, up's output, the product; the shared gate's
+    # sigmoid output and the gated product; SiLU's input
+    shared = s * (2 * h + 3 * 2 * hsh + 2 + 2 * h + 2 * hsh)
+    # the router: its input is the shared expert's (counted there); fp32 scores of every
+    # expert; the chosen indices
+    router = s * (4 * e + 8 * k)
+    assert layer(prices, "decoder")["ffn"] == routed + shared + router
+    # ffAct recomputed drops the activations' inputs, routed and shared
     act = records.mask_of(["ffAct"])
-    assert layer(prices, "decoder")["ffn"] - layer(prices, "decoder", act)["ffn"] == s * k * 2 * hexp + shared * s * 2 * hexp
+    assert layer(prices, "decoder")["ffn"] - layer(prices, "decoder", act)["ffn"] == s * k * expert_act + s * 2 * hsh
 
 
 def test_moe_without_shared_experts_and_with_qk_norm(records, grid):
     spec, d = qwen3_30b_a3b()
     got = layer(price_layers(spec, d, records, one(grid)), "decoder")
-    s, h, a, kv, dh, hexp = 4096, 2048, 32, 4, 128, 768
-    routed = ((h / 3 + 2 * hexp / 3) * 6 + 2 * hexp) * s * 8
-    router = s * 2 * (2 * 128 + 8) + s * 2 * h
-    assert got["ffn"] == routed + router == 304_152_576
-    # two norms of h plus q- and k-norm over (a + n_kv) heads of dh, fp32
-    assert got["norm"] == s * 4 * (2 * h + (a + kv) * dh) == 142_606_336
+    s, h, a, kv, dh, e, k, hexp = 4096, 2048, 32, 4, 128, 128, 8, 768
+    routed = s * k * ((2 * h + 2 * hexp * 2 + 2 * h + 2 + 8 * 3) + 2 * hexp * 2)
+    # the router keeps its bf16 input, fp32 scores of every expert, the chosen indices, and
+    # the renormalisation's fp32 sum and quotient
+    router = s * (2 * h + 4 * e + 8 * k + 4 + 4 * k)
+    assert got["ffn"] == routed + router == 489_897_984
+    # two norms of h plus q- and k-norm per head of dh: fp32 input, bf16 output, an rstd per head
+    assert got["norm"] == s * (2 * (6 * h + 4) + 6 * (a + kv) * dh + 4 * (a + kv)) == 214_532_096
 
 
 def test_mla_attention_and_the_attup_switch(records, grid):
     spec, d = deepseek_v2_lite()
     prices = price_layers(spec, d, records, one(grid))
-    s, a, n_kv, dh, dhr, dc_kv, N = 4096, 16, 16, 128, 64, 512, 4
-    att_mm = 0.25 * N * (0 + 2 * a * (dh + dhr)) + (0.25 * N * dhr + 0.25 * N * (n_kv * dh + dc_kv))  # no q latent
-    att_up = 0.25 * N * n_kv * (2 * dh + dhr)  # k_nope and v up-projections
-    qkv = s * 2 * (att_mm + att_up + 2 * dh)
-    score = (s / a) * a * s * 6
-    proj = s * 2048 * 2 * 1
-    assert (att_mm, att_up) == (8768, 5120)
+    s, h, a, dqk, dhr, dv, dc_kv = 4096, 2048, 16, 192, 64, 128, 512
+    # q_proj and kv_a's input; o_proj's copy of the heads-major output (q is built by cat)
+    att_mm = 2 * h + 2 * a * dv
+    att_up = 2 * dc_kv  # kv_b_proj's input: the latent norm's output (no q latent)
+    # the kernel keeps q and k (a heads of nope + rope), v as a view of kv_b's output (its
+    # whole base: k_nope and v per head), and its output; one fp32 lse per head
+    kernel = 2 * (a * dqk + a * dqk + a * (dqk - dhr + dv) + a * dv)
+    assert (att_mm, att_up, kernel) == (8192, 1024, 24576)
     for kind in ("dense", "moe"):
-        assert layer(prices, kind)["attention"] == qkv + score + proj
+        assert layer(prices, kind)["attention"] == s * (att_mm + att_up + kernel + 4 * a)
         up = records.mask_of(["attUp"])
-        assert layer(prices, kind)["attention"] - layer(prices, kind, up)["attention"] == s * 2 * att_up
-    dense_ffn = s * ((2048 / 3 + 2 * 10944 / 3) * 6 + 2 * 10944)
+        assert layer(prices, kind)["attention"] - layer(prices, kind, up)["attention"] == s * att_up
+        # two RMSNorms of h and the kv latent's: fp32 input, bf16 output, one rstd each
+        assert layer(prices, kind)["norm"] == s * (2 * (6 * h + 4) + 6 * dc_kv + 4)
+    dense_ffn = s * (2 * h + 2 * 10944 * 3 + 2 * 10944)
     assert layer(prices, "dense")["ffn"] == dense_ffn
 
 
-def test_linear_attention_kind_shards_kv_over_cp(records, grid):
+def test_linear_attention_and_cp(records, grid):
     spec, d = qwen35_9b()
     prices = price_layers(spec, d, records, one(grid, cp=2))
-    s, h, cp, kv, dh, hff = 4096, 4096, 2, 16, 128, 12288
-    # linear kind: kv_shards = cp, so the kv term is not multiplied by cp; no attBMM, no scores
-    qkv = s * 2 * (0.25 * 4 * h + 0.5 * 4 * dh * kv * cp / cp) / cp
-    proj = s * h * 2 * 1 / max(1, cp)  # sp = tp = 1
-    assert layer(prices, "linear_attention")["attention"] == qkv + proj == 33_554_432 + 16_777_216
-    assert layer(prices, "linear_attention")["ffn"] == s * ((h / 3 + 2 * hff / 3) * 6 + 2 * hff) / cp
-    assert layer(prices, "linear_attention")["norm"] == s * 4 * (2 * h) / cp  # no QK-norm in linear layers
-    # the full attention kind with ring cp keeps every rank's kv: its kv term is × cp
-    full_qkv = s * 2 * (0.25 * 4 * h + 0.5 * 4 * 256 * 4 * cp + 2 * 256) / cp
-    full_score = (s / 16) * 16 * s * 6 / cp
-    assert layer(prices, "full_attention")["attention"] == full_qkv + full_score + s * h * 2 / cp
+    s, h, cp, hff, k_conv = 4096, 4096, 2, 12288, 4
+    a, dh, n_kv, n_lkh = 32, 128, 16, 16  # value heads, their width; key heads in value-width units
+    conv = 2 * n_kv * dh + a * dh
+    # the projections' input; the conv's input and its SiLU's input (s + k_conv - 1 positions);
+    # beta's sigmoid, the decay's fp32 softplus input and output; out_proj's input
+    att_mm = 2 * h + 2 * conv + 2 * conv * (s + k_conv - 1) / s + 2 * a + 2 * 4 * a + 2 * a * dh
+    # the delta rule: normalised q and k, their fp32 inverse norms, v's base (the conv output),
+    # the fp32 chunk decay, the WY matrix of 64 columns
+    linrec = 2 * 2 * n_kv * dh + 2 * 4 * n_lkh + 2 * conv + 4 * a + 2 * a * 64
+    # context parallelism divides every element: each rank holds s / cp of the sequence
+    assert layer(prices, "linear_attention")["attention"] == s * (att_mm + linrec) / cp
+    assert layer(prices, "linear_attention")["ffn"] == s * (2 * h + 2 * hff * 3 + 2 * hff) / cp
+    # the gated output norm (fp32 input, bf16 normalised, fp32 rstd per head, the gate's fp32
+    # SiLU input and output, the bf16 product) and two RMSNorms applying their weight in fp32
+    gated = (4 + 2 + 2 * 4 + 2) * a * dh + 4 * a
+    assert layer(prices, "linear_attention")["norm"] == s * (gated + 2 * (8 * h + 4)) / cp
+    # the full attention kind: 16 heads of 256, 4 kv heads, an output gate, q heads-major
+    fa, fkv, fdh = 16, 4, 256
+    full = 2 * h + 2 * fa * fdh * (1 + 2) + 2 * (fa * fdh + 2 * fkv * fdh + fa * fdh) + 4 * fa
+    assert layer(prices, "full_attention")["attention"] == s * full / cp
+
+
+def test_sequence_parallel_off_keeps_the_regions_outside_tp_whole(records, grid):
+    spec, d = llama_8b()
+    s, h, a, kv, hff, t = 4096, 4096, 32, 8, 14336, 8
+    dh = h / a
+    inside = 2 * (a * dh + 2 * kv * dh + a * dh) + 4 * a + 2 * hff * 3 + 2 * hff  # split over t
+    outside = 2 * h + 2 * h + 2 * (6 * h + 4)  # the projections' inputs and the norms
+    with_sp = layer(price_layers(spec, d, records, one(grid, tp=t)), "decoder")["total"]
+    without = layer(price_layers(spec, d, records, one(grid, tp=t, sequence_parallel=False)), "decoder")["total"]
+    assert with_sp == s * (inside + outside) / t
+    assert without == s * (inside / t + outside)
 
 
 def test_price_tables_have_the_agreed_columns(records, grid):
@@ -308,9 +357,11 @@ def test_price_tables_have_the_agreed_columns(records, grid):
     lp, fp = tables.layer_prices, tables.full_prices
     assert lp.column_names == ["kind", "setting_id", "mask", "attention", "ffn", "norm", "total"]
     assert str(lp.schema.field("mask").type) == "int16" and str(lp.schema.field("total").type) == "double"
-    assert lp.num_rows == 2 * 36 * 256 and fp.num_rows == 2 * 36
+    n = len(grid.settings)
+    assert n == 2 * 3 * 4 * 3  # stack × seq_length × tp × cp
+    assert lp.num_rows == 2 * n * 256 and fp.num_rows == 2 * n
     assert fp.column_names == ["kind", "setting_id", "kept"]
-    row = lp.slice(36 * 256 + 5 * 256 + 7, 1).to_pylist()[0]  # moe kind, 6th setting, mask 7
+    row = lp.slice(n * 256 + 5 * 256 + 7, 1).to_pylist()[0]  # moe kind, 6th setting, mask 7
     assert (row["kind"], row["setting_id"], row["mask"]) == ("moe", grid.settings[5]["setting_id"], 7)
 
 
@@ -319,7 +370,7 @@ def test_model_totals_sum_count_times_layer_bytes(records, grid):
     prices = price_layers(spec, d, records, grid)
     totals = model_totals(spec, prices.to_tables())
     rows = totals.layer_prices.to_pylist()
-    assert len(rows) == 36 * 256
+    assert len(rows) == len(grid.settings) * 256
     for row in rows[:: 36 * 8 + 1]:
         i, mask = [s["setting_id"] for s in grid.settings].index(row["setting_id"]), row["mask"]
         expected = 1 * prices.total[0, i, mask] + 26 * prices.total[1, i, mask]  # 1 dense + 26 moe

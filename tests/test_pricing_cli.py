@@ -32,23 +32,24 @@ def test_json_contract_for_llama_8b(capsys):
     assert out["setting"] == dict(load_settings().setting())
     assert out["switches"] == []
     assert out["kinds"] == {
-        "decoder": {"layers": 32, "attention": 186_646_528, "ffn": 385_875_968, "norm": 134_217_728, "total": 706_740_224}
-    }
-    assert out["model_total"] == 32 * 706_740_224
+        "decoder": {"layers": 32, "attention": 117_964_800, "ffn": 503_316_480, "norm": 201_359_360, "total": 822_640_640}
+    }  # 4096 tokens × 28,800, 122,880, 49,160 bytes (tests/test_pricing.py derives them)
+    assert out["model_total"] == 32 * 822_640_640
 
 
 def test_switch_sets_and_full_recompute(capsys):
     code, out = run_json(capsys, LLAMA, "--switches", "all")
     assert code == 0 and out["switches"] == list(load_records().switches)
-    assert out["kinds"]["decoder"]["total"] == 352_321_536 and out["model_total"] == 32 * 352_321_536
+    assert out["kinds"]["decoder"]["total"] == 419_430_400 and out["model_total"] == 32 * 419_430_400
     code, out = run_json(capsys, LLAMA, "--switches", "full")
     assert out["switches"] == "full"
     assert out["kinds"] == {"decoder": {"layers": 32, "total": 33_554_432}}
     assert out["model_total"] == 32 * 33_554_432
     code, out = run_json(capsys, LLAMA, "--switches", "softmax, attBMM")
     assert out["switches"] == ["attBMM", "softmax"]  # mask-bit order
-    # Llama at s=4096: softmax keeps s/a·a·s·4 bytes, attBMM s·2·(2·128) bytes
-    assert 706_740_224 - out["kinds"]["decoder"]["total"] == 4096 * 4096 * 4 + 4096 * 2 * 256
+    # Llama at s=4096 under flash: softmax keeps s·4·a bytes (the fp32 log-sum-exp), attBMM
+    # s·2·(a·dh + 2·n_kv·dh + a·dh) bytes (the kernel's q, k, v and output)
+    assert 822_640_640 - out["kinds"]["decoder"]["total"] == 4096 * 4 * 32 + 4096 * 2 * (4096 + 2 * 1024 + 4096)
 
 
 def test_settings_from_the_command_line(capsys):
@@ -91,8 +92,8 @@ def test_readable_output(capsys):
     assert main(["price", LLAMA, "--switches", "normOp", "--units", "bytes"]) == 0
     out = capsys.readouterr().out
     assert "recomputed: normOp" in out
-    # normOp recomputed drops the norm part: 706,740,224 - 134,217,728
-    assert "572,522,496 B" in out and "model total: 18,320,719,872 B" in out
+    # normOp recomputed drops the norm part: 822,640,640 - 201,359,360
+    assert "621,281,280 B" in out and "model total: 19,881,000,960 B" in out
     assert main(["price", LLAMA, "--switches", "normOp"]) == 0  # human units: the same figures
     out = capsys.readouterr().out
-    assert "546.00 MiB" in out and "model total: 17.06 GiB" in out  # 572,522,496 B; 18,320,719,872 B
+    assert "592.50 MiB" in out and "model total: 18.52 GiB" in out  # 621,281,280 B; 19,881,000,960 B

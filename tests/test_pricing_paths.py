@@ -55,8 +55,9 @@ def wide_grid():
     fields["in_flight"]["values"] = [1, 2]
     fields["dropless_tok_factor"]["values"] = [1, 1.1]
     fields["capacity_factor"]["values"] = [1.25]
+    fields["stack"]["values"] = ["transformers", "megatron"]
     grid = parse_settings(data, "wide.yaml")
-    assert len(grid.settings) == 2**12
+    assert len(grid.settings) == 2**13
     return grid
 
 
@@ -75,15 +76,16 @@ def test_the_wide_grid_drives_formulas_into_the_scalar_fallback(records):
     spec, d = qwen15_moe()
     grid = wide_grid()
     pricer = KindPricer(kind_values(spec, "decoder", d), grid, records)
-    assert {"gmm", "s", "t", "cp", "sp", "kv_shards", "N"} <= pricer.arrays
+    assert {"gmm", "s", "t", "cp", "sp", "kv_shards", "rep", "kvr"} <= pricer.arrays
     routed = next(s for s in records.slots if s.name == "routed")
     # `dropless_tok_factor if gmm else cap_fact` tests a varying name: not elementwise
     assert not routed.formula.elementwise(pricer.arrays_total)
-    qkv = next(s for s in records.slots if s.name == "qkv")
-    assert qkv.formula.elementwise(pricer.arrays_total)
+    attention = next(s for s in records.slots if s.name == "attention")
+    assert attention.formula.elementwise(pricer.arrays_total)
+    assert all(e.elementwise(pricer.arrays_total) for _, e in attention.elements)
 
 
-def test_the_default_grid_runs_every_v1_expression_over_arrays(records, grid):
+def test_the_default_grid_runs_every_records_expression_over_arrays(records, grid):
     for build in BUILDERS:
         spec, d = build()
         for kind in dict.fromkeys(g["kind"] for g in spec["layers"]):
@@ -102,17 +104,19 @@ def variant(records_text_edits: dict[str, str]):
     return parse_records(yaml.safe_load(text), "variant.yaml")
 
 
+NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"
+ATTENTION_FORMULA = "    when: n_linrec == 0\n    formula: micro_factor * s * b * total / (t * cp)\n"
 NONLINEAR = {
     # a formula not linear in total, and one comparing total
-    "    formula: micro_factor * (s*b*bytes_norm*total) / (t*cp)": "    formula: max(micro_factor * (s*b*bytes_norm*total) / (t*cp), 1e6)",
-    "    formula: micro_factor * (s_fa * b * a * s * total) / (t * cp)": "    formula: micro_factor * (s_fa * b * a * s * (total if total > 3 else total ** 2)) / (t * cp)",
+    NORM_FORMULA: NORM_FORMULA.replace("micro_factor * s * b * total / (t * cp)", "max(micro_factor * s * b * total / (t * cp), 1e6)"),
+    ATTENTION_FORMULA: ATTENTION_FORMULA.replace("* total /", "* (total if total > 3 else total ** 2) /"),
     # an element with a conditional on a varying name, a `when` on a varying name
-    "      attMM: 0.25*N\n": "      attMM: 0.25*N if cp > 1 else 0.3*N\n",
-    "  proj:                                 # the output projection's input, and its dropout\n    part: attention\n": "  proj:\n    part: attention\n    when: t * cp != 2\n",
+    "      attMM: bc*h*rep + ": "      attMM: (bc*h*rep if cp > 1 else 1.2*bc*h*rep) + ",
+    "  norm:\n    part: norm\n": "  norm:\n    part: norm\n    when: t * cp != 2\n",
     # full recompute with a conditional on a varying name
     "full: micro_factor * bytes_compute * s * b * h / (cp * sp)": "full: micro_factor * bytes_compute * s * b * h / (cp * (t if sp > 1 else 1))",
     # a derived name that is not elementwise over varying names
-    "  N: n_attMM + n_attParamCast": "  N: n_attMM + n_attParamCast + (1 if t % 2 else 0)",
+    "  f32: 4 ": "  f32: 4 + (1 if t % 2 else 0) ",
 }
 
 
@@ -122,25 +126,25 @@ def test_fast_equals_direct_with_non_elementwise_records(grid, build):
     spec, d = build()
     assert_same(spec, d, records, grid)
     pricer = KindPricer(kind_values(spec, spec["layers"][0]["kind"], d), grid, records)
-    assert "N" in pricer.unavailable
+    assert "f32" in pricer.unavailable
     assert not records.full.elementwise(pricer.arrays)
     norm = next(s for s in records.slots if s.name == "norm")
     assert not norm.formula.elementwise(pricer.arrays_total)  # max of total and a setting-free term
-    proj = next(s for s in records.slots if s.name == "proj")
-    applies = pricer.applies(proj)
+    norm_slot = next(s for s in records.slots if s.name == "norm")
+    applies = pricer.applies(norm_slot)
     assert isinstance(applies, np.ndarray) and applies.any() and not applies.all()
 
 
 def test_errors_agree_where_python_refuses(grid):
     # 1 / (1 / (cp - 1)): numpy would give 1/inf = 0 at cp = 1; Python divides by zero
-    records = variant({"      attBMM: n_attBMM*dh\n  qkv_mla:": "      attBMM: n_attBMM*dh + 0 * (1 / (1 / (cp - 1)))\n  qkv_mla:"})
+    records = variant({"      attBMM: n_softmax*(": "      attBMM: 0 * (1 / (1 / (cp - 1))) + n_softmax*("})
     spec, d = llama_8b()
     for method in ("fast", "direct"):
         with pytest.raises(PricingError) as err:
             price_layers(spec, d, records, grid, method)
         assert err.value.reason == "bad_value" and "zero" in str(err.value)
     # a negative price is refused by both
-    records = variant({"      normOp: h*n_normOp": "      normOp: h*n_normOp - 10**6"})
+    records = variant({"      normOp: gated_norm*": "      normOp: -10**6 + gated_norm*"})
     for method in ("fast", "direct"):
         with pytest.raises(PricingError) as err:
             price_layers(spec, d, records, grid, method)
@@ -149,8 +153,9 @@ def test_errors_agree_where_python_refuses(grid):
 
 def test_slot_plans_group_masks_by_the_slots_own_switches(records):
     plans = {p.slot.name: p for p in slot_plans(records)}
-    # score: softmax, dropout, headCast each switchable: 8 kept sets; norm: normOp: 2
-    assert len(plans["score"].combos) == 8 and len(plans["norm"].combos) == 2
+    # attention: attUp, attBMM, softmax, headCast, dropout each switchable (attMM is not): 32
+    # kept sets; linear: dropout only (attMM, linrec have no switch): 2; norm: normOp: 2
+    assert len(plans["attention"].combos) == 32 and len(plans["linear"].combos) == 2 and len(plans["norm"].combos) == 2
     assert len(plans["router"].combos) == 1  # ffMM only: no switch
     for plan in plans.values():
         for mask in range(records.n_masks):

@@ -64,12 +64,13 @@ def test_llama_8b_acceptance_on_the_censused_spec(censused, records, grid):
     prices = price_layers(spec, defaults, records, one)
     everything = records.mask_of(records.switches)
     got = {p: prices.part(p)[0, 0, 0] for p in ("attention", "ffn", "norm", "total")}
-    assert got == {"attention": 186_646_528, "ffn": 385_875_968, "norm": 134_217_728, "total": 706_740_224}
-    assert prices.total[0, 0, everything] == 352_321_536
+    s = 4096  # per token: 28,800 attention, 122,880 ffn, 49,160 norm (tests/test_pricing.py derives them)
+    assert got == {"attention": s * 28_800, "ffn": s * 122_880, "norm": s * 49_160, "total": s * 200_840}
+    assert prices.total[0, 0, everything] == 419_430_400
     assert prices.full[0, 0] == 33_554_432
     model = model_totals(spec, price_spec(spec, defaults, records, one))
     totals = dict(zip(model.layer_prices.column("mask").to_pylist(), model.layer_prices.column("total").to_pylist()))
-    assert (totals[0], totals[everything]) == (32 * 706_740_224, 32 * 352_321_536)
+    assert (totals[0], totals[everything]) == (32 * s * 200_840, 32 * 419_430_400)
     assert model.full_prices.column("kept").to_pylist() == [32 * 33_554_432]
 
 

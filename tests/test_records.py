@@ -12,18 +12,18 @@ from speccat.catalogue.records.expr import Expr
 from speccat.catalogue.vocabulary import OPS
 from speccat.catalogue.records.oprecords import RECORDS_PATH, RecordsError, Slot, load_records
 
-SWITCHES_V1 = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 
 
-def test_v1_loads_with_the_design_switches_ops_and_parts(records):
-    assert records.switches == SWITCHES_V1
+def test_the_records_load_with_the_switches_ops_and_parts(records):
+    assert records.switches == SWITCHES
     assert tuple(records.ops) == OPS
     assert records.n_masks == 256
     assert records.parts["attUp"].part_of == "attMM" and records.parts["attUp"].switch == "attUp"
     # the ops only full recompute drops
     assert [op for op, rec in records.ops.items() if rec.switch is None] == ["attMM", "ffMM", "linrec"]
     assert {s.name: s.part for s in records.slots} == {
-        "qkv": "attention", "qkv_mla": "attention", "score": "attention", "proj": "attention",
+        "attention": "attention", "linear": "attention",
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
@@ -34,7 +34,7 @@ def test_masks_follow_the_switch_order(records):
     assert records.mask_of(["attBMM"]) == 1
     assert records.mask_of(["attUp"]) == 128
     assert records.mask_of(["softmax", "headCast"]) == 0b1010
-    assert records.mask_of(SWITCHES_V1) == 255
+    assert records.mask_of(SWITCHES) == 255
     assert records.switches_of(0b1010) == ("headCast", "softmax")
     with pytest.raises(RecordsError) as err:
         records.mask_of(["attBMM", "sofmax"])
@@ -109,6 +109,10 @@ def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
     return err.value
 
 
+# The norm slot's formula line with what follows it, which makes it unique in the file.
+NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"
+
+
 @pytest.mark.parametrize(
     "old, new, reason, key",
     [
@@ -118,15 +122,15 @@ def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
         ("softmax:  {switch: softmax", "softmax:  {switch: sofmax", "unknown_switch", "ops.softmax.switch"),
         ("{switch: gather}", "{switch: gather, cost: 1}", "unknown_key", "ops.gather.cost"),
         ("attUp: {part_of: attMM", "attUp: {part_of: attMX", "unknown_op", "parts.attUp.part_of"),
-        ("    formula: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "    formulae: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "unknown_key", "slots.norm.formulae"),
+        (NORM_FORMULA, NORM_FORMULA.replace("formula:", "formulae:"), "unknown_key", "slots.norm.formulae"),
         ("    part: norm\n", "    part: memory\n", "bad_part", "slots.norm.part"),
-        ("    formula: micro_factor * (s*b*bytes_norm*total) / (t*cp)", "    formula: micro_factor * (s*b*bytes_norm) / (t*cp)", "formula_without_total", "slots.norm.formula"),
-        ("      normOp: h*n_normOp", "      normOpp: h*n_normOp", "unknown_op", "slots.norm.ops.normOpp"),
-        ("      normOp: h*n_normOp", "      normOp: hidden*n_normOp", "unknown_name", "slots.norm.ops.normOp"),
-        ("      normOp: h*n_normOp", "      normOp: total*n_normOp", "unknown_name", "slots.norm.ops.normOp"),
-        ("      normOp: h*n_normOp", "      normOp: h.real*n_normOp", "bad_expression", "slots.norm.ops.normOp"),
+        (NORM_FORMULA, NORM_FORMULA.replace(" * total", ""), "formula_without_total", "slots.norm.formula"),
+        ("      normOp: gated_norm*", "      normOpp: gated_norm*", "unknown_op", "slots.norm.ops.normOpp"),
+        ("      normOp: gated_norm*", "      normOp: gated_normal*", "unknown_name", "slots.norm.ops.normOp"),
+        ("      normOp: gated_norm*", "      normOp: total*", "unknown_name", "slots.norm.ops.normOp"),
+        ("      normOp: gated_norm*", "      normOp: gated_norm.real*", "bad_expression", "slots.norm.ops.normOp"),
         ("  dc_q: 0", "  dc_qq: 0", "unknown_name", "defaults.dc_qq"),
-        ("  N: n_attMM + n_attParamCast", "  h: n_attMM + n_attParamCast", "bad_value", "names.h"),
+        ("  bc: bytes_compute", "  h: bytes_compute", "bad_value", "names.h"),
         ("switches: [", "lable: v1\nswitches: [", "unknown_key", "lable"),
         ("full: micro_factor", "fulll: micro_factor", "unknown_key", "fulll"),
     ],
@@ -158,9 +162,17 @@ def test_missing_file_and_bad_yaml(tmp_path):
     assert err.value.reason == "not_yaml"
 
 
-def test_the_file_states_every_op_and_slot_the_design_lists():
+def test_the_file_states_every_op_and_slot_docs_pricing_lists():
     data = yaml.safe_load(RECORDS_PATH.read_text())
-    assert list(data["switches"]) == list(SWITCHES_V1)
+    assert list(data["switches"]) == list(SWITCHES)
     assert set(data["slots"]["ffn"]["ops"]) == {"ffMM", "ffAct"}
-    assert set(data["slots"]["score"]["ops"]) == {"softmax", "dropout", "headCast"}
+    # the attention kernel's saves, each with its own switch, and the ops only full recompute drops
+    assert set(data["slots"]["attention"]["ops"]) == {"attMM", "attUp", "attBMM", "softmax", "headCast", "dropout"}
+    assert set(data["slots"]["linear"]["ops"]) == {"attMM", "linrec", "dropout"}
     assert data["defaults"] == {"dhr": 0, "dc_kv": 0, "dc_q": 0}
+    # formulas read dimensions, dtypes and stated facts: no family name appears in the file
+    profiles = (RECORDS_PATH.parents[2] / "census" / "profiles").glob("*.yaml")
+    families = {str(name) for p in profiles for d in [yaml.safe_load(p.read_text())] for name in [d["family"], *d.get("match", [])]}
+    assert {"llama", "gemma", "deepseek"} <= families
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", yaml.safe_dump({k: data[k] for k in ("names", "slots", "full")})))
+    assert not words & families

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from speccat.catalogue.pricing import price_layers
-from speccat.catalogue.records import load_records
-from speccat.catalogue.settings import load_settings
+from speccat.catalogue.records.pricing import price_layers
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.settings import load_settings
 from speccat.census import load_config_file, run_census
 from speccat.census.family import family_for
 from speccat.census.spec import SpecError

@@ -27,7 +27,7 @@ from speccat.catalogue.vocabulary import OPS, VARIANTS
 
 # Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
-    "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "fa",
+    "megatron", "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "fa",
     "bytes_compute", "n_attParamCast", "n_ffParamCast", "micro_factor", "kv_shards",
 )  # fmt: skip
 KIND_NAMES: tuple[str, ...] = (
@@ -204,6 +204,7 @@ def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, i
     s, t, cp = setting["seq_length"], setting["tp"], setting["cp"]
     param_casts = setting["param_casts"]
     values: dict[str, Any] = {
+        "megatron": setting["stack"] == "megatron",
         "s": s,
         "b": setting["micro_batch"],
         "t": t,

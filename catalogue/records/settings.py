@@ -28,7 +28,7 @@ SETTINGS_PATH = Path(__file__).with_name("settings.yaml")
 
 # The fields pricing reads (catalogue/records/names.py); the file must define exactly these.
 FIELDS = (
-    "seq_length", "micro_batch", "tp", "cp", "sequence_parallel", "flash_attention", "cp_algo",
+    "stack", "seq_length", "micro_batch", "tp", "cp", "sequence_parallel", "flash_attention", "cp_algo",
     "dtype", "in_flight", "param_casts", "grouped_gemm", "dropless_tok_factor", "capacity_factor",
 )  # fmt: skip
 TYPES = ("int", "number", "bool", "choice", "dtype")

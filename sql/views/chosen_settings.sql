@@ -1,10 +1,11 @@
 -- View chosen_settings: the settings of the grid a per-setting question asks about. Each of
--- seq_length, micro_batch, tp and cp is the variable of that name (SET VARIABLE, or
+-- stack, seq_length, micro_batch, tp and cp is the variable of that name (SET VARIABLE, or
 -- `speccat query -p`), or the grid's default from setting_defaults where it is unset. The one
 -- lookup the per-setting queries and `speccat show` share.
 -- Grain: one row per matching setting (the other fields of the grid may leave several).
 -- Columns: those of the settings table:
 --   setting_id           id      the setting: a hash of its fields
+--   stack                code    the training stack priced: transformers or megatron
 --   seq_length           tokens  sequence length of one micro-batch
 --   micro_batch          count   sequences per micro-batch
 --   tp                   count   tensor-parallel ranks
@@ -20,7 +21,8 @@
 --   capacity_factor      ratio   MoE expert capacity against the even share, otherwise
 CREATE OR REPLACE VIEW chosen_settings AS
 SELECT * FROM settings
-WHERE seq_length = coalesce(getvariable('seq_length'), (SELECT seq_length FROM setting_defaults))
+WHERE stack = coalesce(getvariable('stack'), (SELECT stack FROM setting_defaults))
+  AND seq_length = coalesce(getvariable('seq_length'), (SELECT seq_length FROM setting_defaults))
   AND micro_batch = coalesce(getvariable('micro_batch'), (SELECT micro_batch FROM setting_defaults))
   AND tp = coalesce(getvariable('tp'), (SELECT tp FROM setting_defaults))
   AND cp = coalesce(getvariable('cp'), (SELECT cp FROM setting_defaults));

@@ -9,7 +9,8 @@
 --   downloads            count   the Hub's download count, as last listed
 --   likes                count   the Hub's likes, as last listed
 --   config_hash          id      the repo's config
---   seq_length           tokens  the setting's sequence length (the settings table's fields follow)
+--   stack                code    the training stack priced (the settings table's fields follow)
+--   seq_length           tokens  the setting's sequence length
 --   micro_batch          count   sequences per micro-batch
 --   tp                   count   tensor-parallel ranks
 --   cp                   count   context-parallel ranks

@@ -5,6 +5,7 @@
 -- and so does `speccat show`. The columns are the settings table's (a test keeps them equal).
 CREATE TABLE IF NOT EXISTS setting_defaults (
     setting_id          VARCHAR NOT NULL,
+    stack               VARCHAR NOT NULL,
     seq_length          INTEGER NOT NULL,
     micro_batch         INTEGER NOT NULL,
     tp                  INTEGER NOT NULL,

@@ -3,6 +3,7 @@
 -- sql/schema/tables/setting_defaults.sql has the same columns.
 CREATE TABLE IF NOT EXISTS settings (
     setting_id          VARCHAR PRIMARY KEY,
+    stack               VARCHAR NOT NULL,
     seq_length          INTEGER NOT NULL,
     micro_batch         INTEGER NOT NULL,
     tp                  INTEGER NOT NULL,
