@@ -79,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--micro-batch", type=int, help=f"sequences per micro-batch ({grid_default})")
     show.add_argument("--tp", type=int, help=f"tensor-parallel ranks ({grid_default})")
     show.add_argument("--cp", type=int, help=f"context-parallel ranks ({grid_default})")
+    show.add_argument("--stack", help=f"the training stack priced: transformers or megatron ({grid_default})")
     _units_option(show)
     show.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     show.set_defaults(handler=show_command)
@@ -132,7 +133,7 @@ def show_command(args: argparse.Namespace) -> int:
     from speccat.catalogue.store import present
 
     # None leaves a field to the grid's default (sql/views/chosen_settings.sql).
-    wanted = {"seq_length": args.seq, "micro_batch": args.micro_batch, "tp": args.tp, "cp": args.cp}
+    wanted = {"stack": args.stack, "seq_length": args.seq, "micro_batch": args.micro_batch, "tp": args.tp, "cp": args.cp}
     with _target(args).open_readonly() as con:
         repo_id = present.resolve_repo_id(con, args.repo_id)
         repo = _run(con, sql.load("show/repo"), {"repo_id": repo_id})
@@ -145,7 +146,7 @@ def show_command(args: argparse.Namespace) -> int:
             chosen = {k: grid[k] for k in wanted}
             raise InputError(
                 "bad_argument",
-                f"{len(settings.rows)} settings of the grid match {chosen}; the grid has seq {grid['grid_seq_length']}, "
+                f"{len(settings.rows)} settings of the grid match {chosen}; the grid has stack {grid['grid_stack']}, seq {grid['grid_seq_length']}, "
                 f"tp {grid['grid_tp']}, cp {grid['grid_cp']}, micro-batch {grid['grid_micro_batch']}",
             )
         setting = dict(zip(settings.columns, settings.rows[0]))

@@ -44,6 +44,7 @@ def register(subparsers) -> None:
     parser.add_argument("--micro-batch", type=int, dest="micro_batch", help="micro-batch size (default 1)")
     parser.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
     parser.add_argument("--cp", type=int, help="context-parallel size (default 1)")
+    parser.add_argument("--stack", help="the training stack priced: transformers or megatron (default: the settings grid's)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", dest="fields",
         help="any other setting field of catalogue/records/settings.yaml, e.g. --set cp_algo=ulysses --set dtype=fp32",
@@ -72,7 +73,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not name:
             raise SettingsError("bad_value", f"--set {pair!r}: expected FIELD=VALUE")
         fields[name.strip()] = yaml.safe_load(text)
-    for name in ("seq_length", "micro_batch", "tp", "cp"):
+    for name in ("stack", "seq_length", "micro_batch", "tp", "cp"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     return fields

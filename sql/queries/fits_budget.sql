@@ -1,7 +1,7 @@
 -- The most downloaded models whose whole-model activations, at one setting and one switch
 -- set, fit under a budget (per rank, one micro-batch in flight).
 -- Parameters (defaults in brackets): budget_gib [80], switches [none]: 'none', 'all', 'full',
---   or switch names joined by commas in any order (attBMM,softmax); seq_length, micro_batch,
+--   or switch names joined by commas in any order (attBMM,softmax); stack, seq_length, micro_batch,
 --   tp, cp [the grid's defaults: the table setting_defaults, through the view chosen_settings].
 -- The settings and the switch set are looked up first, so the scan of the prices filters on them.
 SET VARIABLE _setting_ids = coalesce(

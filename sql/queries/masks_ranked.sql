@@ -2,7 +2,7 @@
 -- least first, with what each saves against no recompute (bytes and per cent), at the latest
 -- versions. Sets that keep the same bytes in every part are one row: the representative with
 -- the fewest switches (then the lowest mask), how many sets it stands for, and their names.
--- Parameters: repo_id (required); seq_length, micro_batch, tp, cp [the grid's defaults: the
+-- Parameters: repo_id (required); stack, seq_length, micro_batch, tp, cp [the grid's defaults: the
 --   table setting_defaults, through the view chosen_settings].
 -- The repo's config, the setting and the versions are looked up first, as constants for the scan.
 SET VARIABLE _config_hash = coalesce(

@@ -1,6 +1,6 @@
 -- Whole-model activation bytes of one repo per setting and switch set (every mask, plus
 -- full recompute as switch_set 'full'), per rank for one micro-batch, at the latest versions.
--- Parameters: repo_id (required); seq_length, micro_batch, tp, cp narrow the settings.
+-- Parameters: repo_id (required); stack, seq_length, micro_batch, tp, cp narrow the settings.
 -- The repo's config and the versions are looked up first: with them as constants the scan of
 -- the prices reads that config's rows only.
 SET VARIABLE _config_hash = coalesce(
@@ -18,13 +18,14 @@ WITH m AS (
     WHERE config_hash = getvariable('_config_hash') AND census_version = getvariable('_census_version')
       AND records_version = getvariable('_records_version')
 )
-SELECT s.seq_length, s.micro_batch, s.tp, s.cp, m.mask, coalesce(w.name, 'full') AS switch_set,
+SELECT s.stack, s.seq_length, s.micro_batch, s.tp, s.cp, m.mask, coalesce(w.name, 'full') AS switch_set,
        w.n_recomputed, m.attention, m.ffn, m.norm, m.total, round(m.total / 2 ** 30, 3) AS total_gib
 FROM m
 JOIN settings AS s USING (setting_id)
 LEFT JOIN switch_sets AS w USING (mask)
-WHERE (getvariable('seq_length') IS NULL OR s.seq_length = getvariable('seq_length'))
+WHERE (getvariable('stack') IS NULL OR s.stack = getvariable('stack'))
+  AND (getvariable('seq_length') IS NULL OR s.seq_length = getvariable('seq_length'))
   AND (getvariable('micro_batch') IS NULL OR s.micro_batch = getvariable('micro_batch'))
   AND (getvariable('tp') IS NULL OR s.tp = getvariable('tp'))
   AND (getvariable('cp') IS NULL OR s.cp = getvariable('cp'))
-ORDER BY s.seq_length, s.micro_batch, s.tp, s.cp, m.mask NULLS LAST;
+ORDER BY s.stack DESC, s.seq_length, s.micro_batch, s.tp, s.cp, m.mask NULLS LAST;

@@ -1,9 +1,11 @@
 -- `speccat show`, when the chosen fields match no single setting: the values chosen (each
 -- variable, or the grid's default from setting_defaults) and the values the grid has.
-SELECT coalesce(getvariable('seq_length'), d.seq_length) AS seq_length,
+SELECT coalesce(getvariable('stack'), d.stack) AS stack,
+       coalesce(getvariable('seq_length'), d.seq_length) AS seq_length,
        coalesce(getvariable('micro_batch'), d.micro_batch) AS micro_batch,
        coalesce(getvariable('tp'), d.tp) AS tp,
        coalesce(getvariable('cp'), d.cp) AS cp,
+       (SELECT list(DISTINCT stack ORDER BY stack) FROM settings) AS grid_stack,
        (SELECT list(DISTINCT seq_length ORDER BY seq_length) FROM settings) AS grid_seq_length,
        (SELECT list(DISTINCT micro_batch ORDER BY micro_batch) FROM settings) AS grid_micro_batch,
        (SELECT list(DISTINCT tp ORDER BY tp) FROM settings) AS grid_tp,
