@@ -100,6 +100,7 @@ def speccat_chunk_gated_delta_rule(
     if initial_state is not None or output_final_state:
         raise ValueError("speccat's gated delta rule runs from an empty state and returns no final state")
     scale = scale if scale is not None else key.shape[-1] ** -0.5
+    value = value.contiguous()  # flash-linear-attention's input guard: v's own copy, not a view of the conv output
     with _kernel_scope("delta_rule"):
         out = kernels.chunk_gated_delta_rule(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
     return out, None
@@ -113,3 +114,12 @@ def register() -> None:
 
 
 register()
+
+
+def speccat_causal_conv1d_fn(hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, **kwargs) -> torch.Tensor:
+    """transformers' causal_conv1d_fn signature, computed by `speccat::causal_conv1d` (the causal-conv1d kernel)."""
+    if activation not in (None, "silu", "swish"):
+        raise ValueError(f"speccat's causal conv1d applies SiLU or nothing, not {activation!r}")
+    if kwargs.get("seq_idx") is not None or kwargs.get("initial_states") is not None:
+        raise ValueError("speccat's causal conv1d runs from an empty state over one sequence")
+    return kernels.causal_conv1d(hidden_states, weight, bias, activation is not None)

@@ -7,7 +7,10 @@ ops' autograd formulas. These two ops keep what the production kernels keep:
   the fp32 log-sum-exp of each score row, as FlashAttention does; never the s×s scores.
 - `speccat::chunk_gated_delta_rule` keeps the l2-normalised q and k with their fp32 inverse
   norms, v, the chunk-local cumulative decay (fp32), beta and the per-chunk WY matrix A, as
-  flash-linear-attention's chunked gated delta rule does.
+  flash-linear-attention's chunked gated delta rule does (which first makes v contiguous: its
+  own copy, not the conv output v is a view of).
+- `speccat::causal_conv1d` keeps only its input (and the weights), as the causal-conv1d kernel
+  does: the convolution and its SiLU are recomputed in backward, so neither output is kept.
 
 Each op has a fake implementation (shapes only; that is all the census runs) and a real CPU
 implementation in plain fp32 torch, with a backward that recomputes from what was kept, so the
@@ -408,3 +411,42 @@ def _delta_backward(ctx, grad_out, *_unused):
 
 
 chunk_gated_delta_rule.register_autograd(_delta_backward, setup_context=_delta_setup)
+
+
+# --------------------------------------------------------------------------- causal conv1d
+
+
+def _causal_conv1d_ref(x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool) -> Tensor:
+    """Depthwise causal convolution of x (b, channels, s) with weight (channels, width), then SiLU."""
+    out = torch.nn.functional.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1, groups=x.shape[1])[..., : x.shape[-1]]
+    return torch.nn.functional.silu(out) if silu else out
+
+
+@torch.library.custom_op(f"{LIB}::causal_conv1d", mutates_args=())
+def causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool) -> Tensor:
+    """The causal-conv1d kernel: x (b, channels, s), weight (channels, width), optional bias and SiLU."""
+    return _causal_conv1d_ref(_acc(x), _acc(weight), None if bias is None else _acc(bias), silu).to(x.dtype)
+
+
+@causal_conv1d.register_fake
+def _causal_conv1d_fake(x, weight, bias, silu):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _conv_setup(ctx, inputs, output):
+    x, weight, bias, silu = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.silu = silu
+
+
+def _conv_backward(ctx, grad_out):
+    x, weight, bias = ctx.saved_tensors
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
+        out = _causal_conv1d_ref(*leaves, ctx.silu)
+        wanted = [t for t in leaves if t is not None]
+        grads = iter(torch.autograd.grad(out, wanted, grad_out))
+    return tuple(next(grads) if t is not None else None for t in leaves) + (None,)
+
+
+causal_conv1d.register_autograd(_conv_backward, setup_context=_conv_setup)

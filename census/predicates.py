@@ -19,6 +19,7 @@ from torch import nn
 from transformers import activations as hf_activations
 
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
+_CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
@@ -93,3 +94,9 @@ def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of each gated delta rule the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
+
+
+def causal_conv1d_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the causal-conv1d function the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _CAUSAL_CONV1D.search(n) and callable(getattr(home, n, None))]

@@ -38,6 +38,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census import attention
 from speccat.census.build import Built
 from speccat.census.predicates import (
+    causal_conv1d_names,
     delta_rule_names,
     is_activation,
     is_activation_region,
@@ -369,15 +370,21 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 
 @contextlib.contextmanager
 def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
-    """Point each linear-attention module's delta rule at speccat's while the layers run."""
-    targets = {(id(home), name): (home, name) for layer in layers.values() for m in layer.modules() for home, name in delta_rule_names(m)}
-    saved = {key: getattr(home, name) for key, (home, name) in targets.items()}
+    """Point each linear-attention module's delta rule and causal conv1d at speccat's kernels while the layers run."""
+    targets = {
+        (id(home), name): (home, name, kernel)
+        for layer in layers.values()
+        for m in layer.modules()
+        for names, kernel in ((delta_rule_names, attention.speccat_chunk_gated_delta_rule), (causal_conv1d_names, attention.speccat_causal_conv1d_fn))
+        for home, name in names(m)
+    }
+    saved = {key: getattr(home, name) for key, (home, name, _) in targets.items()}
     try:
-        for home, name in targets.values():
-            setattr(home, name, attention.speccat_chunk_gated_delta_rule)
+        for home, name, kernel in targets.values():
+            setattr(home, name, kernel)
         yield
     finally:
-        for key, (home, name) in targets.items():
+        for key, (home, name, _) in targets.items():
             setattr(home, name, saved[key])
 
 

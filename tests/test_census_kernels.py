@@ -175,3 +175,21 @@ def test_fake_kernels_keep_what_flash_kernels_keep():
     # q, k, v as given (2 kv heads, not 8), the output and the fp32 lse: nothing s×s.
     assert [tuple(t.shape) for t in kept] == [(1, 8, 16, 4), (1, 2, 16, 4), (1, 2, 16, 4), (1, 16, 8, 4), (1, 8, 16)]
     assert [t.dtype for t in kept] == [torch.bfloat16] * 4 + [torch.float32]
+
+
+def test_causal_conv1d_matches_transformers_and_keeps_only_its_input():
+    """speccat::causal_conv1d computes what transformers' causal_conv1d_fn computes (a depthwise
+    causal conv, then SiLU) with its gradients, and its autograd node keeps x and the weights
+    only: no conv or SiLU output."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 11, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        out = kernels.causal_conv1d(x, weight, None, True)
+    x_ref, w_ref = x.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    expected = torch.nn.functional.silu(torch.nn.functional.conv1d(x_ref, w_ref.unsqueeze(1), padding=3, groups=6)[..., :11])
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn_like(out)
+    torch.testing.assert_close(torch.autograd.grad(out, (x, weight), grad), torch.autograd.grad(expected, (x_ref, w_ref), grad))
+    assert {t.untyped_storage().data_ptr() for t in kept} == {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}

@@ -109,3 +109,31 @@ def test_layer_norm_keeps_its_layer_input_and_cuda_dtypes():
     booked = _census_bytes(config)
     assert booked["normOp"] == 2 * (BF16 * h + FP32 + FP32)
     assert booked["dropout"] == 2 * BOOL * h
+
+
+def test_linear_attention_keeps_what_the_production_kernels_keep():
+    """Qwen3-Next's gated delta net under causal-conv1d and flash-linear-attention: the conv keeps
+    only its input (the concatenated q, k, v), and the delta rule a contiguous copy of v, not the
+    conv output it is a view of. Hand-worked from the shapes."""
+    h, heads, kv, dk, dv, width = 64, 4, 2, 16, 16, 4
+    config = {
+        "model_type": "qwen3_next", "hidden_size": h, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "intermediate_size": 96, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+        "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 4, "full_attention_interval": 4,
+        "linear_num_value_heads": heads, "linear_num_key_heads": kv, "linear_key_head_dim": dk,
+        "linear_value_head_dim": dv, "linear_conv_kernel_dim": width, "vocab_size": 128,
+    }  # fmt: skip
+    from speccat.census import run_census
+
+    spec = run_census(config, name="tiny-next", seq_length=64)
+    linear = next(k for k, f in spec["flavours"].items() if f["attention"] == "linear")
+    booked = spec["measured"][linear]["bytes_per_token"]
+    conv = 2 * kv * dk + heads * dv  # q, k, v side by side
+    # in_proj's input; the conv's input; beta's sigmoid; the decay's fp32 softplus input and
+    # output; out_proj's input (the gated norm's output) — and no conv or SiLU output. The
+    # per-layer constants (fp32 copies of A_log and its exponent, a few hundred bytes) are
+    # allowed for: they are not per token.
+    assert booked["attMM"] * 64 == pytest.approx((BF16 * h + BF16 * conv + BF16 * heads + 2 * FP32 * heads + BF16 * heads * dv) * 64, abs=1024)
+    # normalised q and k (key heads), their fp32 inverse norms, v's own copy, the fp32 chunk
+    # decay, the WY matrix (64 wide); q and k are per key head, dk wide
+    assert booked["linrec"] == BF16 * 2 * kv * dk + 2 * FP32 * kv + BF16 * heads * dv + FP32 * heads + BF16 * heads * 64

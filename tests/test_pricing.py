@@ -316,15 +316,15 @@ def test_mla_attention_and_the_attup_switch(records, grid):
 def test_linear_attention_and_cp(records, grid):
     spec, d = qwen35_9b()
     prices = price_layers(spec, d, records, one(grid, cp=2))
-    s, h, cp, hff, k_conv = 4096, 4096, 2, 12288, 4
+    s, h, cp, hff = 4096, 4096, 2, 12288
     a, dh, n_kv, n_lkh = 32, 128, 16, 16  # value heads, their width; key heads in value-width units
     conv = 2 * n_kv * dh + a * dh
-    # the projections' input; the conv's input and its SiLU's input (s + k_conv - 1 positions);
-    # beta's sigmoid, the decay's fp32 softplus input and output; out_proj's input
-    att_mm = 2 * h + 2 * conv + 2 * conv * (s + k_conv - 1) / s + 2 * a + 2 * 4 * a + 2 * a * dh
-    # the delta rule: normalised q and k, their fp32 inverse norms, v's base (the conv output),
+    # the projections' input; the causal-conv1d kernel's input (it recomputes the conv and its
+    # SiLU); beta's sigmoid, the decay's fp32 softplus input and output; out_proj's input
+    att_mm = 2 * h + 2 * conv + 2 * a + 2 * 4 * a + 2 * a * dh
+    # the delta rule: normalised q and k, their fp32 inverse norms, v (its own contiguous copy),
     # the fp32 chunk decay, the WY matrix of 64 columns
-    linrec = 2 * 2 * n_kv * dh + 2 * 4 * n_lkh + 2 * conv + 4 * a + 2 * a * 64
+    linrec = 2 * 2 * n_kv * dh + 2 * 4 * n_lkh + 2 * a * dh + 4 * a + 2 * a * 64
     # context parallelism divides every element: each rank holds s / cp of the sequence
     assert layer(prices, "linear_attention")["attention"] == s * (att_mm + linrec) / cp
     assert layer(prices, "linear_attention")["ffn"] == s * (2 * h + 2 * hff * 3 + 2 * hff) / cp

@@ -62,8 +62,8 @@ def items_by_hash() -> dict[str, runs.Censused]:
     return {runs.censused(r).config_hash: runs.censused(r) for r in runs.REPOS + (runs.NEW_CONFIG, runs.ADDED)}
 
 
-def setting_id(seq_length=4096, micro_batch=1, tp=1, cp=1) -> str:
-    wanted = {"seq_length": seq_length, "micro_batch": micro_batch, "tp": tp, "cp": cp}
+def setting_id(seq_length=4096, micro_batch=1, tp=1, cp=1, stack="transformers") -> str:
+    wanted = {"stack": stack, "seq_length": seq_length, "micro_batch": micro_batch, "tp": tp, "cp": cp}
     (match,) = [s for s in runs.grid().settings if all(s[k] == v for k, v in wanted.items())]
     return match["setting_id"]
 

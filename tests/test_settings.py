@@ -13,15 +13,15 @@ import yaml
 from speccat.catalogue.records.settings import FIELDS, SETTINGS_PATH, SettingsError, load_settings
 
 
-def test_the_default_grid_is_the_designs_36_settings(grid):
-    # seq_length 3 values × micro_batch 1 × tp 4 × cp 3 × one value for every other field
-    assert len(grid.settings) == 3 * 1 * 4 * 3 == 36
+def test_the_default_grid_is_72_settings(grid):
+    # stack 2 values × seq_length 3 × micro_batch 1 × tp 4 × cp 3 × one value for every other field
+    assert len(grid.settings) == 2 * 3 * 1 * 4 * 3 == 72
     assert grid.fields == FIELDS
-    seen = {(s["seq_length"], s["tp"], s["cp"]) for s in grid.settings}
-    assert seen == set(itertools.product([4096, 8192, 32768], [1, 2, 4, 8], [1, 2, 4]))
+    seen = {(s["stack"], s["seq_length"], s["tp"], s["cp"]) for s in grid.settings}
+    assert seen == set(itertools.product(["transformers", "megatron"], [4096, 8192, 32768], [1, 2, 4, 8], [1, 2, 4]))
     first = grid.settings[0]
     assert {k: first[k] for k in FIELDS} == {
-        "seq_length": 4096, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": True,
+        "stack": "transformers", "seq_length": 4096, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": True,
         "flash_attention": True, "cp_algo": "ring", "dtype": "bf16", "in_flight": 1,
         "param_casts": False, "grouped_gemm": True, "dropless_tok_factor": 1.0, "capacity_factor": 1.0,
     }  # fmt: skip
@@ -40,7 +40,7 @@ def test_setting_ids_hash_the_canonical_mapping(grid):
         fields = {k: setting[k] for k in FIELDS}
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
         assert setting["setting_id"] == hashlib.sha256(blob).hexdigest()[:16]
-    assert len({s["setting_id"] for s in grid.settings}) == 36
+    assert len({s["setting_id"] for s in grid.settings}) == 72
 
 
 def test_ids_are_stable_across_loads_and_number_spellings(grid, tmp_path):
@@ -61,7 +61,7 @@ def test_the_version_follows_content_not_layout(grid, tmp_path):
     changed = tmp_path / "b.yaml"
     changed.write_text(text.replace("values: [1, 2, 4, 8]", "values: [1, 2, 4, 8, 16]"))
     other = load_settings(changed)
-    assert other.version != grid.version and len(other.settings) == 45
+    assert other.version != grid.version and len(other.settings) == 90
 
 
 def test_one_setting_from_overrides(grid):

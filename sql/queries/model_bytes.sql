@@ -23,7 +23,7 @@ SELECT s.stack, s.seq_length, s.micro_batch, s.tp, s.cp, m.mask, coalesce(w.name
 FROM m
 JOIN settings AS s USING (setting_id)
 LEFT JOIN switch_sets AS w USING (mask)
-WHERE (getvariable('stack') IS NULL OR s.stack = getvariable('stack'))
+WHERE (getvariable('stack')::VARCHAR IS NULL OR s.stack = getvariable('stack')::VARCHAR)
   AND (getvariable('seq_length') IS NULL OR s.seq_length = getvariable('seq_length'))
   AND (getvariable('micro_batch') IS NULL OR s.micro_batch = getvariable('micro_batch'))
   AND (getvariable('tp') IS NULL OR s.tp = getvariable('tp'))

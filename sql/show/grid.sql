@@ -1,6 +1,6 @@
 -- `speccat show`, when the chosen fields match no single setting: the values chosen (each
 -- variable, or the grid's default from setting_defaults) and the values the grid has.
-SELECT coalesce(getvariable('stack'), d.stack) AS stack,
+SELECT coalesce(getvariable('stack')::VARCHAR, d.stack) AS stack,
        coalesce(getvariable('seq_length'), d.seq_length) AS seq_length,
        coalesce(getvariable('micro_batch'), d.micro_batch) AS micro_batch,
        coalesce(getvariable('tp'), d.tp) AS tp,

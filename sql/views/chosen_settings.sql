@@ -21,7 +21,7 @@
 --   capacity_factor      ratio   MoE expert capacity against the even share, otherwise
 CREATE OR REPLACE VIEW chosen_settings AS
 SELECT * FROM settings
-WHERE stack = coalesce(getvariable('stack'), (SELECT stack FROM setting_defaults))
+WHERE stack = coalesce(getvariable('stack')::VARCHAR, (SELECT stack FROM setting_defaults))
   AND seq_length = coalesce(getvariable('seq_length'), (SELECT seq_length FROM setting_defaults))
   AND micro_batch = coalesce(getvariable('micro_batch'), (SELECT micro_batch FROM setting_defaults))
   AND tp = coalesce(getvariable('tp'), (SELECT tp FROM setting_defaults))

@@ -1,8 +1,9 @@
 -- View priced_vs_measured: per layer kind, the bytes per token the records price for one
 -- layer with no recompute, next to the bytes per token autograd saved in the census. The
--- price is read at the setting the census measured at: its sequence length, one micro-batch,
--- one rank (tp 1, cp 1). These are facts of the census's measurement, not defaults: they do
--- not follow setting_defaults. Covers every version stored.
+-- price is read at the setting the census measured at: the stack it runs (transformers), its
+-- sequence length, one micro-batch, one rank (tp 1, cp 1). These are facts of the census's
+-- measurement, not defaults: they do not follow setting_defaults. Covers every version stored.
+-- A ratio more than 0.5% from 1 names its cause.
 -- Grain: one row per (config_hash, census_version, records_version, kind, setting_id).
 -- Columns:
 --   config_hash             id           the config
@@ -17,6 +18,7 @@
 --   measured_per_token      bytes/token  what autograd saved for one layer, per token
 --   unattributed_per_token  bytes/token  the part of it no op claims (op `other`)
 --   ratio                   ratio        priced_per_token / measured_per_token
+--   cause                   text         why the ratio is more than 0.5% from 1 (NULL within 0.5%)
 CREATE OR REPLACE VIEW priced_vs_measured AS
 WITH m AS (
     SELECT config_hash, census_version, kind,
@@ -31,8 +33,14 @@ SELECT m.config_hash, m.census_version, p.records_version, m.kind, s.setting_id,
        m.attention_impl, m.experts_impl,
        p.total / (s.seq_length * s.micro_batch) AS priced_per_token,
        m.measured_per_token, m.unattributed_per_token,
-       p.total / (s.seq_length * s.micro_batch) / nullif(m.measured_per_token, 0) AS ratio
+       p.total / (s.seq_length * s.micro_batch) / nullif(m.measured_per_token, 0) AS ratio,
+       CASE WHEN abs(p.total / (s.seq_length * s.micro_batch) / nullif(m.measured_per_token, 0) - 1) <= 0.005 THEN NULL
+            WHEN m.measured_per_token = 0 THEN 'census: nothing measured'
+            WHEN coalesce(m.unattributed_per_token, 0) > 0.005 * m.measured_per_token
+                THEN 'census: bytes no op claims (op other)'
+            ELSE 'records: no formula of this records version accounts for the difference'
+       END AS cause
 FROM m
-JOIN settings AS s ON s.seq_length = m.seq_length AND s.micro_batch = 1 AND s.tp = 1 AND s.cp = 1
+JOIN settings AS s ON s.stack = 'transformers' AND s.seq_length = m.seq_length AND s.micro_batch = 1 AND s.tp = 1 AND s.cp = 1
 JOIN layer_prices AS p ON p.config_hash = m.config_hash AND p.census_version = m.census_version
                       AND p.kind = m.kind AND p.setting_id = s.setting_id AND p.mask = 0;
