@@ -125,7 +125,7 @@ def test_latest_specs(con):
 
 def test_model_bytes(con):
     llama = runs.censused("meta-llama/Llama-3.1-8B-Instruct")
-    rows = query(con, "model_bytes", repo_id=llama.repo_id, seq_length=4096, tp=2, cp=1)
+    rows = query(con, "model_bytes", repo_id=llama.repo_id, stack="transformers", seq_length=4096, tp=2, cp=1)
     expected = model_totals(llama, setting_id(4096, 1, 2, 1))
     assert len(rows) == 2 ** len(runs.records().switches) + 1
     assert {r["mask"]: r["total"] for r in rows} == expected
