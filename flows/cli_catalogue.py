@@ -146,8 +146,8 @@ def show_command(args: argparse.Namespace) -> int:
             chosen = {k: grid[k] for k in wanted}
             raise InputError(
                 "bad_argument",
-                f"{len(settings.rows)} settings of the grid match {chosen}; the grid has stack {grid['grid_stack']}, seq {grid['grid_seq_length']}, "
-                f"tp {grid['grid_tp']}, cp {grid['grid_cp']}, micro-batch {grid['grid_micro_batch']}",
+                f"{len(settings.rows)} settings of the grid match {chosen}; the grid has seq {grid['grid_seq_length']}, "
+                f"tp {grid['grid_tp']}, cp {grid['grid_cp']}, micro-batch {grid['grid_micro_batch']}, stack {grid['grid_stack']}",
             )
         setting = dict(zip(settings.columns, settings.rows[0]))
         kinds = _run(con, sql.load("show/kinds"), {"repo_id": repo_id})

@@ -35,7 +35,7 @@ def con():
 
 def query(con, name: str, **params):
     con.execute("RESET VARIABLE repo_id")  # variables persist per connection; start clean
-    for variable in ("seq_length", "micro_batch", "tp", "cp", "switches", "budget_gib", "run_id", "model_type"):
+    for variable in ("stack", "seq_length", "micro_batch", "tp", "cp", "switches", "budget_gib", "run_id", "model_type"):
         con.execute(f"RESET VARIABLE {variable}")
     result = present.run(con, present.resolve_query(name), params)
     return [dict(zip(result.columns, row)) for row in result.rows]
