@@ -35,7 +35,7 @@ def test_fit_lists_only_what_fits_by_the_catalogues_own_figures(snapshot_runs, c
         ).fetchone()
 
         def price(tp, mask):
-            setting = "SELECT setting_id FROM settings WHERE seq_length = 8192 AND tp = ? AND cp = 1 AND micro_batch = 1 AND in_flight = 1"
+            setting = "SELECT setting_id FROM settings WHERE seq_length = 8192 AND tp = ? AND cp = 1 AND micro_batch = 1 AND in_flight = 1 AND stack = 'transformers'"
             if mask == -1:
                 return con.execute(f"SELECT kept FROM full_prices WHERE config_hash = ? AND kind = ? AND setting_id = ({setting})", [config_hash, kind, tp]).fetchone()[0]
             return con.execute(
