@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from speccat.census.across import measure_across
 from speccat.census.build import build
 from speccat.census.describe import (
     ATTENTION_OP,
@@ -83,7 +84,7 @@ def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int],
         log.warning("%s: kind %r of family %r: counts differ from the profile (%s); keeping the counted values", name, kind, family.name, detail)
 
 
-def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
+def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelSpec:
     top, text, _ = resolve_config(remote.resolve(config, CONFIG_MAPPING))
     arch = config["model_type"]
     family = family_for(arch)
@@ -122,12 +123,18 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
             measured["experts_impl"] = EXPERTS_IMPL
         spec["measured"][kind] = measured
     spec["params"] = {**built.params, "kinds": kind_params}
+    if across:
+        spec["measured_at"] = measure_across(top, text, built, shapes, kind_of, seq_length, probes, hidden)
     return ModelSpec(spec)
 
 
-def run_census(config: Mapping, *, name: str, seq_length: int | None = None) -> ModelSpec:
+def run_census(config: Mapping, *, name: str, seq_length: int | None = None, across: bool = False) -> ModelSpec:
     """Census one config into a ModelSpec, measured at `seq_length` tokens (default: the settings
     grid's default sequence length, so the measurement has a setting to be priced at).
+
+    With `across`, every kind is also measured at the points of census/across.yaml (the
+    spec's `measured_at`, census/across.py): about ten more probes, so the night asks for it
+    and a quick census does not.
 
     Raises SpecError with a reason code for every refusal; any other exception is wrapped as
     `census_failed` naming its type.
@@ -140,7 +147,7 @@ def run_census(config: Mapping, *, name: str, seq_length: int | None = None) -> 
         raise SpecError("bad_value", f"seq_length: must be a positive integer, got {seq_length!r}")
     default_dtype = torch.get_default_dtype()
     try:
-        return _census(config, name, seq_length)
+        return _census(config, name, seq_length, across)
     except SpecError:
         raise
     except Exception as err:

@@ -24,15 +24,17 @@ import contextlib
 import gc
 import weakref
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from speccat.catalogue.vocabulary import OTHER
 from speccat.census import attention
@@ -130,6 +132,9 @@ class LayerProbe:
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
+    calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
+    kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops the storages it made are booked to
+    input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
 
 
 class _DispatchWatch(TorchDispatchMode):
@@ -163,6 +168,8 @@ class Watcher:
         self.excluded_outputs: set[int] = set()
         self.forward_done = False
         self.layer_inputs: set[int] = set()
+        self.outputs: set[int] = set()  # the probed layers' outputs
+        self.creator: dict[int, tuple[StorageWeakRef, LayerProbe, int]] = {}  # storage -> (it, probe, index of the call that made it)
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -171,8 +178,9 @@ class Watcher:
 
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
         kernel = attention.current_kernel()
-        if kernel == "attention":
-            return "softmax" if tensor.dtype == torch.float32 else "attBMM"
+        if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
+            made = self.creator.get(key)
+            return "softmax" if made is not None and made[1].calls[made[2]] is OPS_KERNEL else "attBMM"
         if kernel == "delta_rule":
             return "linrec"
         for _, module in reversed(self.path):
@@ -227,10 +235,23 @@ class Watcher:
         elif self.path and not any(is_experts(m) or "shared" in name.rsplit(".", 1)[-1] for name, m in self.path):
             probe.router_ops.setdefault(self._child(), []).append(seen)
 
+    def _note_call(self, probe: LayerProbe, func, out) -> None:
+        """Number the call as torch's selective-checkpoint policy sees it, and note the storages it made."""
+        if func in SAC_IGNORED_OPS:
+            return
+        probe.calls.append(func)
+        for tensor in tree_leaves(out):
+            if isinstance(tensor, torch.Tensor):
+                key = _storage_key(tensor)
+                known = self.creator.get(key)
+                if known is None or known[0].expired():  # new, or a dead storage's identity reused
+                    self.creator[key] = (StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1)
+
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
         if probe is None or self.forward_done:
             return
+        self._note_call(probe, func, out)
         if attention.current_kernel() is None:
             self._note_variant_op(probe, func, args, out)
         if func is OPS_KERNEL:
@@ -285,6 +306,7 @@ class Watcher:
     def _layer_post(self, index: int):
         def hook(module, args, kwargs, output):
             outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor)}
+            self.outputs |= outputs
             for key in outputs:
                 savers = self.seen.get(key)
                 if savers and savers[0][0] is self.probes[index]:
@@ -416,11 +438,31 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
             setattr(config, key, value)
 
 
-def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None) -> dict[int, LayerProbe]:
+def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None, backward: bool = True) -> dict[int, LayerProbe]:
     """Probe the layers `indices`: the decoder forward and backward with only them in its stack, on fake tensors.
 
     The model is on meta and its needed parts are converted to fake tensors, unless `fake_mode`
-    is given: then the model was built under that mode and is fake already.
+    is given: then the model was built under that mode and is fake already. Without
+    `backward`, the saved bytes are booked after the forward alone (a second measurement of
+    layers whose backward the census has run).
+    """
+    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward).probes
+
+
+def run_layers(
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    make_watcher: Callable[[dict[int, nn.Module], set[int]], Watcher],
+    around: Callable[[dict[int, nn.Module], Watcher], contextlib.AbstractContextManager] | None = None,
+    fake_mode: FakeTensorMode | None = None,
+    backward: bool = True,
+) -> Watcher:
+    """Run the decoder with only the layers `indices` in its stack, watched by `make_watcher(...)`.
+
+    Plain probing (no `around`) books what backward can reach after the forward and runs the
+    backward; with `around` (a context wrapping the layers' forwards, census/recompute.py) the
+    forward alone runs and the watcher counts.
     """
     decoder = built.decoder
     config = built.config
@@ -429,6 +471,7 @@ def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: F
     kept = {index: built.layers[index] for index in indices}
     setattr(holder, stack_name, nn.ModuleList([kept[i] for i in indices]))  # the decoder now holds only the kept layers
     try:
+        fake_mode = fake_mode or _fake_mode_of(decoder)
         if fake_mode is None:
             fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             with fake_mode:
@@ -436,8 +479,9 @@ def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: F
         for layer in kept.values():
             _mark_inline_activations(layer)
         excluded = {_storage_key(t) for t in (*decoder.parameters(), *decoder.buffers())}
-        watcher = Watcher(kept, excluded)
-        with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), watcher.hooks():
+        watcher = make_watcher(kept, excluded)
+        wrapped = around(kept, watcher) if around is not None else contextlib.nullcontext()
+        with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
             leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
@@ -447,11 +491,21 @@ def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: F
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
             del output
             gc.collect()  # graph nodes no output reaches are freed now, with what they saved
+            if around is not None:
+                watcher.count()
+                return watcher
             _book_bytes(watcher)
-            hidden_out.float().sum().backward()
+            if backward:
+                hidden_out.float().sum().backward()
     finally:
         setattr(holder, stack_name, built.layers)
-    return watcher.probes
+    return watcher
+
+
+def _fake_mode_of(decoder: nn.Module) -> FakeTensorMode | None:
+    """The mode of a decoder an earlier probe made fake (a second probe of the same layers)."""
+    weight = next(decoder.parameters(), None)
+    return weight.fake_mode if isinstance(weight, FakeTensor) else None
 
 
 def _book_bytes(watcher: Watcher) -> None:
@@ -463,3 +517,8 @@ def _book_bytes(watcher: Watcher) -> None:
         if alive is not None:
             probe, op, nbytes = alive
             probe.saved_bytes[op] += nbytes
+            made = watcher.creator.get(key)
+            if made is not None and made[1] is probe:
+                probe.kept_by_call.setdefault(made[2], set()).add(op)
+            else:
+                probe.input_bytes[op] += nbytes  # a storage the layer did not make: its input

@@ -68,7 +68,7 @@ FLAGS = (
     "layer_norms",  # true when the layer's norms are LayerNorm (mean-centred), false for RMSNorm
 )
 STRUCTURE_REQUIRED = ("layers", "ops")
-STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants")
+STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants", "measured_at")
 
 KEYS = frozenset(
     REQUIRED_STR + OPTIONAL_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
@@ -80,6 +80,7 @@ MODEL_PARAM_PARTS = ("embedding", "output", "final_norm")
 KIND_PARAM_PARTS = ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")
 
 MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token"})
+POINT_KEYS = ("point", "seq_length", "tp", "cp", "sequence_parallel", "recompute", "bytes_per_token")
 MEASURED_OPS = OPS + (OTHER,)
 
 _KIND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -189,6 +190,17 @@ def _validate_params(spec: Mapping, kinds: tuple[str, ...]) -> None:
         _check_counts(f"params.kinds.{kind}", parts, KIND_PARAM_PARTS)
 
 
+def _check_per_op(field: str, per_op: Any) -> None:
+    per_op = _check_mapping(field, per_op)
+    _check_keys(field, per_op, MEASURED_OPS, MEASURED_OPS)
+    for op in MEASURED_OPS:
+        value = per_op[op]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _bad(f"{field}.{op}", f"must be a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise _bad(f"{field}.{op}", f"must be finite and >= 0, got {value!r}")
+
+
 def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
     for kind, entry in _validate_per_kind("measured", spec["measured"], kinds).items():
         field = f"measured.{kind}"
@@ -198,14 +210,34 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
         for key in ("attention_impl", "experts_impl"):
             if key in entry and not (isinstance(entry[key], str) and entry[key]):
                 raise _bad(f"{field}.{key}", f"must be a non-empty string, got {entry[key]!r}")
-        per_op = _check_mapping(f"{field}.bytes_per_token", entry["bytes_per_token"])
-        _check_keys(f"{field}.bytes_per_token", per_op, MEASURED_OPS, MEASURED_OPS)
-        for op in MEASURED_OPS:
-            value = per_op[op]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise _bad(f"{field}.bytes_per_token.{op}", f"must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise _bad(f"{field}.bytes_per_token.{op}", f"must be finite and >= 0, got {value!r}")
+        _check_per_op(f"{field}.bytes_per_token", entry["bytes_per_token"])
+
+
+def _validate_measured_at(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    """The points measured across settings (census/across.py): each names its setting, and per
+    kind (a subset of the spec's) the bytes per op per token."""
+    points = spec["measured_at"]
+    if not isinstance(points, list):
+        raise _bad("measured_at", f"must be a list, got {type(points).__name__}")
+    names = set()
+    for i, point in enumerate(points):
+        field = f"measured_at[{i}]"
+        _check_keys(field, _check_mapping(field, point), POINT_KEYS, POINT_KEYS)
+        if not isinstance(point["point"], str) or not point["point"] or point["point"] in names:
+            raise _bad(f"{field}.point", f"must be a unique non-empty string, got {point['point']!r}")
+        names.add(point["point"])
+        for key in ("seq_length", "tp", "cp"):
+            _check_int(f"{field}.{key}", point[key], 1)
+        if not isinstance(point["sequence_parallel"], bool):
+            raise _bad(f"{field}.sequence_parallel", f"must be true or false, got {point['sequence_parallel']!r}")
+        if not isinstance(point["recompute"], list) or not all(isinstance(s, str) and s for s in point["recompute"]):
+            raise _bad(f"{field}.recompute", f"must be a list of switch names, got {point['recompute']!r}")
+        per_kind = _check_mapping(f"{field}.bytes_per_token", point["bytes_per_token"])
+        unknown = sorted(set(per_kind) - set(kinds))
+        if unknown:
+            raise _bad(f"{field}.bytes_per_token", f"names kinds the spec does not have: {unknown}")
+        for kind, per_op in per_kind.items():
+            _check_per_op(f"{field}.bytes_per_token.{kind}", per_op)
 
 
 def validate(spec: Mapping) -> None:
@@ -240,7 +272,7 @@ def validate(spec: Mapping) -> None:
         )
     kinds = _validate_layers(spec)
     _validate_ops(spec, kinds)
-    for key, check in (("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured), ("variants", _validate_variants)):
+    for key, check in (("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured), ("variants", _validate_variants), ("measured_at", _validate_measured_at)):
         if key in spec:
             check(spec, kinds)
 

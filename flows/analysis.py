@@ -16,6 +16,7 @@ import torch  # noqa: F401  (preloaded for the forked children)
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
 from speccat.catalogue.records import layouts
+from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
@@ -38,9 +39,10 @@ pricing_inputs()
 
 
 def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
-    """Census `config` and price its spec. Returns {"spec": JSON text, "prices": tables,
-    "infeasible": rows}: no prices at a setting where a kind cannot be laid out, a row per
-    such kind instead (catalogue/records/layouts.py).
+    """Census `config` (measured across settings too) and price its spec. Returns {"spec": JSON
+    text, "prices": tables, "infeasible": rows, "point_prices": rows}: no prices at a setting
+    where a kind cannot be laid out, a row per such kind instead (catalogue/records/layouts.py);
+    the price at each setting the census measured at (catalogue/records/points.py).
 
     With `spec_json` (a spec the catalogue already holds, under records it has not been
     priced with) the census is skipped and the spec is only priced. A census refusal raises
@@ -49,13 +51,14 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
     failure is a `price` failures row.
     """
     if spec_json is None:
-        spec = run_census(config, name=name, seq_length=seq_length)
+        spec = run_census(config, name=name, seq_length=seq_length, across=True)
     else:
         spec = ModelSpec.from_json(spec_json)
     defaults = family_for(spec["arch"]).pricing_defaults()
     try:
         prices = price_spec(spec, defaults, *pricing_inputs())
         infeasible = layouts.infeasible(spec, defaults, *pricing_inputs())
+        points = price_points(spec, defaults, *pricing_inputs())
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
-    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible}
+    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points}

@@ -268,6 +268,7 @@ def night_data(
     specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}
     prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
     infeasible = {h: list(a.infeasible) for h, a in night.analyses.items() if a.prices is not None and a.infeasible}
+    point_prices = {h: list(a.point_prices) for h, a in night.analyses.items() if a.prices is not None and a.point_prices}
     return NightData(
         run_id=run_id,
         started=started,
@@ -283,6 +284,7 @@ def night_data(
         specs=specs,
         prices=prices,
         infeasible=infeasible,
+        point_prices=point_prices,
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         reason=reason,
         message=message,

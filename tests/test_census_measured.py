@@ -34,10 +34,10 @@ EXPECTED = {
     "normOp": 2 * (FP32 * H + FP32 + BF16 * H),
     # q_proj/k_proj/v_proj save their shared input, the first norm's output (bf16, h).
     "attMM": BF16 * H,
-    # The flash kernel keeps q (4 heads), k and v (2 kv heads, unexpanded) and its output (4 heads).
-    "attBMM": BF16 * (HEADS * D + KV * D + KV * D + HEADS * D),
-    # ...and one fp32 log-sum-exp per head.
-    "softmax": FP32 * HEADS,
+    # The flash kernel keeps its inputs: q (4 heads), k and v (2 kv heads, unexpanded)...
+    "attBMM": BF16 * (HEADS * D + KV * D + KV * D),
+    # ...and its own outputs: the output (4 heads) and one fp32 log-sum-exp per head.
+    "softmax": BF16 * HEADS * D + FP32 * HEADS,
     # gate_proj/up_proj save the second norm's output (h); the product act(gate) * up saves both
     # factors (w each); down_proj saves the product (w).
     "ffMM": BF16 * (H + W + W + W),

@@ -93,8 +93,10 @@ def test_o_proj_keeps_a_copy_when_q_is_built_with_cat():
     booked = _census_bytes(config)
     # qkv_proj keeps its input (the norm's bf16 output, h); o_proj keeps the reshaped copy (heads·d).
     assert booked["attMM"] == BF16 * (h + heads * d)
-    # The kernel keeps q, k (new tensors), v (a view of the fused qkv output: the whole base), out.
-    assert booked["attBMM"] == BF16 * (heads * d + heads * d + 3 * heads * d + heads * d)
+    # The kernel keeps its inputs q, k (new tensors), v (a view of the fused qkv output: the whole
+    # base); its output and fp32 log-sum-exp are its own (softmax).
+    assert booked["attBMM"] == BF16 * (heads * d + heads * d + 3 * heads * d)
+    assert booked["softmax"] == BF16 * heads * d + 4 * heads
 
 
 def test_layer_norm_keeps_its_layer_input_and_cuda_dtypes():

@@ -274,8 +274,10 @@ def test_measured_column(specs, repo):
         assert ("experts_impl" in measured) == (flavour["ffn"] == "moe")
         if flavour["attention"] == "full":
             assert measured["attention_impl"] == "speccat::flash_attention"
-            # The kernel keeps q, k, v and the output (bf16) and one fp32 statistic per head.
-            assert per_op["softmax"] == 4 * spec["num_attention_heads"]
+            # The kernel's own outputs: its output (bf16, heads x the value width) and one fp32
+            # statistic per head.
+            value_width = spec.get("v_head_dim") or spec.get("head_dim") or spec["hidden_size"] // spec["num_attention_heads"]
+            assert per_op["softmax"] == spec["num_attention_heads"] * (2 * value_width + 4)
             assert per_op["linrec"] == 0
         else:
             assert measured["attention_impl"] == "speccat::chunk_gated_delta_rule"
@@ -286,9 +288,11 @@ def test_measured_column(specs, repo):
 
 
 def test_flash_kernel_bytes_follow_the_heads(specs):
-    # Llama-3.1-8B: q (32 heads) and output (32 heads) of width 128, k and v of 8 kv heads, bf16.
+    # Llama-3.1-8B: the kernel's inputs, q (32 heads) of width 128, k and v of 8 kv heads, bf16;
+    # its outputs, the output (32 heads) and an fp32 log-sum-exp per head.
     per_op = specs["meta-llama/Llama-3.1-8B-Instruct"]["measured"]["decoder"]["bytes_per_token"]
-    assert per_op["attBMM"] == 2 * (32 * 128 + 8 * 128 + 8 * 128 + 32 * 128)
+    assert per_op["attBMM"] == 2 * (32 * 128 + 8 * 128 + 8 * 128)
+    assert per_op["softmax"] == 2 * 32 * 128 + 4 * 32
 
 
 def test_spec_json_is_stable(specs):

@@ -47,8 +47,8 @@ def test_switch_sets_and_full_recompute(capsys):
     assert out["model_total"] == 32 * 33_554_432
     code, out = run_json(capsys, LLAMA, "--switches", "softmax, attBMM")
     assert out["switches"] == ["attBMM", "softmax"]  # mask-bit order
-    # Llama at s=4096 under flash: softmax keeps s·4·a bytes (the fp32 log-sum-exp), attBMM
-    # s·2·(a·dh + 2·n_kv·dh + a·dh) bytes (the kernel's q, k, v and output)
+    # Llama at s=4096 under flash: softmax keeps the kernel's outputs, s·(4·a + 2·a·dh) bytes (the
+    # fp32 log-sum-exp and the output), attBMM s·2·(a·dh + 2·n_kv·dh) bytes (q, k, v)
     assert 822_640_640 - out["kinds"]["decoder"]["total"] == 4096 * 4 * 32 + 4096 * 2 * (4096 + 2 * 1024 + 4096)
 
 

@@ -58,6 +58,7 @@ TABLES: tuple[str, ...] = (
     "layer_prices",
     "full_prices",
     "infeasible_settings",
+    "point_prices",
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from

@@ -47,6 +47,7 @@ REPO_FIELDS: tuple[str, ...] = (
 )
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
+POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
 # The price tables as staged: the catalogue tables' columns, in their order (sql/schema.sql).
@@ -87,6 +88,8 @@ class NightData:
         A setting where the model cannot be laid out has no prices ...
     infeasible: config_hash -> rows with INFEASIBLE_FIELDS, one per kind that cannot be laid
         out at such a setting (catalogue/records/layouts.py), with the rule and why.
+    point_prices: config_hash -> rows with POINT_PRICE_FIELDS: the records' price at each
+        setting its spec was measured at (catalogue/records/points.py).
     failures: mappings with FAILURE_FIELDS; stage and reason are codes of
         catalogue/vocabulary.yaml (`stage`, and a `census` or `fetch` reason).
     reason, message: why a `failed` night failed (a `census` or `fetch` reason and one line);
@@ -108,6 +111,7 @@ class NightData:
     prices: Mapping[str, Any] = field(default_factory=dict)
     failures: Sequence[Mapping[str, Any]] = ()
     infeasible: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    point_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     reason: str | None = None
     message: str | None = None
 
@@ -157,11 +161,12 @@ class NightData:
         for config_hash, spec in self.specs.items():
             if not isinstance(spec, Mapping) or "layers" not in spec:
                 _bad(f"specs[{config_hash!r}]", "must be a ModelSpec mapping")
-        for config_hash, rows in self.infeasible.items():
-            if config_hash not in self.prices:
-                _bad(f"infeasible[{config_hash!r}]", "names a config without prices tonight")
-            for i, row in enumerate(rows):
-                _check_row(f"infeasible[{config_hash!r}][{i}]", row, INFEASIBLE_FIELDS, required=INFEASIBLE_FIELDS)
+        for name, per_config, fields in (("infeasible", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS)):
+            for config_hash, rows in per_config.items():
+                if config_hash not in self.prices:
+                    _bad(f"{name}[{config_hash!r}]", "names a config without prices tonight")
+                for i, row in enumerate(rows):
+                    _check_row(f"{name}[{config_hash!r}][{i}]", row, fields, required=fields)
 
     def arrow_tables(self) -> dict[str, pa.Table]:
         """The run as Arrow tables named like the `incoming` staging tables of the store."""
@@ -219,6 +224,14 @@ class NightData:
                 for row in rows
             ],
             ("config_hash", "census_version", "records_version") + INFEASIBLE_FIELDS,
+        )
+        tables["point_prices"] = _table(
+            [
+                {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
+                for h, rows in sorted(self.point_prices.items())
+                for row in rows
+            ],
+            ("config_hash", "census_version", "records_version") + POINT_PRICE_FIELDS,
         )
         priced = {(h, s) for h, s in zip(tables["full_prices"]["config_hash"].to_pylist(), tables["full_prices"]["setting_id"].to_pylist())}
         both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in rows} & priced)

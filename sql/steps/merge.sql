@@ -38,7 +38,7 @@ INSERT INTO measured BY NAME
 SELECT * FROM incoming.measured AS n
 WHERE NOT EXISTS (SELECT 1 FROM measured AS o
                   WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
-ORDER BY config_hash, census_version, kind, op;
+ORDER BY config_hash, census_version, kind, point, op;
 
 INSERT INTO settings BY NAME
 SELECT * FROM incoming.settings AS n
@@ -92,6 +92,14 @@ WHERE NOT EXISTS (SELECT 1 FROM infeasible_settings AS o WHERE o.config_hash = n
                   AND o.census_version = n.census_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, setting_id, kind;
+
+-- The price at each setting a spec was measured at: a group is (config, census version,
+-- records version).
+INSERT INTO point_prices BY NAME
+SELECT * FROM incoming.point_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM point_prices AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version)
+ORDER BY config_hash, kind, point;
 
 -- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
 -- earlier night stored (a new description, a new default). Only rows that differ are touched.

@@ -1,14 +1,23 @@
 -- Table measured: the bytes per token autograd saved for each op of one layer of a kind, as
--- the census measured them (docs/census.md), with the sequence length and implementations it
--- ran. Bytes no op claims are booked to op `other`. Key: (config_hash, census_version, kind, op).
+-- the census measured them (docs/census.md), at each point: `census`, its own setting (its
+-- sequence length, one rank, nothing recomputed), and the points across settings it measures
+-- besides (census/across.yaml: a second sequence length, cp and tp ranks, switch sets
+-- recomputed through torch's selective-checkpoint API). Bytes are per token of the point's
+-- sequence (a cp rank's bytes over the whole sequence's tokens). Bytes no op claims are booked
+-- to op `other`. Key: (config_hash, census_version, kind, point, op).
 CREATE TABLE IF NOT EXISTS measured (
-    config_hash     VARCHAR NOT NULL,
-    census_version  VARCHAR NOT NULL,
-    kind            VARCHAR NOT NULL,
-    op              op_name NOT NULL,
-    bytes_per_token DOUBLE NOT NULL,
-    seq_length      INTEGER NOT NULL,
-    attention_impl  VARCHAR NOT NULL,
-    experts_impl    VARCHAR,
-    PRIMARY KEY (config_hash, census_version, kind, op)
+    config_hash       VARCHAR NOT NULL,
+    census_version    VARCHAR NOT NULL,
+    kind              VARCHAR NOT NULL,
+    op                op_name NOT NULL,
+    bytes_per_token   DOUBLE NOT NULL,
+    seq_length        INTEGER NOT NULL,
+    attention_impl    VARCHAR NOT NULL,
+    experts_impl      VARCHAR,
+    point             VARCHAR NOT NULL DEFAULT 'census',
+    tp                INTEGER NOT NULL DEFAULT 1,
+    cp                INTEGER NOT NULL DEFAULT 1,
+    sequence_parallel BOOLEAN NOT NULL DEFAULT false,
+    recompute         VARCHAR[] NOT NULL DEFAULT [],  -- the switches recomputed
+    PRIMARY KEY (config_hash, census_version, kind, point, op)
 );

@@ -1,0 +1,170 @@
+"""Measured across settings: each kind measured at the points census/across.yaml names, besides
+the census's own setting (docs/census.md, "Measured across settings").
+
+- a second sequence length (per-token, s² and constant terms separate);
+- a context-parallel rank: the layer run at s/cp tokens;
+- a tensor-parallel rank: the model rebuilt with its heads and widths divided by t;
+- selective recompute of each switch, and of all of them, through torch's selective-checkpoint
+  API (census/recompute.py).
+
+Each point is one mapping of the spec's `measured_at` list: its name, the setting it stands
+for (seq_length, tp, cp, sequence_parallel, recompute), and per kind the bytes per op per token
+of the setting's sequence (a cp rank's bytes over the whole sequence's tokens), so that the
+records' price at that setting is directly comparable. A kind a point cannot measure (a rank
+transformers cannot build, a head width the rank does not keep) is left out of that point.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from speccat.catalogue.records.oprecords import load_records
+from speccat.census.build import build
+from speccat.census.describe import EXPERTS_IMPL, LayerView
+from speccat.census.probe import LayerProbe, probe_layers
+from speccat.census.recompute import probe_recomputed
+from speccat.census.shapes import Shape, classify
+
+log = logging.getLogger(__name__)
+
+POINTS: Mapping[str, Any] = yaml.safe_load(Path(__file__).with_name("across.yaml").read_text())
+
+Measure = Callable[[dict[int, LayerProbe], int], dict[str, dict[str, float]]]
+
+
+def _point(name: str, seq_length: int, per_kind: dict, *, tp: int = 1, cp: int = 1, recompute: tuple[str, ...] = ()) -> dict:
+    return {
+        "point": name,
+        "seq_length": seq_length,
+        "tp": tp,
+        "cp": cp,
+        "sequence_parallel": False,
+        "recompute": list(recompute),
+        "bytes_per_token": per_kind,
+    }
+
+
+def _per_kind(built, shapes: list[Shape], kind_of: Mapping[int, str], hidden: int) -> Measure:
+    """Bytes per op per token of `tokens`, per kind, from probes run at the probe's own length."""
+
+    def measure(probes: dict[int, LayerProbe], run_length: int, tokens: int | None = None) -> dict[str, dict[str, float]]:
+        out = {}
+        for shape in shapes:
+            probe = probes.get(shape.first)
+            if probe is None:
+                continue
+            view = LayerView(shape.first, built.layers[shape.first], probe, shape, hidden)
+            per_run_token = view.bytes_per_token(run_length)
+            scale = run_length / (tokens or run_length)
+            out[kind_of[shape.first]] = {op: value * scale for op, value in per_run_token.items()}
+        return out
+
+    return measure
+
+
+def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
+    """The configs of one of t tensor-parallel ranks, or None when t does not divide them."""
+    rank_top = copy.deepcopy(top)
+    rank_text = rank_top if text is top else rank_top.get_text_config()
+    heads = getattr(rank_text, "num_attention_heads", None)
+    hidden = getattr(rank_text, "hidden_size", None)
+    if not isinstance(heads, int) or not isinstance(hidden, int):
+        return None
+    if not isinstance(getattr(rank_text, "head_dim", None), int):
+        rank_text.head_dim = hidden // heads
+    kv = getattr(rank_text, POINTS["kv_heads_field"], None)
+    for name in POINTS["tensor_parallel_fields"]:
+        value = getattr(rank_text, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if value % t:
+                return None
+            setattr(rank_text, name, value // t)
+    if isinstance(kv, int) and kv > 0:
+        if kv % t and t % kv:
+            return None
+        setattr(rank_text, POINTS["kv_heads_field"], max(kv // t, 1))
+    return rank_top, rank_text
+
+
+def _same_heads(plain: LayerProbe, rank: LayerProbe) -> bool:
+    """The rank's kernels keep the model's head widths (a model may derive them from the heads)."""
+    widths = [(k.q[-1], k.k[-1], k.v[-1]) for k in plain.kernels]
+    return len(plain.kernels) == len(rank.kernels) and widths == [(k.q[-1], k.k[-1], k.v[-1]) for k in rank.kernels]
+
+
+def _rank_probes(top: Any, text: Any, t: int, shapes: list[Shape], seq_length: int, plain: dict[int, LayerProbe]) -> tuple[Any, dict[int, LayerProbe]] | None:
+    configs = _rank_configs(top, text, t)
+    if configs is None:
+        return None
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # a rank whose shapes do not fit fails in fake tensors, which log it at length
+    try:
+        built = build(*configs)
+        rank_shapes = list(dict.fromkeys(shape for _, shape in classify(built.layers)))
+        if [s.first for s in rank_shapes] != [s.first for s in shapes]:
+            return None
+        if any(s.ffn == "moe" for s in rank_shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
+            built.model.set_experts_implementation(EXPERTS_IMPL)
+        probes = probe_layers(built, [s.first for s in rank_shapes], seq_length, backward=False)
+    except Exception as err:  # a rank transformers cannot build or run is not measured
+        log.info("tp %d rank not measured: %s: %s", t, type(err).__name__, err)
+        return None
+    finally:
+        quiet.setLevel(level)
+    return built, {i: p for i, p in probes.items() if _same_heads(plain[i], p)}
+
+
+def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Mapping[int, str], seq_length: int, plain: dict[int, LayerProbe], hidden: int) -> list[dict]:
+    """The spec's `measured_at`: every point of across.yaml that the model can be measured at."""
+    indices = [shape.first for shape in shapes]
+    measure = _per_kind(built, shapes, kind_of, hidden)
+    points, by_length = [], {}
+
+    def at_length(length: int) -> dict[int, LayerProbe]:
+        if length not in by_length:
+            by_length[length] = probe_layers(built, indices, length, backward=False)
+        return by_length[length]
+
+    for factor in POINTS["sequence_factors"]:
+        length = int(seq_length * factor)
+        points.append(_point(f"seq {length}", length, measure(at_length(length), length)))
+    for cp in POINTS["context_parallel"]:
+        if seq_length % cp == 0:
+            points.append(_point(f"cp {cp}", seq_length, measure(at_length(seq_length // cp), seq_length // cp, seq_length), cp=cp))
+    for t in POINTS["tensor_parallel"]:
+        rank = _rank_probes(top, text, t, shapes, seq_length, plain)
+        if rank is not None and rank[1]:
+            rank_measure = _per_kind(rank[0], shapes, kind_of, hidden)
+            points.append(_point(f"tp {t}", seq_length, rank_measure(rank[1], seq_length), tp=t))
+    switches = load_records().switches
+    ops_of = _ops_of_switches()
+    sets = [(s,) for s in switches] if POINTS["recompute_each_switch"] else []
+    if POINTS["recompute_all"]:
+        sets.append(tuple(switches))
+    booked = set().union(*(ops for probe in plain.values() for ops in probe.kept_by_call.values()))
+    by_policy: dict[frozenset[str], dict] = {}
+    for chosen in sets:
+        # Switches whose ops keep nothing in these layers give the same policy: run it once.
+        ops = frozenset(op for s in chosen for op in ops_of.get(s, ())) & booked
+        if ops not in by_policy:
+            by_policy[ops] = measure(probe_recomputed(built, indices, seq_length, plain, ops), seq_length)
+        name = "recompute " + ("all" if len(chosen) > 1 else chosen[0])
+        points.append(_point(name, seq_length, by_policy[ops], recompute=chosen))
+    return points
+
+
+def _ops_of_switches() -> dict[str, set[str]]:
+    """Switch -> the ops whose saves it drops (the records' ops; parts have no census op)."""
+    records = load_records()
+    ops: dict[str, set[str]] = {}
+    for name, record in records.ops.items():
+        if record.switch is not None:
+            ops.setdefault(record.switch, set()).add(name)
+    return ops

@@ -1,0 +1,110 @@
+"""Probing under selective recompute, through torch's selective-checkpoint API (docs/census.md,
+"Measured across settings").
+
+A switch set names ops whose saves are dropped and recomputed in backward. The census measures
+what a layer then keeps by running its forward again inside `torch.utils.checkpoint` with a
+selective-checkpoint policy built from the plain probe of the same layer:
+
+- a call that made a storage plain autograd keeps for a named op is recomputed (MUST_RECOMPUTE);
+- a call that made a storage plain autograd keeps for any other op is saved (MUST_SAVE): a
+  call's whole output is cached, so a kernel whose outputs serve two ops (the flash kernel's
+  output and its log-sum-exp) is saved while one of them is not recomputed;
+- every other call is recomputed (PREFER_RECOMPUTE): plain autograd keeps nothing it made.
+
+What the layer keeps is then what the policy's cache holds after the forward: the outputs of
+the saved calls whose storages are still alive, the layer's output left out. The checkpoint
+also keeps the layer's inputs, at every point alike; that copy is left out, and what plain
+autograd kept of the layer's own input (a LayerNorm's input) counts while its op is not
+recomputed, as the records price it. The calls are matched to the
+plain probe's by position and checked op by op; a layer whose ops differ is not measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections import Counter
+from collections.abc import Iterator
+import torch
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._pytree import tree_leaves
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from speccat.census.build import Built
+from speccat.census.probe import LayerProbe, Watcher, run_layers
+
+
+class Recomputing(Watcher):
+    """A Watcher that also decides, call by call, what the selective-checkpoint policy saves,
+    and notes the storages of the saved calls."""
+
+    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int], plain: dict[int, LayerProbe], ops: frozenset[str]):
+        super().__init__(layers, excluded_storages)
+        self.plain = plain
+        self.ops = ops
+        self.position: Counter = Counter()  # layer index -> calls the policy has seen
+        self.cached: list[tuple[StorageWeakRef, int, int, LayerProbe, str]] = []  # (storage, its key, bytes, probe, op)
+        self.mismatch: set[int] = set()  # layers whose calls differ from the plain probe's
+
+    def policy(self, ctx, func, *args, **kwargs) -> CheckpointPolicy:
+        """Called by the selective-checkpoint mode after each op ran (its output: ctx.op_output)."""
+        probe = self.current
+        if ctx.is_recompute or probe is None:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        plain = self.plain[probe.index]
+        i = self.position[probe.index]
+        self.position[probe.index] += 1
+        if i >= len(plain.calls) or plain.calls[i] is not func:
+            self.mismatch.add(probe.index)
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        booked = plain.kept_by_call.get(i)
+        if not booked:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        if booked <= self.ops:
+            return CheckpointPolicy.MUST_RECOMPUTE
+        op = min(booked - self.ops)
+        for tensor in tree_leaves(ctx.op_output):
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                nbytes = self.cuda_nbytes.get(storage._cdata, storage.nbytes())
+                self.cached.append((StorageWeakRef(storage), storage._cdata, nbytes, probe, op))
+        return CheckpointPolicy.MUST_SAVE
+
+    def count(self) -> None:
+        """Book what the cache still holds after the forward (and gc) to each probe's saved bytes."""
+        seen: set[int] = set()
+        for ref, key, nbytes, probe, op in self.cached:
+            if ref.expired() or key in seen or key in self.outputs or probe.index in self.mismatch:
+                continue
+            seen.add(key)
+            probe.saved_bytes[op] += nbytes
+        for index, probe in self.probes.items():
+            if index in self.mismatch:
+                continue
+            for op, nbytes in self.plain[index].input_bytes.items():
+                if op not in self.ops:
+                    probe.saved_bytes[op] += nbytes
+
+
+@contextlib.contextmanager
+def checkpointed(layers: dict[int, nn.Module], watcher: Recomputing) -> Iterator[None]:
+    """Run each layer's forward inside a non-reentrant checkpoint with the watcher's policy."""
+    context = functools.partial(create_selective_checkpoint_contexts, watcher.policy)
+    try:
+        for layer in layers.values():
+            forward = layer.forward
+            layer.forward = functools.partial(checkpoint, forward, use_reentrant=False, context_fn=context)
+        yield
+    finally:
+        for layer in layers.values():
+            del layer.forward  # the instance attribute; the class's forward shows again
+
+
+def probe_recomputed(built: Built, indices: list[int], seq_length: int, plain: dict[int, LayerProbe], ops: frozenset[str]) -> dict[int, LayerProbe]:
+    """What the layers `indices` keep when the ops `ops` are recomputed (their plain probes: `plain`).
+
+    A layer whose calls differ from its plain probe's is left out.
+    """
+    watcher = run_layers(built, indices, seq_length, functools.partial(Recomputing, plain=plain, ops=ops), around=checkpointed)
+    return {index: probe for index, probe in watcher.probes.items() if index not in watcher.mismatch}

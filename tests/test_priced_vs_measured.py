@@ -1,0 +1,126 @@
+"""Records v2 against the census, read from the stored rows: every kind of every shipped config
+(and of the extra Hub configs that census), measured across settings by the census and priced
+by the records at the same settings, stored by the store, compared in `priced_vs_measured`.
+
+The points (census/across.yaml): the census's own setting (within 0.5%); a second sequence
+length, a context-parallel rank (cp 2), simulated tensor-parallel ranks (tp 2, tp 8), and
+the eight single-switch sets and all of them recomputed through torch's selective-checkpoint
+API (each within 1%). The formulas read dimensions, dtypes and the variant facts the census
+states; the measured bytes come from the census's accounting. Neither reads the other.
+"""
+
+from __future__ import annotations
+
+import glob
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import pytest
+from store_runs import grid, records, versions
+
+from speccat.catalogue.records.points import price_points
+from speccat.catalogue.records.pricing import price_spec
+from speccat.catalogue.store.file import publish
+from speccat.catalogue.store.night import NightData
+from speccat.census import config_hash, load_config_file, run_census
+from speccat.census.family import family_for
+from speccat.census.spec import SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted(glob.glob(str(ROOT / "flows" / "snapshot" / "*" / "config.json"))) + sorted(
+    glob.glob(str(ROOT.parent / "shared" / "hub-configs-more" / "*" / "config.json"))
+)
+AT_CENSUS, ELSEWHERE = 0.005, 0.01
+# Kinds whose ops records v2 has no formula for yet, each with its cause.
+KNOWN_GAPS = {
+    "openai-community/gpt2": "gelu_new's Python tanh chain keeps four tensors of the ffn width (x, tanh, 0.5x, 1 + tanh); "
+    "records v2 prices a module activation's one (no activation-chain fact yet)",
+}
+# Residuals the view names by the census's own limits, not the records'.
+CENSUS_LIMITS = ("census: MLA's up-projection inputs are booked to attMM",)
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory) -> Path:
+    """Every config that censuses, measured across settings and priced, stored as one night."""
+    specs, configs, prices, points, repos = {}, {}, {}, {}, []
+    for path in CONFIGS:
+        repo_id = Path(path).parent.name.replace("__", "/")
+        config = load_config_file(path)
+        try:
+            spec = run_census(config, name=repo_id, across=True).to_dict()
+        except SpecError:
+            continue  # refused: nothing measured (tests/test_census_hub_more.py states why)
+        h = config_hash(config)
+        defaults = family_for(spec["arch"]).pricing_defaults()
+        specs[h], configs[h] = spec, config
+        prices[h] = price_spec(spec, defaults, records(), grid())
+        points[h] = price_points(spec, defaults, records(), grid())
+        repos.append({"repo_id": repo_id, "config_hash": h})
+    started = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
+    night = NightData(
+        run_id="across", started=started, ended=started + timedelta(minutes=5), status="completed", source="snapshot",
+        versions=versions(), settings=[dict(s) for s in grid().settings], setting_defaults=dict(grid().setting({})),
+        switches=records().switches, repos=repos, configs=configs, specs=specs, prices=prices, point_prices=points,
+    )
+    db = tmp_path_factory.mktemp("across") / "catalogue.duckdb"
+    publish(db, night)
+    return db
+
+
+def _rows(db: Path, where: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(
+            "SELECT r.repo_id, p.kind, p.point, p.priced_per_token, p.measured_per_token, p.ratio, p.cause "
+            f"FROM priced_vs_measured AS p JOIN repos AS r USING (config_hash) WHERE {where} ORDER BY 1, 2, 3"
+        ).fetchall()
+
+
+def _outside(rows: list[tuple], tolerance: float) -> list[str]:
+    return [
+        f"{repo} {kind} at {point}: priced {priced:.1f} B/token, measured {measured:.1f} ({cause})"
+        for repo, kind, point, priced, measured, ratio, cause in rows
+        if repo not in KNOWN_GAPS and abs(ratio - 1) > tolerance and not (cause or "").startswith(CENSUS_LIMITS)
+    ]
+
+
+def test_every_point_of_every_kind_is_stored_and_priced(catalogue):
+    """Each censused kind has its census point, a second sequence length, cp 2, and the nine
+    switch sets; tp 2 and tp 8 wherever the rank can be built (most configs)."""
+    rows = _rows(catalogue, "true")
+    points = {}
+    for repo, kind, point, *_ in rows:
+        points.setdefault((repo, kind), set()).add(point)
+    nine = {f"recompute {s}" for s in records().switches} | {"recompute all"}
+    for (repo, kind), seen in points.items():
+        assert {"census", "cp 2"} | nine <= seen, f"{repo} {kind}: {sorted(seen)}"
+        assert any(p.startswith("seq ") for p in seen), f"{repo} {kind}: no second sequence length"
+    with_tp = [key for key, seen in points.items() if {"tp 2", "tp 8"} <= seen]
+    assert len(with_tp) >= 0.8 * len(points), f"tp ranks measured for only {len(with_tp)} of {len(points)} kinds"
+
+
+def test_the_census_setting_is_priced_within_half_a_percent(catalogue):
+    assert _outside(_rows(catalogue, "p.point = 'census'"), AT_CENSUS) == []
+
+
+def test_tp_and_cp_ranks_and_a_second_length_are_priced_within_one_percent(catalogue):
+    assert _outside(_rows(catalogue, "p.point LIKE 'tp %' OR p.point LIKE 'cp %' OR p.point LIKE 'seq %'"), ELSEWHERE) == []
+
+
+def test_the_nine_switch_sets_are_priced_within_one_percent(catalogue):
+    assert _outside(_rows(catalogue, "p.point LIKE 'recompute %'"), ELSEWHERE) == []
+
+
+def test_every_residual_above_half_a_percent_names_its_cause(catalogue):
+    rows = _rows(catalogue, "abs(p.ratio - 1) > 0.005")
+    assert rows, "gpt2's known gap at least is above 0.5%"
+    assert all(cause for *_, cause in rows)
+    assert _rows(catalogue, "abs(p.ratio - 1) <= 0.005 AND p.cause IS NOT NULL") == []
+
+
+def test_the_known_gaps_are_still_gaps(catalogue):
+    """When the records learn gelu_new's chain, the known gap must go."""
+    for repo in KNOWN_GAPS:
+        rows = _rows(catalogue, f"r.repo_id = '{repo}' AND p.point = 'census'")
+        assert rows and all(abs(ratio - 1) > AT_CENSUS for *_, ratio, _ in rows)
