@@ -161,10 +161,10 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
 
 
 def _ops_of_switches() -> dict[str, set[str]]:
-    """Switch -> the ops whose saves it drops (the records' ops; parts have no census op)."""
+    """Switch -> the ops and parts whose saves it drops (the records' names)."""
     records = load_records()
     ops: dict[str, set[str]] = {}
-    for name, record in records.ops.items():
+    for name, record in {**records.ops, **records.parts}.items():
         if record.switch is not None:
             ops.setdefault(record.switch, set()).add(name)
     return ops

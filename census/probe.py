@@ -53,6 +53,10 @@ from speccat.census.routing import route_attention
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
 OPS_TOPK = torch.ops.aten.topk.default
+# The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
+# child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
+# the child's op (attMM); the part matters only to what recomputing it frees (census/recompute.py).
+UP_INPUT = "attUp"
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
@@ -133,7 +137,8 @@ class LayerProbe:
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
-    kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops the storages it made are booked to
+    kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
+    booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
 
 
@@ -169,7 +174,7 @@ class Watcher:
         self.forward_done = False
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
-        self.creator: dict[int, tuple[StorageWeakRef, LayerProbe, int]] = {}  # storage -> (it, probe, index of the call that made it)
+        self.creator: dict[int, tuple[StorageWeakRef, LayerProbe, int, bool]] = {}  # storage -> (it, probe, call index, made in a nested norm)
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -214,8 +219,15 @@ class Watcher:
         savers = self.seen.setdefault(key, [])
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
-        savers.append((probe, self._region_op(tensor, key), nbytes, weakref.ref(held)))
+        savers.append((probe, self._region_op(tensor, key), nbytes, weakref.ref(held), self._part(key)))
         return held
+
+    def _part(self, key: int) -> str | None:
+        """UP_INPUT when a projection saves a norm's output made inside the same child (MLA's
+        up-projections keep their latent norms' outputs), else None."""
+        made = self.creator.get(key)
+        saver = self.path[-1][1] if self.path else None
+        return UP_INPUT if made is not None and made[3] and saver is not None and is_projection(saver) else None
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -245,7 +257,8 @@ class Watcher:
                 key = _storage_key(tensor)
                 known = self.creator.get(key)
                 if known is None or known[0].expired():  # new, or a dead storage's identity reused
-                    self.creator[key] = (StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1)
+                    nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
+                    self.creator[key] = (StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm)
 
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
@@ -513,12 +526,13 @@ def _book_bytes(watcher: Watcher) -> None:
     for key, savers in watcher.seen.items():
         if key in watcher.excluded_outputs:
             continue
-        alive = next(((probe, op, nbytes) for probe, op, nbytes, held in savers if held() is not None), None)
+        alive = next(((probe, op, nbytes, part) for probe, op, nbytes, held, part in savers if held() is not None), None)
         if alive is not None:
-            probe, op, nbytes = alive
+            probe, op, nbytes, part = alive
             probe.saved_bytes[op] += nbytes
             made = watcher.creator.get(key)
             if made is not None and made[1] is probe:
-                probe.kept_by_call.setdefault(made[2], set()).add(op)
+                probe.kept_by_call.setdefault(made[2], set()).add(part or op)
+                probe.booked_as.setdefault(made[2], op)
             else:
                 probe.input_bytes[op] += nbytes  # a storage the layer did not make: its input

@@ -63,12 +63,11 @@ class Recomputing(Watcher):
             return CheckpointPolicy.PREFER_RECOMPUTE
         if booked <= self.ops:
             return CheckpointPolicy.MUST_RECOMPUTE
-        op = min(booked - self.ops)
+        op = plain.booked_as[i]
         for tensor in tree_leaves(ctx.op_output):
             if isinstance(tensor, torch.Tensor):
                 storage = tensor.untyped_storage()
-                nbytes = self.cuda_nbytes.get(storage._cdata, storage.nbytes())
-                self.cached.append((StorageWeakRef(storage), storage._cdata, nbytes, probe, op))
+                self.cached.append((StorageWeakRef(storage), storage._cdata, storage.nbytes(), probe, op))
         return CheckpointPolicy.MUST_SAVE
 
     def count(self) -> None:
@@ -78,7 +77,7 @@ class Recomputing(Watcher):
             if ref.expired() or key in seen or key in self.outputs or probe.index in self.mismatch:
                 continue
             seen.add(key)
-            probe.saved_bytes[op] += nbytes
+            probe.saved_bytes[op] += self.cuda_nbytes.get(key, nbytes)  # a mask is known as one only once filled
         for index, probe in self.probes.items():
             if index in self.mismatch:
                 continue

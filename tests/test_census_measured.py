@@ -167,3 +167,31 @@ def test_census_leaves_the_process_as_it_found_it(monkeypatch):
         run_census(hybrid, name="tiny-hybrid", seq_length=S)
     assert err.value.reason == "census_failed" and "RuntimeError: kernel exploded" in str(err.value)
     assert _process_state() == before
+
+
+def test_measured_across_settings_match_the_hand_derivation():
+    """The points of census/across.yaml on the tiny Llama, each derived by hand from the shapes."""
+    from speccat.census import run_census
+
+    spec = run_census(TINY_LLAMA, name="tiny-llama", seq_length=S, across=True)
+    points = {p["point"]: (p, sum(p["bytes_per_token"]["decoder"].values())) for p in spec["measured_at"]}
+    total = sum(EXPECTED.values())
+    # Half the tokens: the same bytes per token (nothing grows with s under flash).
+    assert points[f"seq {S // 2}"][1] == total
+    # A cp 2 rank keeps half of every tensor: per token of the whole sequence, half.
+    assert points["cp 2"][0]["cp"] == 2 and points["cp 2"][1] == total / 2
+    # A tp 2 rank: 2 heads, 1 kv head, MLP width 64; the norms, their outputs (the projections'
+    # inputs) kept whole (sequence parallelism off).
+    heads, kv, w = HEADS // 2, KV // 2, W // 2
+    tp2 = EXPECTED["normOp"] + BF16 * H + BF16 * (heads * D + kv * D + kv * D) + BF16 * heads * D + FP32 * heads + BF16 * (H + 3 * w) + BF16 * w
+    assert points["tp 2"][0]["tp"] == 2 and points["tp 2"][1] == tp2
+    # Through torch's selective-checkpoint API: recomputing the norms frees what they keep
+    # (fp32 input, rstd, bf16 normalised input: 6h + 4 per norm); recomputing everything
+    # leaves the projections' inputs (attMM, ffMM).
+    assert points["recompute normOp"][1] == total - 2 * (FP32 * H + FP32 + BF16 * H)
+    assert points["recompute attBMM"][1] == total - EXPECTED["attBMM"]
+    assert points["recompute headCast"][1] == total  # nothing kept for it
+    assert points["recompute all"][1] == EXPECTED["attMM"] + EXPECTED["ffMM"]
+    from speccat.catalogue.records.oprecords import load_records
+
+    assert points["recompute all"][0]["recompute"] == list(load_records().switches)

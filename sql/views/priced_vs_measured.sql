@@ -39,7 +39,6 @@ WITH m AS (
 r AS (
     SELECT m.*, p.records_version, p.priced_per_token,
            p.priced_per_token / nullif(m.measured_per_token, 0) AS ratio,
-           coalesce(s.kv_lora_rank, 0) > 0 AS mla,
            max(m.measured_per_token) FILTER (WHERE m.point = 'census')
                OVER (PARTITION BY m.config_hash, m.census_version, m.kind) AS plain_per_token,
            coalesce(s.num_key_value_heads, s.num_attention_heads) AS kv_heads
@@ -57,8 +56,6 @@ SELECT config_hash, census_version, records_version, kind, point, seq_length, tp
                 THEN 'selective checkpoint caches an op''s whole output: the attention kernel''s output stays while its log-sum-exp (softmax) is kept'
             WHEN len(recompute) > 0 AND measured_per_token > plain_per_token
                 THEN 'selective checkpoint caches a saved op''s whole output (a dropout''s output beside its mask): more than plain autograd keeps'
-            WHEN list_contains(recompute, 'attUp') AND mla AND ratio < 1
-                THEN 'census: MLA''s up-projection inputs are booked to attMM, so recomputing attUp frees nothing it can measure'
             WHEN tp > kv_heads THEN 'tp > n_kv: kv heads replicated'
             ELSE 'records: no formula of this records version accounts for the difference'
        END AS cause
