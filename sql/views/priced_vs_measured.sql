@@ -52,8 +52,6 @@ SELECT config_hash, census_version, records_version, kind, point, seq_length, tp
             WHEN measured_per_token = 0 THEN 'census: nothing measured'
             WHEN coalesce(unattributed_per_token, 0) > 0.005 * measured_per_token
                 THEN 'census: bytes no op claims (op other)'
-            WHEN list_contains(recompute, 'attBMM') AND NOT list_contains(recompute, 'softmax') AND ratio < 1
-                THEN 'selective checkpoint caches an op''s whole output: the attention kernel''s output stays while its log-sum-exp (softmax) is kept'
             WHEN len(recompute) > 0 AND measured_per_token > plain_per_token
                 THEN 'selective checkpoint caches a saved op''s whole output (a dropout''s output beside its mask): more than plain autograd keeps'
             WHEN tp > kv_heads THEN 'tp > n_kv: kv heads replicated'
