@@ -20,6 +20,8 @@ import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census.build import build
+from speccat.census.checks import check_stack_length
+from speccat.census.config import language_config
 from speccat.census.describe import (
     ATTENTION_OP,
     DELTA_RULE_OP,
@@ -84,17 +86,21 @@ def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int],
 
 
 def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
-    top, text, _ = resolve_config(remote.resolve(config, CONFIG_MAPPING))
+    resolved = remote.resolve(config, CONFIG_MAPPING)
+    top, text, nested = resolve_config(resolved)
     arch = config["model_type"]
     family = family_for(arch)
     built = build(top, text)
+    check_stack_length(language_config(resolved), text, len(built.layers), nested=nested)
     stack = classify(built.layers)
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
     seq_length = _runnable_length(built, seq_length)
     probes = probe_layers(built, [shape.first for shape in shapes], seq_length)
-    hidden = int(built.embedding.weight.shape[1])
+    # the layers' width, read from the hidden states they were called with: it differs from the
+    # embedding's where the model projects its embeddings (electra, rembert)
+    hidden = probes[shapes[0].first].hidden_width or int(built.embedding.weight.shape[1])
     views = [LayerView(shape.first, built.layers[shape.first], probes[shape.first], shape, hidden) for shape in shapes]
     _settle_eager(views)
     check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)

@@ -184,9 +184,29 @@ def check_required(language: Mapping, cfg: Any, *, nested: bool) -> None:
     for field in LIMITS.required:
         if _resolved(cfg, field) is None and not _stated(language, field, aliases):
             continue  # the architecture has no such size (a mamba model has no attention heads)
+        if field == LIMITS.stack_length:
+            continue  # the built stack answers for it (check_stack_length)
         if not _stated(language, field, aliases):
             alias = f" (or {aliases[field]})" if field in aliases else ""
             raise SpecError("missing_field", f"{field}{alias}: required; a flat config must state {list(LIMITS.required)}")
+
+
+def check_stack_length(language: Mapping, cfg: Any, layers: int, *, nested: bool) -> None:
+    """After the build: a flat config states its layer count, under the field's name or its class's
+    alias, or as another field equal to the built stack's length (an integer, or a per-layer list
+    or string of that length), never only through its class's default."""
+    field = LIMITS.stack_length
+    aliases = getattr(cfg, "attribute_map", {}) or {}
+    if nested or _stated(language, field, aliases):
+        return
+    for value in language.values():
+        if (_is_int(value) and value == layers) or (isinstance(value, (list, str)) and len(value) == layers):
+            return
+    alias = f" (or {aliases[field]})" if field in aliases else ""
+    raise SpecError(
+        "missing_field",
+        f"{field}{alias}: required; a flat config must state {list(LIMITS.required)} (no field it states is the built stack's {layers} layers)",
+    )
 
 
 def _resolved(cfg: Any, field: str) -> Any:

@@ -348,7 +348,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     """The spec's dimensions and flags (everything but the structure)."""
     embedding = built.embedding.weight
     facts: dict[str, Any] = {
-        "hidden_size": int(embedding.shape[1]),
+        "hidden_size": views[0].hidden,  # the layers' width (an embedding may be narrower and projected)
         "num_hidden_layers": len(built.layers),
         "vocab_size": int(embedding.shape[0]),
     }

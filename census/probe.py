@@ -130,6 +130,7 @@ class LayerProbe:
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
+    hidden_width: int = 0  # the last dim of the hidden states the layer was called with
 
 
 class _DispatchWatch(TorchDispatchMode):
@@ -278,6 +279,8 @@ class Watcher:
             self.kernel_count_in_child = Counter()
             hidden = args[0] if args else kwargs.get("hidden_states")
             hidden_key = _storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
+            if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
+                self.current.hidden_width = int(hidden.shape[-1])
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
 
         return hook

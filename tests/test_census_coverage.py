@@ -1,0 +1,66 @@
+"""Registry coverage (issue 12): facts the census reads from the built model, never from one field name.
+
+- The hidden size is the layers' width (the hidden states they are called with), not the
+  embedding's: electra and rembert project narrower embeddings up to the layers.
+- The layer count is the built stack's length; a flat config must state it, under
+  num_hidden_layers or as any field equal to it (longcat_flash's num_layers, nemotron_h's
+  hybrid_override_pattern), never only through its class's default.
+"""
+
+from __future__ import annotations
+
+import pytest
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from speccat.census import run_census
+from speccat.census.checks import check_stack_length
+from speccat.census.spec import SpecError
+
+
+def stack(spec):
+    return [(g["kind"], g["count"]) for g in spec["layers"]]
+
+
+@pytest.mark.parametrize(
+    "model_type, embedding_field",
+    [("electra", "embedding_size"), ("rembert", "input_embedding_size")],
+)
+def test_the_hidden_size_is_the_layers_width_where_embeddings_are_projected(model_type, embedding_field):
+    # embeddings 32 wide, projected to layers 64 wide: 4 heads of 16, a 128-wide MLP, 2 layers
+    config = {
+        "model_type": model_type, "hidden_size": 64, embedding_field: 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+    }  # fmt: skip
+    spec = run_census(config, name=f"tiny/{model_type}", seq_length=32)
+    assert spec["hidden_size"] == 64 and spec["intermediate_size"] == 128
+    assert spec["num_attention_heads"] == 4 and spec["head_dim"] == 16
+    assert [count for _, count in stack(spec)] == [2]
+    assert spec["params"]["embedding"] == 100 * 32  # the word table is 32 wide, not 64
+
+
+def test_a_layer_count_stated_under_another_name_is_read_from_the_built_stack():
+    longcat = CONFIG_MAPPING["longcat_flash"]()
+    check_stack_length({"num_layers": 28, "hidden_size": 6144}, longcat, 28, nested=False)
+    check_stack_length({"hybrid_override_pattern": "M-M*"}, CONFIG_MAPPING["nemotron_h"](), 4, nested=False)
+    with pytest.raises(SpecError) as err:
+        check_stack_length({"num_layers": 27, "hidden_size": 6144}, longcat, 28, nested=False)
+    assert err.value.reason == "missing_field" and "num_hidden_layers" in str(err.value)
+    check_stack_length({}, longcat, 28, nested=True)  # a nested text_config leans on its class defaults
+
+
+def test_a_flat_config_that_states_no_layer_count_is_refused_after_the_build():
+    # llama's class default (32 layers) is not what the config states
+    config = dict(model_type="llama", hidden_size=64, num_attention_heads=4, vocab_size=100, intermediate_size=128)
+    with pytest.raises(SpecError) as err:
+        run_census(config, name="tiny/llama-no-layers", seq_length=32)
+    assert err.value.reason == "missing_field" and "num_hidden_layers" in str(err.value) and "32 layers" in str(err.value)
+    spec = run_census(dict(config, num_hidden_layers=3), name="tiny/llama", seq_length=32)
+    assert sum(count for _, count in stack(spec)) == 3
+
+
+def test_longcat_flash_passes_the_layer_count_and_stops_at_its_experts():
+    data = CONFIG_MAPPING["longcat_flash"]().to_dict()
+    assert "num_hidden_layers" not in data and data["num_layers"] == 28
+    with pytest.raises(SpecError) as err:
+        run_census({**data, "model_type": "longcat_flash", "num_layers": 2}, name="tiny/longcat", seq_length=32)
+    assert err.value.reason == "unsupported_layer" and "experts interface" in str(err.value)
