@@ -64,3 +64,21 @@ def test_longcat_flash_passes_the_layer_count_and_stops_at_its_experts():
     with pytest.raises(SpecError) as err:
         run_census({**data, "model_type": "longcat_flash", "num_layers": 2}, name="tiny/longcat", seq_length=32)
     assert err.value.reason == "unsupported_layer" and "experts interface" in str(err.value)
+
+
+def test_a_class_without_a_layer_count_needs_none():
+    # blt's config class has no num_hidden_layers (its sub-stacks each state their own)
+    check_stack_length({}, CONFIG_MAPPING["blt"](), 25, nested=False)
+
+
+def test_routed_experts_without_a_top_k_are_a_bad_value_before_the_build():
+    # deepseek_v2's class defaults: 64 routed experts, num_experts_per_tok None (transformers builds
+    # it, and its router then calls topk with k=None)
+    data = CONFIG_MAPPING["deepseek_v2"]().to_dict()
+    assert data["n_routed_experts"] == 64 and data["num_experts_per_tok"] is None
+    with pytest.raises(SpecError) as err:
+        run_census({**data, "model_type": "deepseek_v2"}, name="deepseek_v2", seq_length=32)
+    assert err.value.reason == "bad_value" and str(err.value).startswith("num_experts_per_tok: null")
+    stated = {"num_experts_per_tok": 6, "num_hidden_layers": 2, "moe_intermediate_size": 1408}  # 1407 is no grouped_mm stride
+    spec = run_census({**data, "model_type": "deepseek_v2", **stated}, name="deepseek_v2/k6", seq_length=32)
+    assert spec["num_experts_per_tok"] == 6 and spec["num_experts"] == 64
