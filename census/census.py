@@ -27,6 +27,7 @@ from speccat.census.describe import (
     DELTA_RULE_OP,
     EXPERTS_IMPL,
     LayerView,
+    attention_dims,
     check_probes,
     model_facts,
 )
@@ -109,6 +110,9 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
     spec = {"name": name, "arch": arch, "built_as": type(built.model).__name__}
     spec.update(model_facts(built, views, stack))
     spec["layers"] = layer_groups(stack, kind_of)
+    _, differing = attention_dims(views)
+    if differing:  # kinds whose attention differs in shape from the model-wide dims state their own
+        spec["attention_dims"] = {kind_of[index]: dims for index, dims in differing.items()}
     spec["ops"], spec["flavours"], spec["measured"], spec["variants"] = {}, {}, {}, {}
     kind_params = {}
     for view in views:

@@ -82,3 +82,66 @@ def test_routed_experts_without_a_top_k_are_a_bad_value_before_the_build():
     stated = {"num_experts_per_tok": 6, "num_hidden_layers": 2, "moe_intermediate_size": 1408}  # 1407 is no grouped_mm stride
     spec = run_census({**data, "model_type": "deepseek_v2", **stated}, name="deepseek_v2/k6", seq_length=32)
     assert spec["num_experts_per_tok"] == 6 and spec["num_experts"] == 64
+
+
+def _registry_spec(model_type: str):
+    from bench.bench_registry import default_config
+
+    return run_census(default_config(model_type), name=model_type, seq_length=256)  # as bench/bench_registry.py
+
+
+def _counts(spec) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for kind, count in stack(spec):
+        out[kind] = out.get(kind, 0) + count
+    return out
+
+
+def _dims(spec, kind) -> tuple:
+    own = spec.get("attention_dims", {}).get(kind, spec)
+    return own["num_attention_heads"], own["num_key_value_heads"], own["head_dim"], own.get("v_head_dim")
+
+
+def test_mimo_v2_flash_sliding_layers_state_their_doubled_kv_heads():
+    # defaults: 48 layers, full attention at layer 0 and every 6th (5, 11, ..., 47: 9 in all), layer 0
+    # a dense MLP; 64 heads, 4 kv heads (doubled to 8 in sliding layers), q/k 192 wide, v 128 wide
+    spec = _registry_spec("mimo_v2_flash")
+    assert _counts(spec) == {"full_dense": 1, "full_moe": 8, "sliding_moe": 39}
+    assert _dims(spec, "full_dense") == _dims(spec, "full_moe") == (64, 4, 192, 128)
+    assert _dims(spec, "sliding_moe") == (64, 8, 192, 128)
+    assert set(spec["attention_dims"]) == {"sliding_moe"}
+
+
+def test_gemma4_unified_full_layers_state_their_wider_heads():
+    # defaults: 30 layers, full attention every 6th (5, 11, 17, 23, 29); 8 heads, 4 kv heads, 256 wide,
+    # per_layer_config widening the full layers' heads to 512
+    spec = _registry_spec("gemma4_unified_text")
+    assert _counts(spec) == {"sliding_dense": 25, "full_dense": 5}
+    assert _dims(spec, "sliding_dense") == (8, 4, 256, None) and _dims(spec, "full_dense") == (8, 4, 512, None)
+
+
+def test_inkling_sliding_and_full_layers_state_their_own_kv_heads():
+    # defaults: 66 layers, 'hybrid' (full) every 6th: 11 full, 55 sliding, all MoE; full 64 heads,
+    # 8 kv heads; sliding (swa_*) 64 heads, 16 kv heads; both 128 wide
+    spec = _registry_spec("inkling_text")
+    assert _counts(spec) == {"sliding_moe": 55, "full_moe": 11}
+    assert _dims(spec, "sliding_moe") == (64, 16, 128, None) and _dims(spec, "full_moe") == (64, 8, 128, None)
+
+
+def test_dots3_mla_layers_of_two_widths_each_state_their_latent_dims():
+    # defaults: 46 layers; indexed (full) at 0, 1 and every 4th from 5 (13 in all), the rest sliding;
+    # layer 0 dense. Indexed: 128 heads, kv rank 512, nope 128 + rope 64 = 192, v 128. Sliding
+    # (per_layer_config): 64 heads, kv rank 1024, nope 192 + rope 64 = 256. q rank 1024 for both.
+    spec = _registry_spec("dots3_note_text")
+    assert _counts(spec) == {"full_dense": 1, "full_moe": 12, "sliding_moe": 33}
+    assert (spec["num_attention_heads"], spec["head_dim"], spec["kv_lora_rank"], spec["qk_nope_head_dim"]) == (128, 192, 512, 128)
+    own = spec["attention_dims"]["sliding_moe"]
+    assert (own["num_attention_heads"], own["head_dim"], own["kv_lora_rank"], own["qk_nope_head_dim"], own["qk_rope_head_dim"]) == (64, 256, 1024, 192, 64)
+    assert own["v_head_dim"] == 128 and own["q_lora_rank"] == 1024
+
+
+def test_a_value_matmul_without_a_softmax_is_not_attention():
+    # minimax's lightning-attention layers multiply block scores q·kᵀ by a decay mask, then by v
+    with pytest.raises(SpecError) as err:
+        _registry_spec("minimax")
+    assert err.value.reason == "unsupported_layer" and "no softmax" in str(err.value)
