@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import traceback
 import weakref
 from collections import Counter
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -47,6 +48,7 @@ from speccat.census.predicates import (
     is_projection,
 )
 from speccat.census.routing import route_attention
+from speccat.census.spec import SpecError
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -452,9 +454,23 @@ def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: F
             gc.collect()  # graph nodes no output reaches are freed now, with what they saved
             _book_bytes(watcher)
             hidden_out.float().sum().backward()
+    except (DynamicOutputShapeException, DataDependentOutputException) as err:
+        raise SpecError(
+            "unsupported_layer",
+            f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
+        ) from err
     finally:
         setattr(holder, stack_name, built.layers)
     return watcher.probes
+
+
+def _model_code(err: BaseException) -> str:
+    """Where in the model's code an op failed: the innermost transformers frame (file:line function)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "/transformers/" in f.filename.replace("\\", "/")]
+    if not frames:
+        return "the model's code"
+    frame = frames[-1]
+    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
 
 
 def _book_bytes(watcher: Watcher) -> None:
