@@ -31,8 +31,12 @@ _ACTIVATION_CLASSES = tuple(
 )
 
 def is_norm(module: nn.Module) -> bool:
-    """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes)."""
-    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
+    """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes). A module
+    that holds a projection is never a norm, whatever its name (RobertaPreLayerNormIntermediate
+    is a feed-forward block)."""
+    if isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)):
+        return True
+    return "Norm" in type(module).__name__ and not any(is_projection(m) for m in module.modules() if m is not module)
 
 
 def is_layer_norm(module: nn.Module) -> bool:

@@ -166,3 +166,16 @@ def test_code_that_needs_tensor_values_is_refused_naming_the_op_and_the_code(con
         run_census(config, name=f"tiny/{config['model_type']}", seq_length=32)
     assert err.value.reason == "unsupported_layer"
     assert where in str(err.value) and op in str(err.value) and "fake tensors" in str(err.value)
+
+
+def test_a_feed_forward_block_named_like_a_norm_is_not_a_norm():
+    # roberta-prelayernorm's intermediate (a LayerNorm, then the up projection) and output blocks are
+    # classes named RobertaPreLayerNorm*: they hold projections, so they are the feed-forward
+    config = dict(model_type="roberta-prelayernorm", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=128, vocab_size=100, is_decoder=True)  # fmt: skip
+    spec = run_census(config, name="tiny/roberta-prelayernorm", seq_length=32)
+    assert spec["intermediate_size"] == 128 and spec["hidden_size"] == 64 and [c for _, c in stack(spec)] == [2]
+    kind = spec.kinds[0]
+    assert spec["ops"][kind]["ffMM"] == 2  # up and down
+    # norms: the attention's pre-norm and the intermediate's pre-norm (64 weights + 64 biases each)
+    assert spec["params"]["kinds"][kind]["norm"] == 2 * 2 * 64
