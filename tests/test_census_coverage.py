@@ -179,3 +179,12 @@ def test_a_feed_forward_block_named_like_a_norm_is_not_a_norm():
     assert spec["ops"][kind]["ffMM"] == 2  # up and down
     # norms: the attention's pre-norm and the intermediate's pre-norm (64 weights + 64 biases each)
     assert spec["params"]["kinds"][kind]["norm"] == 2 * 2 * 64
+
+
+def test_tensor_parallel_layouts_divide_every_kinds_heads():
+    from speccat.catalogue.records.rank import layouts
+
+    spec = {"num_attention_heads": 32, "layers": [{"kind": "full", "count": 2}, {"kind": "sliding", "count": 2}]}
+    assert {lay.tp for lay in layouts(8, spec, {}, [0], 8)} == {1, 2, 4, 8}
+    own = dict(spec, attention_dims={"sliding": {"num_attention_heads": 12}})  # 12 heads: tp 8 cannot split them
+    assert {lay.tp for lay in layouts(8, own, {}, [0], 8)} == {1, 2, 4}
