@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census import run_census
@@ -188,3 +189,42 @@ def test_tensor_parallel_layouts_divide_every_kinds_heads():
     assert {lay.tp for lay in layouts(8, spec, {}, [0], 8)} == {1, 2, 4, 8}
     own = dict(spec, attention_dims={"sliding": {"num_attention_heads": 12}})  # 12 heads: tp 8 cannot split them
     assert {lay.tp for lay in layouts(8, own, {}, [0], 8)} == {1, 2, 4}
+
+
+def test_a_norm_is_named_as_one_and_a_block_that_only_carries_norm_in_its_name_is_not():
+    from torch import nn
+
+    from speccat.census.predicates import is_norm
+
+    class GatedRMSNorm(nn.Module):  # a norm with a gate MLP back to its own width (axk2)
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc1, self.fc2 = nn.RMSNorm(64), nn.Linear(64, 4), nn.Linear(4, 64)
+
+    class PreLayerNormIntermediate(nn.Module):  # a feed-forward half, named after its model (roberta-prelayernorm)
+        def __init__(self):
+            super().__init__()
+            self.LayerNorm, self.dense = nn.LayerNorm(64), nn.Linear(64, 256)
+
+    class PreLayerNormOutput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dense = nn.Linear(256, 64)
+
+    class PreLayerNormAttention(nn.Module):  # keeps the width, yet an attention
+        def __init__(self):
+            super().__init__()
+            self.LayerNorm, self.query, self.output = nn.LayerNorm(64), nn.Linear(64, 64), nn.Linear(64, 64)
+
+    class LayerNorm1P(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(64))
+
+    class PlainRMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(64))
+
+    assert is_norm(GatedRMSNorm()) and is_norm(PlainRMSNorm()) and is_norm(LayerNorm1P())
+    assert not any(is_norm(m) for m in (PreLayerNormIntermediate(), PreLayerNormOutput(), PreLayerNormAttention()))
