@@ -30,6 +30,8 @@ OPS: tuple[str, ...] = tuple(_VOCABULARY["ops"])
 PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
 # The variant facts the census states per kind, read by the records' formulas as names.
 VARIANTS: tuple[str, ...] = tuple(_VOCABULARY["variants"])
+# The attention dims a kind may state apart from the model-wide ones (spec `attention_dims`).
+KIND_DIMS: tuple[str, ...] = tuple(_VOCABULARY["kind_dims"])
 
 # Reason codes by the group that raises them: census, fetch, store, records, settings, expr, profile.
 REASONS: Mapping[str, tuple[str, ...]] = MappingProxyType({group: tuple(codes) for group, codes in _VOCABULARY["reasons"].items()})

@@ -99,13 +99,13 @@ def _same_heads(plain: LayerProbe, rank: LayerProbe) -> bool:
 
 
 def _rank_probes(top: Any, text: Any, t: int, shapes: list[Shape], seq_length: int, plain: dict[int, LayerProbe]) -> tuple[Any, dict[int, LayerProbe]] | None:
-    configs = _rank_configs(top, text, t)
-    if configs is None:
-        return None
     quiet = logging.getLogger("torch._subclasses.fake_tensor")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # a rank whose shapes do not fit fails in fake tensors, which log it at length
     try:
+        configs = _rank_configs(top, text, t)  # per-layer configs refuse a global head count
+        if configs is None:
+            return None
         built = build(*configs)
         rank_shapes = list(dict.fromkeys(shape for _, shape in classify(built.layers)))
         if [s.first for s in rank_shapes] != [s.first for s in shapes]:

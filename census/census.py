@@ -21,11 +21,14 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census.across import measure_across
 from speccat.census.build import build
+from speccat.census.checks import check_stack_length
+from speccat.census.config import language_config
 from speccat.census.describe import (
     ATTENTION_OP,
     DELTA_RULE_OP,
     EXPERTS_IMPL,
     LayerView,
+    attention_dims,
     check_probes,
     model_facts,
 )
@@ -85,17 +88,21 @@ def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int],
 
 
 def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelSpec:
-    top, text, _ = resolve_config(remote.resolve(config, CONFIG_MAPPING))
+    resolved = remote.resolve(config, CONFIG_MAPPING)
+    top, text, nested = resolve_config(resolved)
     arch = config["model_type"]
     family = family_for(arch)
     built = build(top, text)
+    check_stack_length(language_config(resolved), text, len(built.layers), nested=nested)
     stack = classify(built.layers)
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
     seq_length = _runnable_length(built, seq_length)
     probes = probe_layers(built, [shape.first for shape in shapes], seq_length)
-    hidden = int(built.embedding.weight.shape[1])
+    # the layers' width, read from the hidden states they were called with: it differs from the
+    # embedding's where the model projects its embeddings (electra, rembert)
+    hidden = probes[shapes[0].first].hidden_width or int(built.embedding.weight.shape[1])
     views = [LayerView(shape.first, built.layers[shape.first], probes[shape.first], shape, hidden) for shape in shapes]
     _settle_eager(views)
     check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
@@ -104,6 +111,9 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     spec = {"name": name, "arch": arch, "built_as": type(built.model).__name__}
     spec.update(model_facts(built, views, stack))
     spec["layers"] = layer_groups(stack, kind_of)
+    _, differing = attention_dims(views)
+    if differing:  # kinds whose attention differs in shape from the model-wide dims state their own
+        spec["attention_dims"] = {kind_of[index]: dims for index, dims in differing.items()}
     spec["ops"], spec["flavours"], spec["measured"], spec["variants"] = {}, {}, {}, {}
     kind_params = {}
     for view in views:

@@ -184,9 +184,29 @@ def check_required(language: Mapping, cfg: Any, *, nested: bool) -> None:
     for field in LIMITS.required:
         if _resolved(cfg, field) is None and not _stated(language, field, aliases):
             continue  # the architecture has no such size (a mamba model has no attention heads)
+        if field == LIMITS.stack_length:
+            continue  # the built stack answers for it (check_stack_length)
         if not _stated(language, field, aliases):
             alias = f" (or {aliases[field]})" if field in aliases else ""
             raise SpecError("missing_field", f"{field}{alias}: required; a flat config must state {list(LIMITS.required)}")
+
+
+def check_stack_length(language: Mapping, cfg: Any, layers: int, *, nested: bool) -> None:
+    """After the build: a flat config states its layer count, under the field's name or its class's
+    alias, or as another field equal to the built stack's length (an integer, or a per-layer list
+    or string of that length), never only through its class's default."""
+    field = LIMITS.stack_length
+    aliases = getattr(cfg, "attribute_map", {}) or {}
+    if nested or _stated(language, field, aliases) or _resolved(cfg, field) is None:
+        return  # stated, or leaning on a nested config's defaults, or a class with no such size (blt's sub-stacks)
+    for value in language.values():
+        if (_is_int(value) and value == layers) or (isinstance(value, (list, str)) and len(value) == layers):
+            return
+    alias = f" (or {aliases[field]})" if field in aliases else ""
+    raise SpecError(
+        "missing_field",
+        f"{field}{alias}: required; a flat config must state {list(LIMITS.required)} (no field it states is the built stack's {layers} layers)",
+    )
 
 
 def _resolved(cfg: Any, field: str) -> Any:
@@ -208,7 +228,15 @@ def check_resolved_sizes(language: Mapping, cfg: Any, *, nested: bool) -> None:
         raise SpecError("bad_value", f"layer_types: {len(layer_types)} entries, but num_hidden_layers is {view['num_hidden_layers']}")
 
 
-RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes)
+def check_router_k(language: Mapping, cfg: Any, *, nested: bool) -> None:
+    """Routed experts need a top-k: a config (or its class default) with experts but a null
+    num_experts_per_tok builds, yet its router cannot run (deepseek_v2's defaults)."""
+    experts = next((f for f in EXPERT_COUNT_FIELDS if _is_int(_resolved(cfg, f)) and _resolved(cfg, f) > 0), None)
+    if experts and hasattr(cfg, "num_experts_per_tok") and _resolved(cfg, "num_experts_per_tok") is None:
+        raise SpecError("bad_value", f"num_experts_per_tok: null, but {experts} is {_resolved(cfg, experts)}: the router's top-k has no k")
+
+
+RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes, check_router_k)
 
 
 def check_resolved(language: Mapping, cfg: Any, *, nested: bool) -> None:

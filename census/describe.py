@@ -309,22 +309,39 @@ def _sliding_window(views: list[LayerView], layers: nn.ModuleList) -> int | None
     return max(windows) if windows else None
 
 
-def _attention_dims(views: list[LayerView]) -> dict[str, int]:
-    calls = [(v.index, k) for v in views for k in v.attention_kernels()]
+def _view_dims(view: LayerView) -> dict[str, int] | None:
+    """One layer's attention dims (catalogue/vocabulary.yaml `kind_dims`) from its kernel calls and
+    MLA projections; None for a layer that ran no attention kernel (a linear-attention layer)."""
+    calls = view.attention_kernels()
     if not calls:
-        delta = next(k for v in views for k in v.delta_kernels())
-        return {"num_attention_heads": delta.v[2]}
-    index, first = calls[0]
-    for other_index, call in calls[1:]:
+        return None
+    first = calls[0]
+    for call in calls[1:]:
         if (call.q[1:2] + call.q[3:], call.k[1:2] + call.k[3:], call.v[3:]) != (first.q[1:2] + first.q[3:], first.k[1:2] + first.k[3:], first.v[3:]):
             raise SpecError(
                 "unsupported_layer",
-                f"layers {index} and {other_index}: attention shapes differ (q {first.q} vs {call.q}); one spec cannot state both",
+                f"layer {view.index}: its attention calls differ in shape (q {first.q} vs {call.q}); one kind cannot state both",
             )
     dims = {"num_attention_heads": first.q[1], "num_key_value_heads": first.k[1], "head_dim": first.q[3]}
     if first.v[3] != first.q[3]:
         dims["v_head_dim"] = first.v[3]
+    mla = view.mla()
+    if mla:
+        dims.update(mla)
+        dims["qk_nope_head_dim"] = dims["head_dim"] - mla["qk_rope_head_dim"]
+        dims.setdefault("v_head_dim", dims["head_dim"])
     return dims
+
+
+def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, dict[str, int]]]:
+    """(the model-wide attention dims: the first attention layer's, {probed layer index: its dims}
+    for each layer whose attention differs in shape from them)."""
+    dims = {v.index: d for v in views if (d := _view_dims(v)) is not None}
+    if not dims:
+        delta = next(k for v in views for k in v.delta_kernels())
+        return {"num_attention_heads": delta.v[2]}, {}
+    model_wide = next(iter(dims.values()))
+    return model_wide, {index: d for index, d in dims.items() if d != model_wide}
 
 
 def check_probes(views: list[LayerView]) -> None:
@@ -345,14 +362,16 @@ def check_probes(views: list[LayerView]) -> None:
 
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:
-    """The spec's dimensions and flags (everything but the structure)."""
+    """The spec's dimensions and flags (everything but the structure); the attention dims are the
+    first attention layer's (attention_dims gives the layers that differ)."""
     embedding = built.embedding.weight
     facts: dict[str, Any] = {
-        "hidden_size": int(embedding.shape[1]),
+        "hidden_size": views[0].hidden,  # the layers' width (an embedding may be narrower and projected)
         "num_hidden_layers": len(built.layers),
         "vocab_size": int(embedding.shape[0]),
     }
-    facts.update(_attention_dims(views))
+    model_wide, differing = attention_dims(views)
+    facts.update(model_wide)
     max_positions = getattr(built.config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and max_positions > 0:
         facts["max_position_embeddings"] = max_positions
@@ -377,13 +396,6 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         leading = next((i for i, shape in stack if shape.ffn == "moe"), 0)
         if leading and all(shape.ffn == "moe" for i, shape in stack if i >= leading):
             facts["first_k_dense_replace"] = leading
-    for view in views:
-        mla = view.mla()
-        if mla:
-            facts.update(mla)
-            facts["qk_nope_head_dim"] = facts["head_dim"] - mla["qk_rope_head_dim"]
-            facts["v_head_dim"] = facts.get("v_head_dim", facts["head_dim"])
-            break
     linear = next((v for v in views if v.delta_kernels()), None)
     if linear is not None:
         delta = linear.delta_kernels()[0]
@@ -396,7 +408,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     if window:
         facts["sliding_window"] = window
     full = [v for v in views if v.attention_kernels()]
-    heads, head_dim = facts["num_attention_heads"], facts.get("head_dim", 0)
+    own = {v.index: differing.get(v.index, model_wide) for v in full}
     norms = [m for v in views for m in v.layer_norm_modules()]
     facts.update(
         qkv_bias=any(v.qkv_bias() for v in views),
@@ -404,7 +416,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         mlp_bias=any(v.mlp_bias() for v in views),
         norm_bias=any(_bias(m) for m in norms),
         qk_norm=any(v.qk_norm() for v in full),
-        attn_output_gate=any(v.output_gate(heads, head_dim) for v in full),
+        attn_output_gate=any(v.output_gate(own[v.index]["num_attention_heads"], own[v.index].get("head_dim", 0)) for v in full),
         shared_expert_gate=any(v.shared_gate() for v in views),
         tie_word_embeddings=built.tied,
         layer_norms=any(is_layer_norm(m) for m in norms),

@@ -10,7 +10,7 @@ from typing import Mapping
 import yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
-KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "sizes", "finite")
+KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "stack_length", "sizes", "finite")
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Limits:
     max_config_depth: int  # JSON nesting levels of a config
     census_memory_mib: int  # address space a census child may add (flows/isolate.py)
     required: tuple[str, ...]
+    stack_length: str  # the required field a stated field equal to the built stack's length may stand for
     sizes: Mapping[str, tuple[int, int]]  # field -> (min, max)
     finite: frozenset[str]  # fields that must be finite numbers (never Infinity)
 
@@ -33,11 +34,13 @@ def load_limits(path: Path = LIMITS_PATH) -> Limits:
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int) for b in bounds) and bounds[0] <= bounds[1]):
             raise ValueError(f"{path.name}: sizes.{field}: must be [min, max] integers with min <= max, got {bounds!r}")
         sizes[field] = (bounds[0], bounds[1])
+    if data["stack_length"] not in data["required"]:
+        raise ValueError(f"{path.name}: stack_length: must name a required field, got {data['stack_length']!r}")
     for key in ("max_config_bytes", "max_config_depth", "census_memory_mib"):
         if not (isinstance(data.get(key), int) and data[key] > 0):
             raise ValueError(f"{path.name}: {key}: must be a positive integer, got {data.get(key)!r}")
     return Limits(
-        data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), MappingProxyType(sizes),
+        data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), data["stack_length"], MappingProxyType(sizes),
         frozenset(data["finite"]),
     )
 

@@ -30,9 +30,16 @@ _ACTIVATION_CLASSES = tuple(
     - {nn.Module, nn.MultiheadAttention, nn.Softmax, nn.Softmax2d, nn.LogSoftmax, nn.Softmin}
 )
 
+# A norm class's name ends in Norm, or in Norm and one of the qualifiers transformers' norms carry.
+NORM_CLASS = re.compile(r"Norm(Gated|1P|PerHead)?$")
+
+
 def is_norm(module: nn.Module) -> bool:
-    """A normalisation module (RMSNorm, LayerNorm and the models' own *Norm classes)."""
-    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or "Norm" in type(module).__name__
+    """A normalisation module: torch's norms, and the models' own classes whose name ends in a norm
+    (LlamaRMSNorm, Qwen3NextRMSNormGated, NemotronLayerNorm1P, StableLmLayerNormPerHead, a gated
+    norm holding its gate MLP: AXK2GatedRMSNorm). A class that only carries "Norm" inside its
+    name is not one: roberta-prelayernorm's RobertaPreLayerNormIntermediate is a feed-forward block."""
+    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or NORM_CLASS.search(type(module).__name__) is not None
 
 
 def is_layer_norm(module: nn.Module) -> bool:

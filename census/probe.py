@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import traceback
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensor, FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -49,6 +50,7 @@ from speccat.census.predicates import (
     is_projection,
 )
 from speccat.census.routing import route_attention
+from speccat.census.spec import SpecError
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -140,6 +142,7 @@ class LayerProbe:
     kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
     booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
+    hidden_width: int = 0  # the last dim of the hidden states the layer was called with
 
 
 class _DispatchWatch(TorchDispatchMode):
@@ -312,6 +315,8 @@ class Watcher:
             self.kernel_count_in_child = Counter()
             hidden = args[0] if args else kwargs.get("hidden_states")
             hidden_key = _storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
+            if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
+                self.current.hidden_width = int(hidden.shape[-1])
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
 
         return hook
@@ -510,6 +515,11 @@ def run_layers(
             _book_bytes(watcher)
             if backward:
                 hidden_out.float().sum().backward()
+    except (DynamicOutputShapeException, DataDependentOutputException) as err:
+        raise SpecError(
+            "unsupported_layer",
+            f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
+        ) from err
     finally:
         setattr(holder, stack_name, built.layers)
     return watcher
@@ -519,6 +529,15 @@ def _fake_mode_of(decoder: nn.Module) -> FakeTensorMode | None:
     """The mode of a decoder an earlier probe made fake (a second probe of the same layers)."""
     weight = next(decoder.parameters(), None)
     return weight.fake_mode if isinstance(weight, FakeTensor) else None
+
+
+def _model_code(err: BaseException) -> str:
+    """Where in the model's code an op failed: the innermost transformers frame (file:line function)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "/transformers/" in f.filename.replace("\\", "/")]
+    if not frames:
+        return "the model's code"
+    frame = frames[-1]
+    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
 
 
 def _book_bytes(watcher: Watcher) -> None:

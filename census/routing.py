@@ -14,7 +14,9 @@ kernel keeps:
   mask, bias, softcap, softmax, dropout) run without autograd and inside the kernel's scope
   (nothing is kept, no dropout counted), until a matmul of that seq × seq result with a value
   tensor (…, s, dv): that matmul becomes the kernel call with the score matmul's q and k,
-  and the dropout probability the eager code applied.
+  and the dropout probability the eager code applied. A value matmul reached with no softmax
+  between it and the score matmul is not softmax attention (minimax's lightning attention
+  multiplies its block scores by a decay mask): the layer is refused as `unsupported_layer`.
 
 The bias or mask the eager code added (ALiBi, a sliding window as a mask) is not read: like
 FlashAttention, the kernel keeps the same tensors whatever mask it applies.
@@ -32,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from speccat.census import attention
+from speccat.census.spec import SpecError
 
 _MATMULS = {
     torch.matmul,
@@ -42,6 +45,7 @@ _MATMULS = {
 }
 _BADDBMM = {torch.baddbmm, torch.Tensor.baddbmm}
 _DROPOUTS = {F.dropout, torch.dropout, torch.nn.functional.dropout}
+_SOFTMAXES = {F.softmax, torch.softmax, torch.Tensor.softmax, torch._softmax, torch._safe_softmax}
 
 
 @dataclass
@@ -49,6 +53,7 @@ class _Scores:
     q: torch.Tensor  # (…, s, d)
     k: torch.Tensor  # (…, s, d)
     dropout: float = 0.0
+    softmax: bool = False  # a softmax read the scores (or what was computed from them)
 
 
 def _as_heads(x: torch.Tensor) -> torch.Tensor:
@@ -110,6 +115,12 @@ class AttentionRoute(TorchFunctionMode):
             if func in _MATMULS and len(args) == 2 and args[0] is not None and id(args[0]) in self.marked and id(args[1]) not in self.marked:
                 value = args[1]
                 if isinstance(value, torch.Tensor) and value.shape[-2] == self.seq:
+                    if not scores.softmax:
+                        raise SpecError(
+                            "unsupported_layer",
+                            f"a score matmul q·kᵀ {tuple(scores.q.shape)} reaches its value matmul with no softmax between: "
+                            "not softmax attention (a linear-attention recurrence the census does not know)",
+                        )
                     return self._kernel(scores.q, scores.k, value, scores.dropout)
             if func in _DROPOUTS:
                 p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
@@ -117,6 +128,8 @@ class AttentionRoute(TorchFunctionMode):
                 if training and p:
                     scores.dropout = float(p)
                 return args[0]
+            if func in _SOFTMAXES:
+                scores.softmax = True
             with torch.no_grad(), attention._kernel_scope("attention"):
                 out = func(*args, **kwargs)
             self._mark(out, scores)

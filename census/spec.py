@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, OPS, OTHER, VARIANTS
+from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, KIND_DIMS, OPS, OTHER, VARIANTS
 
 # Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
 REASONS: tuple[str, ...] = CENSUS_REASONS
@@ -68,7 +68,7 @@ FLAGS = (
     "layer_norms",  # true when the layer's norms are LayerNorm (mean-centred), false for RMSNorm
 )
 STRUCTURE_REQUIRED = ("layers", "ops")
-STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants", "measured_at")
+STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants", "attention_dims", "measured_at")
 
 KEYS = frozenset(
     REQUIRED_STR + OPTIONAL_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
@@ -240,6 +240,24 @@ def _validate_measured_at(spec: Mapping, kinds: tuple[str, ...]) -> None:
             _check_per_op(f"{field}.bytes_per_token.{kind}", per_op)
 
 
+def _check_heads(field: str, heads: int, kv_heads: int | None) -> None:
+    if kv_heads is not None and heads % kv_heads:
+        raise _bad(field, f"num_attention_heads {heads} is not divisible by num_key_value_heads {kv_heads}")
+
+
+def _validate_attention_dims(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    """Kinds whose attention differs in shape state all their attention dims (vocabulary `kind_dims`)."""
+    per_kind = _check_mapping("attention_dims", spec["attention_dims"])
+    if not per_kind or not set(per_kind) <= set(kinds):
+        raise _bad("attention_dims", f"kinds {sorted(per_kind)} must be some of the stack's kinds {sorted(kinds)}")
+    for kind, dims in per_kind.items():
+        field = f"attention_dims.{kind}"
+        _check_keys(field, _check_mapping(field, dims), KIND_DIMS, ("num_attention_heads",))
+        for key, value in dims.items():
+            _check_int(f"{field}.{key}", value, 1)
+        _check_heads(f"{field}.num_key_value_heads", dims["num_attention_heads"], dims.get("num_key_value_heads"))
+
+
 def validate(spec: Mapping) -> None:
     """Raise SpecError unless `spec` is a well-formed ModelSpec mapping."""
     _check_mapping("spec", spec)
@@ -263,16 +281,13 @@ def validate(spec: Mapping) -> None:
     for key in FLAGS:
         if key in spec and not isinstance(spec[key], bool):
             raise _bad(key, f"must be true or false, got {spec[key]!r}")
-    heads = spec["num_attention_heads"]
-    kv_heads = spec.get("num_key_value_heads")
-    if kv_heads is not None and heads % kv_heads:
-        raise _bad(
-            "num_key_value_heads",
-            f"num_attention_heads {heads} is not divisible by num_key_value_heads {kv_heads}",
-        )
+    _check_heads("num_key_value_heads", spec["num_attention_heads"], spec.get("num_key_value_heads"))
     kinds = _validate_layers(spec)
     _validate_ops(spec, kinds)
-    for key, check in (("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured), ("variants", _validate_variants), ("measured_at", _validate_measured_at)):
+    for key, check in (
+        ("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured),
+        ("variants", _validate_variants), ("attention_dims", _validate_attention_dims), ("measured_at", _validate_measured_at),
+    ):  # fmt: skip
         if key in spec:
             check(spec, kinds)
 

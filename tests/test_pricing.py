@@ -74,6 +74,22 @@ def test_name_dh_is_head_dim_or_h_over_a_or_v_head_dim_or_linear_value_dim(recor
     assert names_of(no_v, dict(d, model={"v_head_dim": 64}), "moe", grid, records)["dh"] == 64  # the profile's
     spec, d = qwen35_9b()
     assert names_of(spec, d, "linear_attention", grid, records)["dh"] == 128
+    spec, d = llama_8b()  # a value width apart from the query and key width, without MLA (mimo_v2_flash)
+    names = names_of(dict(spec, head_dim=192, v_head_dim=128), d, "decoder", grid, records)
+    assert (names["dh"], names["dqk"]) == (128, 192)
+
+
+def test_a_kind_with_its_own_attention_dims_reads_them_in_place_of_the_model_wide_ones(records, grid):
+    # llama-8b's one kind states gemma-4-style full-attention dims of its own: 8 heads, 2 kv heads, 512 wide
+    spec, d = llama_8b()
+    own = dict(spec, attention_dims={"decoder": {"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 512}})
+    names = names_of(own, d, "decoder", grid, records)
+    assert (names["a"], names["n_kv"], names["dh"], names["dqk"], names["h"]) == (8, 2, 512, 512, 4096)
+    # MLA dims stated by one kind only (dots3): the model-wide spec has none, the kind reads its own
+    mla = {"num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 192, "v_head_dim": 128,
+           "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128}  # fmt: skip
+    names = names_of(dict(spec, attention_dims={"decoder": mla}), d, "decoder", grid, records)
+    assert (names["a"], names["dh"], names["dqk"], names["dhr"], names["dc_kv"], names["dc_q"]) == (16, 128, 192, 64, 512, 0)
 
 
 def test_names_dhr_dc_kv_dc_q_are_the_mla_dims_or_the_records_defaults(records, grid):

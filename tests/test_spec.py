@@ -154,6 +154,19 @@ def test_heads_not_divisible_by_kv_heads():
     refused(data, "bad_value", "num_key_value_heads", "128", "48", "divisible")
 
 
+def test_a_kind_may_state_its_own_attention_dims():
+    data = deepseek_v3_shaped()
+    own = {"num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}  # a GQA kind beside MLA ones
+    spec = ModelSpec(dict(data, attention_dims={"dense": own}))
+    assert ModelSpec.from_json(spec.to_json()) == spec and spec["attention_dims"]["dense"] == own
+    refused(dict(data, attention_dims={"other": own}), "bad_value", "attention_dims", "other")
+    refused(dict(data, attention_dims={}), "bad_value", "attention_dims")
+    refused(dict(data, attention_dims={"dense": dict(own, hidden_size=64)}), "bad_value", "attention_dims.dense", "hidden_size")
+    refused(dict(data, attention_dims={"dense": {"head_dim": 128}}), "missing_field", "attention_dims.dense.num_attention_heads")
+    refused(dict(data, attention_dims={"dense": dict(own, num_key_value_heads=7)}), "bad_value", "attention_dims.dense.num_key_value_heads")
+    refused(dict(data, attention_dims={"dense": dict(own, head_dim=0)}), "bad_value", "attention_dims.dense.head_dim")
+
+
 def test_stack_must_sum_to_num_hidden_layers():
     data = deepseek_v3_shaped()
     data["layers"][1]["count"] = 57

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import OPS, VARIANTS
+from speccat.catalogue.vocabulary import KIND_DIMS, OPS, VARIANTS
 
 # Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
@@ -111,8 +111,18 @@ class KindValues:
     linear: bool  # the kind runs a recurrence (linear attention)
 
 
+def kind_spec(spec: Mapping, kind: str) -> Mapping:
+    """The spec as one kind reads it: a kind listed under `attention_dims` reads its own attention
+    dims in place of the model-wide ones (one it does not state is absent for it)."""
+    own = spec.get("attention_dims", {}).get(kind)
+    if own is None:
+        return spec
+    return {**{k: v for k, v in spec.items() if k not in KIND_DIMS}, **own}
+
+
 def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     """The names from the spec and the kind (docs/pricing.md) for `kind`; `defaults` = Family.pricing_defaults()."""
+    spec = kind_spec(spec, kind)
     ops = spec.get("ops", {}).get(kind)
     if ops is None:
         raise PricingError("missing_field", f"ops.{kind}: the spec has no op counts for kind {kind!r}")
@@ -149,8 +159,8 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
                 absent["dh"] = f"kind {kind!r} is MLA but neither the spec nor the family states v_head_dim"
             else:
                 values["dh"] = v_head_dim
-        else:
-            values["dh"] = spec.get("head_dim", h / a)
+        else:  # the value width, where it differs from the query and key width (mimo_v2_flash)
+            values["dh"] = spec.get("v_head_dim", spec.get("head_dim", h / a))
     values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
     for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")):
         if need(name, field):

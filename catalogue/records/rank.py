@@ -65,8 +65,8 @@ class Fit:
 
 def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: Iterable[int], max_tp: int) -> list[Layout]:
     """Every layout of `gpus` ranks: tp dividing the heads and tp and cp at most `max_tp` (a node), pp at most the layers, ep dividing
-    both the routed experts and dp·cp; a field given in `fixed` is held at its value."""
-    heads = int(spec["num_attention_heads"])
+    both the routed experts and dp·cp (tp divides every kind's heads, where kinds state their own); a field given in `fixed` is held at its value."""
+    heads = [int(spec["num_attention_heads"]), *(int(d["num_attention_heads"]) for d in spec.get("attention_dims", {}).values())]
     n_layers = sum(g["count"] for g in spec["layers"])
     experts = int(spec.get("num_experts", 1) or 1)
 
@@ -75,7 +75,7 @@ def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: It
 
     divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
     out = []
-    for tp, pp, cp in product(choices("tp", [d for d in divisors if heads % d == 0 and d <= max_tp]), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [d for d in divisors if d <= max_tp])):
+    for tp, pp, cp in product(choices("tp", [d for d in divisors if all(n % d == 0 for n in heads) and d <= max_tp]), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [d for d in divisors if d <= max_tp])):
         if gpus % (tp * pp * cp):
             continue
         dp = gpus // (tp * pp * cp)
