@@ -74,6 +74,14 @@ class LayerView:
     def delta_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "delta_rule"]
 
+    def scan_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "scan"]
+
+    def scan_projections(self) -> int:
+        """The projections of the children a selective scan ran in (in, x, dt and out for Mamba)."""
+        children = {k.child for k in self.scan_kernels() if k.child}
+        return sum(1 for _, m in self.named(children) if is_projection(m))
+
     def named(self, child_set: set[str]):
         """(path, module) of every module under the given top-level children."""
         for name, module in self.layer.named_modules():
@@ -128,6 +136,8 @@ class LayerView:
             width = self.expert_width()
             weights = sum(p.numel() // experts.num_experts for p in experts.parameters(recurse=False) if p.dim() == 3)
         else:
+            if not self.ffn_children and self.scan_kernels():
+                return 0  # a mixer-only block (Mamba): no feed-forward
             width = self.dense_width()
             weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
         if not width:
@@ -149,9 +159,9 @@ class LayerView:
     # -- ops and bytes -----------------------------------------------------------------------
 
     def ops(self) -> dict[str, int]:
-        attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
+        attn, delta, scan = len(self.attention_kernels()), len(self.delta_kernels()), len(self.scan_kernels())
         counts = {
-            "attMM": 3 * (attn + delta) + len(self.probe.output_projections),
+            "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
             "ffMM": self.ff_matmuls(),
             "softmax": attn,
@@ -159,7 +169,7 @@ class LayerView:
             "normOp": self.probe.layer_norm_calls,
             "headCast": attn,
             "ffAct": self.activations(),
-            "linrec": delta,
+            "linrec": delta + scan,
         }
         counts.update(FIXED_COUNTS)
         return {op: counts[op] for op in OPS}
@@ -220,7 +230,8 @@ class LayerView:
 
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
-        return any(is_projection(m) and _bias(m) for n, m in self.named(self.attention_children) if n not in outputs)
+        children = {k.child for k in self.probe.kernels if k.child and k.kind != "scan"}  # a Mamba mixer has no q, k, v
+        return any(is_projection(m) and _bias(m) for n, m in self.named(children) if n not in outputs)
 
     def o_bias(self) -> bool:
         return any(_bias(self.module(n)) for n in self.probe.output_projections)
@@ -312,8 +323,9 @@ def _sliding_window(views: list[LayerView], layers: nn.ModuleList) -> int | None
 def _attention_dims(views: list[LayerView]) -> dict[str, int]:
     calls = [(v.index, k) for v in views for k in v.attention_kernels()]
     if not calls:
-        delta = next(k for v in views for k in v.delta_kernels())
-        return {"num_attention_heads": delta.v[2]}
+        delta = next((k for v in views for k in v.delta_kernels()), None)
+        # a stack of Mamba mixers has no heads: it states one (docs/census.md, "State-space mixers")
+        return {"num_attention_heads": delta.v[2] if delta is not None else 1}
     index, first = calls[0]
     for other_index, call in calls[1:]:
         if (call.q[1:2] + call.q[3:], call.k[1:2] + call.k[3:], call.v[3:]) != (first.q[1:2] + first.q[3:], first.k[1:2] + first.k[3:], first.v[3:]):
@@ -392,6 +404,14 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         conv = linear.conv_kernel()
         if conv:
             facts["linear_conv_kernel_dim"] = conv
+    mamba = next((v for v in views if v.scan_kernels()), None)
+    if mamba is not None:
+        scan = mamba.scan_kernels()[0]
+        facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k
+        facts["ssm_dt_rank"] = scan.v[1]
+        conv = mamba.conv_kernel()
+        if conv:
+            facts["ssm_conv_kernel"] = conv
     window = _sliding_window(views, built.layers)
     if window:
         facts["sliding_window"] = window

@@ -1,5 +1,5 @@
 """What a module of a built layer is: a norm, a projection, an activation, routed experts, a
-state-space mixer, a gated-delta-rule runner or a user of transformers' attention interface.
+state-space mixer, a selective-scan or gated-delta-rule runner or a user of transformers' attention interface.
 
 Every part of the census asks these questions of modules (building, classifying layers into
 shapes, probing, describing); they are answered here only, from the module's class, its
@@ -20,6 +20,7 @@ from transformers import activations as hf_activations
 
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
 _CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
+_MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
@@ -85,6 +86,11 @@ def runs_delta_rule(module: nn.Module) -> bool:
     return any(_DELTA_RULE.search(name) for name in _forward_names(type(module)))
 
 
+def runs_selective_scan(module: nn.Module) -> bool:
+    """Whether the module's forward calls mamba_ssm's fused selective scan (a Mamba mixer)."""
+    return any(_MAMBA_INNER.search(name) for name in _forward_names(type(module)))
+
+
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
     return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
@@ -100,3 +106,9 @@ def causal_conv1d_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the causal-conv1d function the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _CAUSAL_CONV1D.search(n) and callable(getattr(home, n, None))]
+
+
+def mamba_inner_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the fused selective scan (`mamba_inner_fn`) the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _MAMBA_INNER.search(n) and callable(getattr(home, n, None))]

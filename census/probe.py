@@ -45,11 +45,14 @@ from speccat.census.predicates import (
     is_experts,
     is_norm,
     is_projection,
+    mamba_inner_names,
 )
 from speccat.census.routing import route_attention
+from speccat.census.scans import speccat_mamba_inner_fn
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
+OPS_SCAN = torch.ops.speccat.mamba_inner.default
 OPS_TOPK = torch.ops.aten.topk.default
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
@@ -91,7 +94,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @dataclass
 class KernelCall:
-    kind: str  # "attention" or "delta_rule"
+    kind: str  # "attention", "delta_rule" or "scan" (for a scan: q = xz (b, 2·inner, s), k = A (inner, state), v = dt_proj's weight (inner, rank))
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
     k: tuple[int, ...]
@@ -173,7 +176,7 @@ class Watcher:
         kernel = attention.current_kernel()
         if kernel == "attention":
             return "softmax" if tensor.dtype == torch.float32 else "attBMM"
-        if kernel == "delta_rule":
+        if kernel in ("delta_rule", "scan"):
             return "linrec"
         for _, module in reversed(self.path):
             if is_norm(module):
@@ -249,6 +252,10 @@ class Watcher:
         elif func is OPS_DELTA:
             q, k, v = args[0], args[1], args[2]
             probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SCAN:
+            xz, A, dt_w = args[0], args[7], args[4]
+            probe.kernels.append(KernelCall("scan", self._child(), tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape)))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_TOPK:
             source, k = args[0], args[1]
@@ -370,12 +377,17 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 
 @contextlib.contextmanager
 def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
-    """Point each linear-attention module's delta rule and causal conv1d at speccat's kernels while the layers run."""
+    """Point each linear-attention module's delta rule and causal conv1d, and each Mamba mixer's fused
+    selective scan, at speccat's kernels while the layers run."""
     targets = {
         (id(home), name): (home, name, kernel)
         for layer in layers.values()
         for m in layer.modules()
-        for names, kernel in ((delta_rule_names, attention.speccat_chunk_gated_delta_rule), (causal_conv1d_names, attention.speccat_causal_conv1d_fn))
+        for names, kernel in (
+            (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
+            (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
+            (mamba_inner_names, speccat_mamba_inner_fn),
+        )
         for home, name in names(m)
     }
     saved = {key: getattr(home, name) for key, (home, name, _) in targets.items()}

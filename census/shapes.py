@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_state_space_mixer, runs_delta_rule, uses_attention_interface
+from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -23,8 +23,8 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "linear", or "eager" until the probe settles it
-    ffn: str  # "dense" or "moe"
+    attention: str  # "full", "linear", "mamba", or "eager" until the probe settles it
+    ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
 
@@ -37,12 +37,25 @@ def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
     no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
-    attention is linear when a gated delta rule runs, full when the attention interface does,
+    attention is mamba when a selective scan runs (ffn none when nothing else holds projections),
+    linear when a gated delta rule runs, full when the attention interface does,
     `eager` (decided by what runs) otherwise; ffn is moe when the layer holds routed experts.
     """
     attention, ffn = "none", "dense"
+    scan_children = set()
     for name, module in layer.named_modules():
         if not name:
+            continue
+        if runs_selective_scan(module):
+            if any(is_norm(m) for m in module.children()):
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a selective scan with norms on B, C and dt (falcon-mamba), which the census does not run",
+                )
+            attention = "mamba"
+            scan_children.add(name.split(".", 1)[0])
+            continue
+        if name.split(".", 1)[0] in scan_children:
             continue
         if is_state_space_mixer(name, module):
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
@@ -50,10 +63,16 @@ def signature(index: int, layer: nn.Module) -> tuple:
             ffn = "moe"
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
+        if attention == "mamba":
+            continue
         if runs_delta_rule(module):
             attention = "linear"
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"
+    if attention == "mamba" and not any(
+        n not in scan_children and not is_norm(c) and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
+    ):
+        ffn = "none"  # a mixer-only block (Mamba)
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     if _cross_attention_only(layer):
