@@ -23,6 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from speccat.census.attention import _kernel_scope
 from speccat.census.kernels import LIB, _acc, _causal_conv1d_ref
@@ -126,45 +127,23 @@ def _mamba_setup(ctx, inputs, output):
     ctx.mark_non_differentiable(x_dbl, B, C, out, states)
 
 
-@torch.library.custom_op(f"{LIB}::mamba_inner_backward", mutates_args=())
-def mamba_inner_backward(
-    grad_y: Tensor,
-    xz: Tensor,
-    conv_w: Tensor,
-    conv_b: Tensor | None,
-    x_proj_w: Tensor,
-    dt_proj_w: Tensor,
-    out_proj_w: Tensor,
-    A: Tensor,
-    D: Tensor | None,
-    delta_bias: Tensor | None,
-    softplus: bool,
-) -> list[Tensor]:
-    """Gradients for (xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias), recomputing
-    the mixer from the kept xz and weights (the kernel recomputes the conv and Δ too); an absent
-    input's gradient is an empty tensor."""
-    inputs = (xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias)
+def _grads(grad_y: Tensor, inputs: tuple, softplus: bool) -> list[Tensor | None]:
+    """Gradients of the inputs, recomputing the mixer from the kept xz and weights (the kernel
+    recomputes the conv and Δ too). On fake tensors (the census) only their shapes."""
+    if is_fake(grad_y):
+        return [torch.empty_like(t) if t is not None else None for t in inputs]
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(True) if t is not None else None for t in inputs]
         y = _inner(*leaves, softplus)[0]
         wanted = [t for t in leaves if t is not None]
         grads = iter(torch.autograd.grad(y, wanted, _acc(grad_y)))
-    return [next(grads).to(t.dtype) if t is not None else xz.new_empty(0) for t in inputs]
-
-
-@mamba_inner_backward.register_fake
-def _mamba_inner_backward_fake(grad_y, *inputs_and_softplus):
-    inputs = inputs_and_softplus[:-1]
-    xz = inputs[0]
-    return [torch.empty_like(t) if t is not None else xz.new_empty(0) for t in inputs]
+    return [next(grads).to(t.dtype) if t is not None else None for t in inputs]
 
 
 def _mamba_backward(ctx, grad_y, *_unused):
     xz, conv_w, conv_b, _, x_proj_w, dt_proj_w, out_proj_w, A, _, _, D, delta_bias, _, _ = ctx.saved_tensors
-    inputs = (xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias)
-    grads = mamba_inner_backward(grad_y, *inputs, ctx.softplus)
-    dxz, dconv_w, dconv_b, dx_proj_w, ddt_proj_w, dout_proj_w, dA, dD, ddelta_bias = (
-        g if t is not None else None for g, t in zip(grads, inputs)
+    dxz, dconv_w, dconv_b, dx_proj_w, ddt_proj_w, dout_proj_w, dA, dD, ddelta_bias = _grads(
+        grad_y, (xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias), ctx.softplus
     )
     dout_proj_b = grad_y.sum(dim=(0, 1)) if ctx.has_out_bias else None
     return dxz, dconv_w, dconv_b, dx_proj_w, ddt_proj_w, dout_proj_w, dout_proj_b, dA, dD, ddelta_bias, None
