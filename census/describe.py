@@ -77,9 +77,12 @@ class LayerView:
     def scan_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "scan"]
 
+    def ssd_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "ssd"]
+
     def scan_projections(self) -> int:
-        """The projections of the children a selective scan ran in (in, x, dt and out for Mamba)."""
-        children = {k.child for k in self.scan_kernels() if k.child}
+        """The projections of the children a scan ran in (in, x, dt and out for Mamba; in and out for Mamba2)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -136,8 +139,8 @@ class LayerView:
             width = self.expert_width()
             weights = sum(p.numel() // experts.num_experts for p in experts.parameters(recurse=False) if p.dim() == 3)
         else:
-            if not self.ffn_children and self.scan_kernels():
-                return 0  # a mixer-only block (Mamba): no feed-forward
+            if not self.ffn_children and (self.scan_kernels() or self.ssd_kernels()):
+                return 0  # a mixer-only block (Mamba, Mamba2): no feed-forward
             width = self.dense_width()
             weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
         if not width:
@@ -159,7 +162,8 @@ class LayerView:
     # -- ops and bytes -----------------------------------------------------------------------
 
     def ops(self) -> dict[str, int]:
-        attn, delta, scan = len(self.attention_kernels()), len(self.delta_kernels()), len(self.scan_kernels())
+        attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -230,7 +234,7 @@ class LayerView:
 
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
-        children = {k.child for k in self.probe.kernels if k.child and k.kind != "scan"}  # a Mamba mixer has no q, k, v
+        children = {k.child for k in self.probe.kernels if k.child and k.kind not in ("scan", "ssd")}  # a Mamba mixer has no q, k, v
         return any(is_projection(m) and _bias(m) for n, m in self.named(children) if n not in outputs)
 
     def o_bias(self) -> bool:
@@ -410,6 +414,15 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k
         facts["ssm_dt_rank"] = scan.v[1]
         conv = mamba.conv_kernel()
+        if conv:
+            facts["ssm_conv_kernel"] = conv
+    mamba2 = next((v for v in views if v.ssd_kernels()), None)
+    if mamba2 is not None:
+        ssd = mamba2.ssd_kernels()[0]
+        facts["ssm_num_heads"], facts["ssm_head_dim"] = ssd.k
+        facts["ssm_n_groups"], facts["ssm_state_size"] = ssd.v
+        facts["ssm_inner_size"] = ssd.k[0] * ssd.k[1]
+        conv = mamba2.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv
     window = _sliding_window(views, built.layers)

@@ -21,6 +21,7 @@ from transformers import activations as hf_activations
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
 _CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
 _MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
+_SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
@@ -91,6 +92,11 @@ def runs_selective_scan(module: nn.Module) -> bool:
     return any(_MAMBA_INNER.search(name) for name in _forward_names(type(module)))
 
 
+def runs_ssd_scan(module: nn.Module) -> bool:
+    """Whether the module's forward calls mamba_ssm's fused Mamba2 mixer (conv and chunked SSD scan)."""
+    return any(_SSD_COMBINED.search(name) for name in _forward_names(type(module)))
+
+
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
     return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
@@ -112,3 +118,9 @@ def mamba_inner_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the fused selective scan (`mamba_inner_fn`) the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _MAMBA_INNER.search(n) and callable(getattr(home, n, None))]
+
+
+def ssd_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the fused Mamba2 mixer (`mamba_split_conv1d_scan_combined`) the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _SSD_COMBINED.search(n) and callable(getattr(home, n, None))]

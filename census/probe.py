@@ -46,13 +46,15 @@ from speccat.census.predicates import (
     is_norm,
     is_projection,
     mamba_inner_names,
+    ssd_scan_names,
 )
 from speccat.census.routing import route_attention
-from speccat.census.scans import speccat_mamba_inner_fn
+from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
 OPS_SCAN = torch.ops.speccat.mamba_inner.default
+OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
 OPS_TOPK = torch.ops.aten.topk.default
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
@@ -94,7 +96,10 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @dataclass
 class KernelCall:
-    kind: str  # "attention", "delta_rule" or "scan" (for a scan: q = xz (b, 2·inner, s), k = A (inner, state), v = dt_proj's weight (inner, rank))
+    # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
+    # dt_proj's weight (inner, rank)) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
+    # dim), v = (groups, state))
+    kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
     k: tuple[int, ...]
@@ -176,7 +181,7 @@ class Watcher:
         kernel = attention.current_kernel()
         if kernel == "attention":
             return "softmax" if tensor.dtype == torch.float32 else "attBMM"
-        if kernel in ("delta_rule", "scan"):
+        if kernel in ("delta_rule", "scan", "ssd"):
             return "linrec"
         for _, module in reversed(self.path):
             if is_norm(module):
@@ -256,6 +261,11 @@ class Watcher:
         elif func is OPS_SCAN:
             xz, A, dt_w = args[0], args[7], args[4]
             probe.kernels.append(KernelCall("scan", self._child(), tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SSD:
+            zxbcdt, conv_w, A, headdim, groups = args[0], args[1], args[4], args[9], args[10]
+            state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
+            probe.kernels.append(KernelCall("ssd", self._child(), tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state)))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_TOPK:
             source, k = args[0], args[1]
@@ -387,6 +397,7 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
             (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
             (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
             (mamba_inner_names, speccat_mamba_inner_fn),
+            (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
         )
         for home, name in names(m)
     }

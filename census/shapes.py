@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, uses_attention_interface
+from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -23,7 +23,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "linear", "mamba", or "eager" until the probe settles it
+    attention: str  # "full", "linear", "mamba", "mamba2", or "eager" until the probe settles it
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -37,7 +37,8 @@ def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
     no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
-    attention is mamba when a selective scan runs (ffn none when nothing else holds projections),
+    attention is mamba when a selective scan runs, mamba2 when the fused SSD scan does (ffn none
+    when nothing else holds projections),
     linear when a gated delta rule runs, full when the attention interface does,
     `eager` (decided by what runs) otherwise; ffn is moe when the layer holds routed experts.
     """
@@ -46,13 +47,14 @@ def signature(index: int, layer: nn.Module) -> tuple:
     for name, module in layer.named_modules():
         if not name:
             continue
-        if runs_selective_scan(module):
-            if any(is_norm(m) for m in module.children()):
+        scan = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
+        if scan is not None:
+            if scan == "mamba" and any(is_norm(m) for m in module.children()):
                 raise SpecError(
                     "unsupported_layer",
                     f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a selective scan with norms on B, C and dt (falcon-mamba), which the census does not run",
                 )
-            attention = "mamba"
+            attention = scan
             scan_children.add(name.split(".", 1)[0])
             continue
         if name.split(".", 1)[0] in scan_children:
@@ -63,16 +65,16 @@ def signature(index: int, layer: nn.Module) -> tuple:
             ffn = "moe"
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
-        if attention == "mamba":
+        if attention in ("mamba", "mamba2"):
             continue
         if runs_delta_rule(module):
             attention = "linear"
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"
-    if attention == "mamba" and not any(
+    if attention in ("mamba", "mamba2") and not any(
         n not in scan_children and not is_norm(c) and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
-        ffn = "none"  # a mixer-only block (Mamba)
+        ffn = "none"  # a mixer-only block (Mamba, Mamba2)
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     if _cross_attention_only(layer):

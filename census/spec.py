@@ -56,6 +56,9 @@ OPTIONAL_INT = (
     "ssm_state_size",
     "ssm_dt_rank",
     "ssm_conv_kernel",
+    "ssm_num_heads",
+    "ssm_head_dim",
+    "ssm_n_groups",
     "sliding_window",
 )
 # Counts that may legitimately be zero when present (every other size must be positive).

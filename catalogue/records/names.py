@@ -33,7 +33,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -152,11 +152,14 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
                 values["dh"] = v_head_dim
         else:
             values["dh"] = spec.get("head_dim", h / a)
-    values["ssm"] = 1 if mixer == "mamba" else 0
-    if mixer == "mamba":
-        for name, field in (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")):
-            if need(name, field):
-                values[name] = spec[field]
+    values["ssm"] = {"mamba": 1, "mamba2": 2}.get(mixer, 0)
+    ssm_fields = {
+        "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
+        "mamba2": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("mh", "ssm_num_heads"), ("ng", "ssm_n_groups")),
+    }
+    for name, field in ssm_fields.get(mixer, ()):
+        if need(name, field):
+            values[name] = spec[field]
     values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
     for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")):
         if need(name, field):
@@ -202,7 +205,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values[name] = stated[name]
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
-    return KindValues(kind, _floats(values), absent, linear or mixer == "mamba")
+    return KindValues(kind, _floats(values), absent, linear or values["ssm"] > 0)
 
 
 def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
