@@ -60,12 +60,17 @@ def _runnable_length(built, seq_length: int) -> int:
 
 def _settle_eager(views: list[LayerView]) -> None:
     """A layer whose code calls no attention interface is full attention when its own attention
-    ran through speccat's kernel (census/routing.py); otherwise it runs a mixer the census does not know."""
+    ran through speccat's kernel (census/routing.py), a feed-forward-only block (mixer `none`) when
+    all it holds beside norms is an MLP or routed experts; otherwise it runs a mixer the census
+    does not know."""
     for view in views:
         if view.shape.attention != "eager":
             continue
         if view.attention_kernels():
             view.shape.attention = "full"
+            continue
+        if view.feed_forward_only():
+            view.shape.attention = "none"  # a block of only an MLP or MoE (nemotron_h's)
             continue
         mixers = sorted({type(m).__name__ for _, m in view.layer.named_children() if not is_norm(m) and any(True for _ in m.parameters())})
         raise SpecError(

@@ -74,6 +74,20 @@ class LayerView:
     def delta_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "delta_rule"]
 
+    def feed_forward_only(self) -> bool:
+        """No kernel ran, and every child beside the norms is routed experts or an MLP: projections
+        and an activation that ran, no other module with parameters, no attention class."""
+        if self.probe.kernels:
+            return False
+        children = [(n, c) for n, c in self.layer.named_children() if not is_norm(c) and any(True for _ in c.parameters())]
+
+        def mlp(name: str, child: nn.Module) -> bool:
+            leaves = [m for m in child.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
+            ran_activation = any(owner == name or owner.startswith(name + ".") for owner in self.probe.activations)
+            return "Attention" not in type(child).__name__ and ran_activation and all(is_projection(m) for m in leaves)
+
+        return bool(children) and all(any(is_experts(m) for m in c.modules()) or mlp(n, c) for n, c in children)
+
     def scan_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "scan"]
 
@@ -139,8 +153,8 @@ class LayerView:
             width = self.expert_width()
             weights = sum(p.numel() // experts.num_experts for p in experts.parameters(recurse=False) if p.dim() == 3)
         else:
-            if not self.ffn_children and (self.scan_kernels() or self.ssd_kernels()):
-                return 0  # a mixer-only block (Mamba, Mamba2): no feed-forward
+            if self.shape.ffn == "none":
+                return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
             weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
         if not width:
@@ -346,7 +360,7 @@ def _attention_dims(views: list[LayerView]) -> dict[str, int]:
 def check_probes(views: list[LayerView]) -> None:
     """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
-        if not v.probe.kernels:
+        if not v.probe.kernels and v.shape.attention != "none":
             raise SpecError(
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
@@ -372,7 +386,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     max_positions = getattr(built.config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and max_positions > 0:
         facts["max_position_embeddings"] = max_positions
-    dense = next((v for v in views if v.experts_path is None), None)
+    dense = next((v for v in views if v.experts_path is None and v.shape.ffn != "none"), None)
     if dense is not None and dense.dense_width():
         facts["intermediate_size"] = dense.dense_width()
     moe = next((v for v in views if v.experts_path), None)

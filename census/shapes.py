@@ -37,13 +37,13 @@ def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
     no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
-    attention is mamba when a selective scan runs, mamba2 when the fused SSD scan does (ffn none
-    when nothing else holds projections),
-    linear when a gated delta rule runs, full when the attention interface does,
-    `eager` (decided by what runs) otherwise; ffn is moe when the layer holds routed experts.
+    attention is mamba when a selective scan runs, mamba2 when the fused SSD scan does, linear
+    when a gated delta rule runs, full when the attention interface does, `eager` (decided by
+    what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
+    when the layer holds routed experts, none when no child beside the mixer holds projections.
     """
     attention, ffn = "none", "dense"
-    scan_children = set()
+    scan_children, mixer_children = set(), set()
     for name, module in layer.named_modules():
         if not name:
             continue
@@ -69,12 +69,15 @@ def signature(index: int, layer: nn.Module) -> tuple:
             continue
         if runs_delta_rule(module):
             attention = "linear"
+            mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"
-    if attention in ("mamba", "mamba2") and not any(
-        n not in scan_children and not is_norm(c) and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
+            mixer_children.add(name.split(".", 1)[0])
+    mixer_children |= scan_children
+    if mixer_children and ffn != "moe" and not any(
+        n not in mixer_children and not is_norm(c) and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
-        ffn = "none"  # a mixer-only block (Mamba, Mamba2)
+        ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     if _cross_attention_only(layer):
