@@ -54,6 +54,12 @@ def signature(index: int, layer: nn.Module) -> tuple:
                     "unsupported_layer",
                     f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a selective scan with norms on B, C and dt (falcon-mamba), which the census does not run",
                 )
+            if attention in ("full", "linear"):
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {index} ({type(layer).__name__}): a {scan} mixer ({name}) beside {attention} attention in one layer (a parallel hybrid); "
+                    "the census prices one mixer per layer",
+                )
             attention = scan
             scan_children.add(name.split(".", 1)[0])
             continue
@@ -66,6 +72,12 @@ def signature(index: int, layer: nn.Module) -> tuple:
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
         if attention in ("mamba", "mamba2"):
+            if uses_attention_interface(module) or runs_delta_rule(module):
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {index} ({type(layer).__name__}): attention ({name}) beside a {attention} mixer in one layer (falcon_h1's parallel hybrid); "
+                    "the census prices one mixer per layer",
+                )
             continue
         if runs_delta_rule(module):
             attention = "linear"
