@@ -94,9 +94,14 @@ class LayerView:
     def ssd_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "ssd"]
 
+    def conv_kernels(self) -> list[KernelCall]:
+        """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
+        return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
+
     def scan_projections(self) -> int:
-        """The projections of the children a scan ran in (in, x, dt and out for Mamba; in and out for Mamba2)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() if k.child}
+        """The projections of the children a scan or short conv ran in (in, x, dt and out for
+        Mamba; in and out for Mamba2 and a short conv)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -248,7 +253,7 @@ class LayerView:
 
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
-        children = {k.child for k in self.probe.kernels if k.child and k.kind not in ("scan", "ssd")}  # a Mamba mixer has no q, k, v
+        children = {k.child for k in self.probe.kernels if k.child and k.kind in ("attention", "delta_rule")}  # a Mamba mixer or short conv has no q, k, v
         return any(is_projection(m) and _bias(m) for n, m in self.named(children) if n not in outputs)
 
     def o_bias(self) -> bool:
@@ -430,6 +435,9 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         conv = mamba.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv
+    short = next((v for v in views if v.conv_kernels()), None)
+    if short is not None:
+        facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]
     mamba2 = next((v for v in views if v.ssd_kernels()), None)
     if mamba2 is not None:
         ssd = mamba2.ssd_kernels()[0]

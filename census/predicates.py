@@ -97,6 +97,19 @@ def runs_ssd_scan(module: nn.Module) -> bool:
     return any(_SSD_COMBINED.search(name) for name in _forward_names(type(module)))
 
 
+def runs_short_conv(module: nn.Module) -> bool:
+    """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn but no
+    recurrence (a gated delta rule or a Mamba scan also runs a causal conv1d first)."""
+    names = _forward_names(type(module))
+    return (
+        any(_CAUSAL_CONV1D.search(n) for n in names)
+        and not runs_delta_rule(module)
+        and not runs_selective_scan(module)
+        and not runs_ssd_scan(module)
+        and not any(n in ("mamba_selective_scan", "selective_scan_fn") for n in names)
+    )
+
+
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
     return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))

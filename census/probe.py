@@ -55,7 +55,9 @@ OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
 OPS_SCAN = torch.ops.speccat.mamba_inner.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
+OPS_CONV = torch.ops.speccat.causal_conv1d.default
 OPS_TOPK = torch.ops.aten.topk.default
+INLINE_ACTIVATIONS = {torch.ops.aten.silu.default, torch.ops.aten.gelu.default, torch.ops.aten.relu.default}
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
@@ -98,7 +100,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 class KernelCall:
     # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
     # dt_proj's weight (inner, rank)) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
-    # dim), v = (groups, state))
+    # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
     kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
@@ -165,6 +167,7 @@ class Watcher:
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
+        self.activation_inputs: set[int] = set()  # inputs of inline activations in an MLP (F.silu in LFM2's)
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
@@ -267,10 +270,17 @@ class Watcher:
             state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
             probe.kernels.append(KernelCall("ssd", self._child(), tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state)))
             self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
+            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
         elif func is OPS_TOPK:
             source, k = args[0], args[1]
             dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
             probe.topk.append((self._child(), int(k), int(source.shape[dim])))
+        elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
+            probe.activations[self.path[-1][0]] += 1
+            key = _storage_key(args[0])
+            self.activation_inputs.add(key)
+            self.kept.append(args[0].untyped_storage())
         elif func in DROPOUT_OPS and attention.current_kernel() is None:
             keep = DROPOUT_OPS[func](args, kwargs)
             if keep < 1.0:
@@ -285,6 +295,16 @@ class Watcher:
                 key = _storage_key(stat)
                 self.cuda_nbytes[key] = stat.numel() * _acc_dtype(args[0].dtype).itemsize
                 self.kept.append(stat.untyped_storage())
+
+    def _in_mlp(self) -> bool:
+        """The op runs in an MLP's own code (its module holds two or more projections, no experts),
+        outside any norm or activation module: an activation written inline (F.silu)."""
+        if not self.path:
+            return False
+        module = self.path[-1][1]
+        if is_experts(module) or any(is_norm(m) or is_activation_region(m) for _, m in self.path):
+            return False
+        return sum(1 for c in module.children() if is_projection(c)) >= 2
 
     # -- module hooks -----------------------------------------------------------------------
 
@@ -485,4 +505,6 @@ def _book_bytes(watcher: Watcher) -> None:
         alive = next(((probe, op, nbytes) for probe, op, nbytes, held in savers if held() is not None), None)
         if alive is not None:
             probe, op, nbytes = alive
+            if key in watcher.activation_inputs and op.startswith("child:"):
+                op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes

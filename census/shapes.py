@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_ssd_scan, uses_attention_interface
+from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -23,7 +23,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "linear", "mamba", "mamba2", or "eager" until the probe settles it
+    attention: str  # "full", "linear", "mamba", "mamba2", "short_conv", "none", or "eager" until the probe settles it
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -38,7 +38,8 @@ def signature(index: int, layer: nn.Module) -> tuple:
     no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
     attention is mamba when a selective scan runs, mamba2 when the fused SSD scan does, linear
-    when a gated delta rule runs, full when the attention interface does, `eager` (decided by
+    when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
+    the attention interface does, `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts, none when no child beside the mixer holds projections.
     """
@@ -81,6 +82,9 @@ def signature(index: int, layer: nn.Module) -> tuple:
             continue
         if runs_delta_rule(module):
             attention = "linear"
+            mixer_children.add(name.split(".", 1)[0])
+        elif attention == "none" and runs_short_conv(module):
+            attention = "short_conv"
             mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"

@@ -59,6 +59,7 @@ OPTIONAL_INT = (
     "ssm_num_heads",
     "ssm_head_dim",
     "ssm_n_groups",
+    "short_conv_kernel",
     "sliding_window",
 )
 # Counts that may legitimately be zero when present (every other size must be positive).

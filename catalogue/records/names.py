@@ -33,7 +33,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -153,6 +153,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
         else:
             values["dh"] = spec.get("head_dim", h / a)
     values["ssm"] = {"mamba": 1, "mamba2": 2}.get(mixer, 0)
+    values["short_conv"] = 1 if mixer == "short_conv" else 0
     ssm_fields = {
         "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
         "mamba2": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("mh", "ssm_num_heads"), ("ng", "ssm_n_groups")),
@@ -195,7 +196,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     values["bytes_dropout"] = family_defaults["dropout_bytes"]
     for op in OPS:
         values[f"n_{op}"] = ops[op]
-    values["n_qknorm"] = 1 if spec.get("qk_norm") and not linear else 0
+    values["n_qknorm"] = 1 if spec.get("qk_norm") and mixer == "full" else 0  # QK-norm belongs to softmax attention
     for flag in FLAG_NAMES:
         if need(flag, flag):
             values[flag] = spec[flag]
