@@ -10,11 +10,9 @@ the two sets relate.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import load_shipped
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
@@ -28,8 +26,7 @@ TINY_MAMBA = {
     "model_type": "mamba", "hidden_size": H, "intermediate_size": D, "state_size": N, "time_step_rank": R,
     "conv_kernel": W, "num_hidden_layers": 2, "vocab_size": 128, "torch_dtype": "bfloat16",
 }  # fmt: skip
-MORE = Path("/work/shared/hub-configs-more")
-MAMBA_130M = MORE / "ArthurZ__mamba-130m" / "config.json"
+MAMBA_130M = "ArthurZ/mamba-130m"
 
 
 def _model(dtype):
@@ -152,10 +149,9 @@ def test_the_slow_path_keeps_the_recomputed_tensors_the_kernel_does_not(monkeypa
 
 
 def _spec_130m():
-    return run_census(json.loads(MAMBA_130M.read_text()), name="mamba-130m", seq_length=4096)
+    return run_census(load_shipped(MAMBA_130M), name="mamba-130m", seq_length=4096)
 
 
-@pytest.mark.skipif(not MAMBA_130M.exists(), reason="hub-configs-more not present")
 def test_mamba_130m_gives_the_kinds_and_dims_its_config_states():
     """ArthurZ/mamba-130m: n_layer 24, d_model 768, intermediate 1536 (expand 2), state 16,
     time_step_rank 48, conv 4, vocab 50280; a block is a norm and a mixer (no MLP)."""
@@ -169,12 +165,11 @@ def test_mamba_130m_gives_the_kinds_and_dims_its_config_states():
     assert (ops["attMM"], ops["normOp"], ops["linrec"], ops["ffMM"], ops["attBMM"], ops["softmax"]) == (4, 1, 1, 0, 0, 0)
 
 
-@pytest.mark.skipif(not MAMBA_130M.exists(), reason="hub-configs-more not present")
 @pytest.mark.parametrize("seq", [4096, 1000])
 def test_mamba_is_priced_as_measured(seq):
     """The records' mamba slot, from dims and dtypes only, within 2% of the census's measurement
     (4096 tokens: two scan chunks; 1000: one, and the per-layer constants weigh more per token)."""
-    spec = run_census(json.loads(MAMBA_130M.read_text()), name="mamba-130m", seq_length=seq)
+    spec = run_census(load_shipped(MAMBA_130M), name="mamba-130m", seq_length=seq)
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
     prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)

@@ -10,11 +10,9 @@ rstd); transformers' slow path (taken when mamba_ssm is not installed) keeps oth
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import load_shipped
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
@@ -30,8 +28,7 @@ TINY_MAMBA2 = {
     "n_groups": G, "conv_kernel": W, "num_hidden_layers": 2, "vocab_size": 128, "chunk_size": 8, "torch_dtype": "bfloat16",
 }  # fmt: skip
 WIDTH = 2 * DIM + 2 * G * N + HEADS  # the in-projection's output: z, x, B, C, dt
-MORE = Path("/work/shared/hub-configs-more")
-NANO = MORE / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"
+NANO = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
 
 
 def _model(dtype):
@@ -143,14 +140,13 @@ def _priced_vs_measured(spec, seq: int) -> dict[str, tuple[float, float]]:
     }
 
 
-@pytest.mark.skipif(not NANO.exists(), reason="hub-configs-more not present")
 def test_nemotron_h_nano_gives_the_kinds_and_counts_its_config_states():
     """NVIDIA-Nemotron-3-Nano-30B-A3B: hybrid_override_pattern
     MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME (52 blocks): 23 M (Mamba2), 23 E (MoE),
     6 * (attention). Mamba: 64 heads of 64 (inner 4096), 8 groups, state 128, conv 4. Attention:
     32 heads, 2 kv heads, head dim 128. MoE: 128 experts, top 6, width 1856, a shared expert of
     3712; relu² experts (up, down). Hidden 2688, vocab 131072."""
-    config = json.loads(NANO.read_text())
+    config = load_shipped(NANO)
     pattern = config["hybrid_override_pattern"]
     spec = run_census(config, name="nemotron-nano", seq_length=4096)
     letter = {"mamba2": "M", "moe": "E", "full": "*"}
