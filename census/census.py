@@ -21,9 +21,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census.build import build
 from speccat.census.describe import (
-    ATTENTION_OP,
-    DELTA_RULE_OP,
     EXPERTS_IMPL,
+    MIXER_OPS,
     LayerView,
     check_probes,
     model_facts,
@@ -120,7 +119,7 @@ def _census(config: Mapping, name: str, seq_length: int) -> ModelSpec:
         spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
         measured = {
             "seq_length": seq_length,
-            "attention_impl": DELTA_RULE_OP if view.shape.attention == "linear" else ATTENTION_OP,
+            "attention_impl": MIXER_OPS[view.shape.attention],
             "bytes_per_token": view.bytes_per_token(seq_length),
         }
         if view.shape.ffn == "moe":

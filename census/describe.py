@@ -27,6 +27,15 @@ SHARED_NAME = re.compile(r"shared")  # shared_expert, shared_experts, shared_exp
 
 ATTENTION_OP = "speccat::flash_attention"
 DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
+# The kernel each mixer flavour runs (a kind's measured `attention_impl`); feed-forward-only blocks run none.
+MIXER_OPS = {
+    "full": ATTENTION_OP,
+    "linear": DELTA_RULE_OP,
+    "mamba": "speccat::mamba_inner",
+    "mamba2": "speccat::mamba_split_conv1d_scan",
+    "short_conv": "speccat::causal_conv1d",
+    "none": "none",
+}
 EXPERTS_IMPL = "grouped_mm"
 
 

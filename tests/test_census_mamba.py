@@ -96,6 +96,7 @@ def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
     real = _signature(kept.values())
     assert sorted(((shape, dtype) for shape, dtype, _ in real), key=str) == sorted(expected, key=str)
     real_total = sum(nbytes for _, _, nbytes in real)
+    assert spec["measured"]["mamba"]["attention_impl"] == "speccat::mamba_inner"
     booked = spec["measured"]["mamba"]["bytes_per_token"]
     assert sum(booked.values()) * S == real_total
     # and op by op, worked by hand

@@ -163,6 +163,8 @@ def test_nemotron_h_nano_gives_the_kinds_and_counts_its_config_states():
     )  # fmt: skip
     assert (spec["num_attention_heads"], spec["num_key_value_heads"], spec["head_dim"]) == (32, 2, 128)
     assert (spec["num_experts"], spec["num_experts_per_tok"], spec["moe_intermediate_size"], spec["shared_expert_intermediate_size"]) == (128, 6, 1856, 3712)
+    impls = {kind: m["attention_impl"] for kind, m in spec["measured"].items()}
+    assert impls == {"mamba2": "speccat::mamba_split_conv1d_scan", "moe": "none", "full": "speccat::flash_attention"}
     ops = spec["ops"]
     # Mamba2: in and out projections, one norm, one scan; MoE: up and down per expert, relu²;
     # attention: q, k, v, o, the kernel's two products and its log-sum-exp; one norm per block

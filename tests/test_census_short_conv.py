@@ -90,6 +90,7 @@ def test_a_conv_layer_books_what_the_kernel_keeps_storage_by_storage(spec, monke
     ]  # fmt: skip
     assert sorted(((s, d) for s, d, _ in kernel), key=str) == sorted(expected, key=str)
     assert sorted(n for s, _, n in kernel if s == (1, H, S)) == [BF16 * H * S, BF16 * H * S, BF16 * 3 * H * S]
+    assert spec["measured"]["short_conv_dense"]["attention_impl"] == "speccat::causal_conv1d"
     booked = spec["measured"]["short_conv_dense"]["bytes_per_token"]
     assert sum(booked.values()) * S == sum(n for _, _, n in kernel)
     assert booked["attMM"] == BF16 * (H + 3 * H + H + H + H)
