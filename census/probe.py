@@ -297,12 +297,13 @@ class Watcher:
                 self.kept.append(stat.untyped_storage())
 
     def _in_mlp(self) -> bool:
-        """The op runs in an MLP's own code (its module holds two or more projections, no experts),
-        outside any norm or activation module: an activation written inline (F.silu)."""
+        """The op runs in an MLP's own code (its module holds two or more projections, is no
+        attention module and no experts), outside any norm or activation module: an activation
+        written inline (F.silu)."""
         if not self.path:
             return False
         module = self.path[-1][1]
-        if is_experts(module) or any(is_norm(m) or is_activation_region(m) for _, m in self.path):
+        if is_experts(module) or "Attention" in type(module).__name__ or any(is_norm(m) or is_activation_region(m) for _, m in self.path):
             return False
         return sum(1 for c in module.children() if is_projection(c)) >= 2
 

@@ -13,6 +13,13 @@ REFUSED = {
 }
 
 
+# Censused and checked in test files of their own (their kinds and counts read from the config by hand).
+OWN_TESTS = {
+    "ArthurZ/mamba-130m": "tests/test_census_mamba.py",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "tests/test_census_mamba2.py",
+}
+
+
 # Dense and MoE models whose facts are plain in their configs.
 TABLE = {
     # 36 layers, 2048, 16/4 heads (head 128), 11008, vocab 128256; tie_word_embeddings unstated: the class ties.
