@@ -98,16 +98,15 @@ def runs_ssd_scan(module: nn.Module) -> bool:
 
 
 def runs_short_conv(module: nn.Module) -> bool:
-    """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn but no
-    recurrence (a gated delta rule or a Mamba scan also runs a causal conv1d first)."""
-    names = _forward_names(type(module))
-    return (
-        any(_CAUSAL_CONV1D.search(n) for n in names)
-        and not runs_delta_rule(module)
-        and not runs_selective_scan(module)
-        and not runs_ssd_scan(module)
-        and not any(n in ("mamba_selective_scan", "selective_scan_fn") for n in names)
-    )
+    """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn, and all
+    it holds is one depthwise Conv1d between two projections (in and out). Recurrent mixers
+    also run a causal conv1d first, but hold more (Kimi's delta attention, Mamba's A and D)."""
+    if not any(_CAUSAL_CONV1D.search(n) for n in _forward_names(type(module))):
+        return False
+    leaves = [m for m in module.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
+    convs = [m for m in leaves if isinstance(m, nn.Conv1d) and m.groups == m.in_channels]
+    own = [p for p in module.parameters(recurse=False)]
+    return len(convs) == 1 and not own and sum(1 for m in leaves if is_projection(m)) == 2 and len(leaves) == 3
 
 
 def uses_attention_interface(module: nn.Module) -> bool:

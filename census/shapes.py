@@ -91,7 +91,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
             mixer_children.add(name.split(".", 1)[0])
     mixer_children |= scan_children
     if mixer_children and ffn != "moe" and not any(
-        n not in mixer_children and not is_norm(c) and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
+        n not in mixer_children and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
     if attention == "none":
