@@ -24,9 +24,8 @@ from speccat.census.build import build
 from speccat.census.checks import check_stack_length
 from speccat.census.config import language_config
 from speccat.census.describe import (
-    ATTENTION_OP,
-    DELTA_RULE_OP,
     EXPERTS_IMPL,
+    MIXER_OPS,
     LayerView,
     attention_dims,
     check_probes,
@@ -64,12 +63,17 @@ def _runnable_length(built, seq_length: int) -> int:
 
 def _settle_eager(views: list[LayerView]) -> None:
     """A layer whose code calls no attention interface is full attention when its own attention
-    ran through speccat's kernel (census/routing.py); otherwise it runs a mixer the census does not know."""
+    ran through speccat's kernel (census/routing.py), a feed-forward-only block (mixer `none`) when
+    all it holds beside norms is an MLP or routed experts; otherwise it runs a mixer the census
+    does not know."""
     for view in views:
         if view.shape.attention != "eager":
             continue
         if view.attention_kernels():
             view.shape.attention = "full"
+            continue
+        if view.feed_forward_only():
+            view.shape.attention = "none"  # a block of only an MLP or MoE (nemotron_h's)
             continue
         mixers = sorted({type(m).__name__ for _, m in view.layer.named_children() if not is_norm(m) and any(True for _ in m.parameters())})
         raise SpecError(
@@ -126,7 +130,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
         measured = {
             "seq_length": seq_length,
-            "attention_impl": DELTA_RULE_OP if view.shape.attention == "linear" else ATTENTION_OP,
+            "attention_impl": MIXER_OPS[view.shape.attention],
             "bytes_per_token": view.bytes_per_token(seq_length),
         }
         if view.shape.ffn == "moe":

@@ -27,6 +27,15 @@ SHARED_NAME = re.compile(r"shared")  # shared_expert, shared_experts, shared_exp
 
 ATTENTION_OP = "speccat::flash_attention"
 DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
+# The kernel each mixer flavour runs (a kind's measured `attention_impl`); feed-forward-only blocks run none.
+MIXER_OPS = {
+    "full": ATTENTION_OP,
+    "linear": DELTA_RULE_OP,
+    "mamba": "speccat::mamba_inner",
+    "mamba2": "speccat::mamba_split_conv1d_scan",
+    "short_conv": "speccat::causal_conv1d",
+    "none": "none",
+}
 EXPERTS_IMPL = "grouped_mm"
 
 
@@ -73,6 +82,36 @@ class LayerView:
 
     def delta_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "delta_rule"]
+
+    def feed_forward_only(self) -> bool:
+        """No kernel ran, and every child beside the norms is routed experts or an MLP: projections
+        and an activation that ran, no other module with parameters, no attention class."""
+        if self.probe.kernels:
+            return False
+        children = [(n, c) for n, c in self.layer.named_children() if not is_norm(c) and any(True for _ in c.parameters())]
+
+        def mlp(name: str, child: nn.Module) -> bool:
+            leaves = [m for m in child.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
+            ran_activation = any(owner == name or owner.startswith(name + ".") for owner in self.probe.activations)
+            return "Attention" not in type(child).__name__ and ran_activation and all(is_projection(m) for m in leaves)
+
+        return bool(children) and all(any(is_experts(m) for m in c.modules()) or mlp(n, c) for n, c in children)
+
+    def scan_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "scan"]
+
+    def ssd_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "ssd"]
+
+    def conv_kernels(self) -> list[KernelCall]:
+        """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
+        return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
+
+    def scan_projections(self) -> int:
+        """The projections of the children a scan or short conv ran in (in, x, dt and out for
+        Mamba; in and out for Mamba2 and a short conv)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() if k.child}
+        return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
         """(path, module) of every module under the given top-level children."""
@@ -128,6 +167,8 @@ class LayerView:
             width = self.expert_width()
             weights = sum(p.numel() // experts.num_experts for p in experts.parameters(recurse=False) if p.dim() == 3)
         else:
+            if self.shape.ffn == "none":
+                return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
             weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
         if not width:
@@ -150,8 +191,9 @@ class LayerView:
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels())
         counts = {
-            "attMM": 3 * (attn + delta) + len(self.probe.output_projections),
+            "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
             "ffMM": self.ff_matmuls(),
             "softmax": attn,
@@ -159,7 +201,7 @@ class LayerView:
             "normOp": self.probe.layer_norm_calls,
             "headCast": attn,
             "ffAct": self.activations(),
-            "linrec": delta,
+            "linrec": delta + scan,
         }
         counts.update(FIXED_COUNTS)
         return {op: counts[op] for op in OPS}
@@ -220,7 +262,8 @@ class LayerView:
 
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
-        return any(is_projection(m) and _bias(m) for n, m in self.named(self.attention_children) if n not in outputs)
+        children = {k.child for k in self.probe.kernels if k.child and k.kind in ("attention", "delta_rule")}  # a Mamba mixer or short conv has no q, k, v
+        return any(is_projection(m) and _bias(m) for n, m in self.named(children) if n not in outputs)
 
     def o_bias(self) -> bool:
         return any(_bias(self.module(n)) for n in self.probe.output_projections)
@@ -338,8 +381,9 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
     for each layer whose attention differs in shape from them)."""
     dims = {v.index: d for v in views if (d := _view_dims(v)) is not None}
     if not dims:
-        delta = next(k for v in views for k in v.delta_kernels())
-        return {"num_attention_heads": delta.v[2]}, {}
+        delta = next((k for v in views for k in v.delta_kernels()), None)
+        # a stack of Mamba mixers has no heads: it states one (docs/census.md, "State-space mixers")
+        return {"num_attention_heads": delta.v[2] if delta is not None else 1}, {}
     model_wide = next(iter(dims.values()))
     return model_wide, {index: d for index, d in dims.items() if d != model_wide}
 
@@ -347,7 +391,7 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
 def check_probes(views: list[LayerView]) -> None:
     """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
-        if not v.probe.kernels:
+        if not v.probe.kernels and v.shape.attention != "none":
             raise SpecError(
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
@@ -375,7 +419,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     max_positions = getattr(built.config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and max_positions > 0:
         facts["max_position_embeddings"] = max_positions
-    dense = next((v for v in views if v.experts_path is None), None)
+    dense = next((v for v in views if v.experts_path is None and v.shape.ffn != "none"), None)
     if dense is not None and dense.dense_width():
         facts["intermediate_size"] = dense.dense_width()
     moe = next((v for v in views if v.experts_path), None)
@@ -404,6 +448,26 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         conv = linear.conv_kernel()
         if conv:
             facts["linear_conv_kernel_dim"] = conv
+    mamba = next((v for v in views if v.scan_kernels()), None)
+    if mamba is not None:
+        scan = mamba.scan_kernels()[0]
+        facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k
+        facts["ssm_dt_rank"] = scan.v[1]
+        conv = mamba.conv_kernel()
+        if conv:
+            facts["ssm_conv_kernel"] = conv
+    short = next((v for v in views if v.conv_kernels()), None)
+    if short is not None:
+        facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]
+    mamba2 = next((v for v in views if v.ssd_kernels()), None)
+    if mamba2 is not None:
+        ssd = mamba2.ssd_kernels()[0]
+        facts["ssm_num_heads"], facts["ssm_head_dim"] = ssd.k
+        facts["ssm_n_groups"], facts["ssm_state_size"] = ssd.v
+        facts["ssm_inner_size"] = ssd.k[0] * ssd.k[1]
+        conv = mamba2.conv_kernel()
+        if conv:
+            facts["ssm_conv_kernel"] = conv
     window = _sliding_window(views, built.layers)
     if window:
         facts["sliding_window"] = window

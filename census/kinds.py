@@ -3,9 +3,11 @@
 A kind is a distinct shape (census/build.py: class, mixer, feed-forward, parameters' paths,
 shapes and dtypes). Its name is derived from its facts:
 
-- the mixer (`full` attention, `linear` for a gated delta rule, ...) and the feed-forward
-  (`dense`, `moe`; left out when the layer has none), joined: `full_dense`, `linear_moe`,
-  `full` (an attention-only block);
+- the mixer (`full` attention, `linear` for a gated delta rule, `mamba`, `mamba2`,
+  `short_conv`; `none` for a feed-forward-only block) and the feed-forward (`dense`, `moe`;
+  `none` for a mixer-only block), joined without the parts a layer lacks: `full_dense`,
+  `linear_moe`, `short_conv_dense`, `full` and `mamba2` (mixer-only blocks), `moe` (an
+  MoE-only block);
 - when two shapes would share that name, the facts that tell them apart are added, in this
   order, until the names differ: `sliding` for the mixer when all of the shape's layers are
   sliding-window layers by the config's `layer_types` (and the other shape's are not); the

@@ -1,5 +1,5 @@
 """What a module of a built layer is: a norm, a projection, an activation, routed experts, a
-state-space mixer, a gated-delta-rule runner or a user of transformers' attention interface.
+state-space mixer, a selective-scan or gated-delta-rule runner or a user of transformers' attention interface.
 
 Every part of the census asks these questions of modules (building, classifying layers into
 shapes, probing, describing); they are answered here only, from the module's class, its
@@ -20,6 +20,8 @@ from transformers import activations as hf_activations
 
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
 _CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
+_MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
+_SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
@@ -92,6 +94,28 @@ def runs_delta_rule(module: nn.Module) -> bool:
     return any(_DELTA_RULE.search(name) for name in _forward_names(type(module)))
 
 
+def runs_selective_scan(module: nn.Module) -> bool:
+    """Whether the module's forward calls mamba_ssm's fused selective scan (a Mamba mixer)."""
+    return any(_MAMBA_INNER.search(name) for name in _forward_names(type(module)))
+
+
+def runs_ssd_scan(module: nn.Module) -> bool:
+    """Whether the module's forward calls mamba_ssm's fused Mamba2 mixer (conv and chunked SSD scan)."""
+    return any(_SSD_COMBINED.search(name) for name in _forward_names(type(module)))
+
+
+def runs_short_conv(module: nn.Module) -> bool:
+    """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn, and all
+    it holds is one depthwise Conv1d between two projections (in and out). Recurrent mixers
+    also run a causal conv1d first, but hold more (Kimi's delta attention, Mamba's A and D)."""
+    if not any(_CAUSAL_CONV1D.search(n) for n in _forward_names(type(module))):
+        return False
+    leaves = [m for m in module.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
+    convs = [m for m in leaves if isinstance(m, nn.Conv1d) and m.groups == m.in_channels]
+    own = [p for p in module.parameters(recurse=False)]
+    return len(convs) == 1 and not own and sum(1 for m in leaves if is_projection(m)) == 2 and len(leaves) == 3
+
+
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
     return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
@@ -107,3 +131,15 @@ def causal_conv1d_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the causal-conv1d function the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _CAUSAL_CONV1D.search(n) and callable(getattr(home, n, None))]
+
+
+def mamba_inner_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the fused selective scan (`mamba_inner_fn`) the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _MAMBA_INNER.search(n) and callable(getattr(home, n, None))]
+
+
+def ssd_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the fused Mamba2 mixer (`mamba_split_conv1d_scan_combined`) the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _SSD_COMBINED.search(n) and callable(getattr(home, n, None))]

@@ -48,17 +48,24 @@ from speccat.census.predicates import (
     is_experts,
     is_norm,
     is_projection,
+    mamba_inner_names,
+    ssd_scan_names,
 )
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
+from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
+OPS_SCAN = torch.ops.speccat.mamba_inner.default
+OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
+OPS_CONV = torch.ops.speccat.causal_conv1d.default
 OPS_TOPK = torch.ops.aten.topk.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
 # child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
 # the child's op (attMM); the part matters only to what recomputing it frees (census/recompute.py).
 UP_INPUT = "attUp"
+INLINE_ACTIVATIONS = {torch.ops.aten.silu.default, torch.ops.aten.gelu.default, torch.ops.aten.relu.default}
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
@@ -99,7 +106,10 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @dataclass
 class KernelCall:
-    kind: str  # "attention" or "delta_rule"
+    # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
+    # dt_proj's weight (inner, rank)) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
+    # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
+    kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
     k: tuple[int, ...]
@@ -170,6 +180,7 @@ class Watcher:
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
+        self.activation_inputs: set[int] = set()  # inputs of inline activations in an MLP (F.silu in LFM2's)
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
@@ -189,7 +200,7 @@ class Watcher:
         if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
             made = self.creator.get(key)
             return "softmax" if made is not None and made[1].calls[made[2]] is OPS_KERNEL else "attBMM"
-        if kernel == "delta_rule":
+        if kernel in ("delta_rule", "scan", "ssd"):
             return "linrec"
         for _, module in reversed(self.path):
             if is_norm(module):
@@ -287,10 +298,26 @@ class Watcher:
             q, k, v = args[0], args[1], args[2]
             probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
             self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SCAN:
+            xz, A, dt_w = args[0], args[7], args[4]
+            probe.kernels.append(KernelCall("scan", self._child(), tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SSD:
+            zxbcdt, conv_w, A, headdim, groups = args[0], args[1], args[4], args[9], args[10]
+            state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
+            probe.kernels.append(KernelCall("ssd", self._child(), tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
+            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
         elif func is OPS_TOPK:
             source, k = args[0], args[1]
             dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
             probe.topk.append((self._child(), int(k), int(source.shape[dim])))
+        elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
+            probe.activations[self.path[-1][0]] += 1
+            key = _storage_key(args[0])
+            self.activation_inputs.add(key)
+            self.kept.append(args[0].untyped_storage())
         elif func in DROPOUT_OPS and attention.current_kernel() is None:
             keep = DROPOUT_OPS[func](args, kwargs)
             if keep < 1.0:
@@ -305,6 +332,17 @@ class Watcher:
                 key = _storage_key(stat)
                 self.cuda_nbytes[key] = stat.numel() * _acc_dtype(args[0].dtype).itemsize
                 self.kept.append(stat.untyped_storage())
+
+    def _in_mlp(self) -> bool:
+        """The op runs in an MLP's own code (its module holds two or more projections, is no
+        attention module and no experts), outside any norm or activation module: an activation
+        written inline (F.silu)."""
+        if not self.path:
+            return False
+        module = self.path[-1][1]
+        if is_experts(module) or "Attention" in type(module).__name__ or any(is_norm(m) or is_activation_region(m) for _, m in self.path):
+            return False
+        return sum(1 for c in module.children() if is_projection(c)) >= 2
 
     # -- module hooks -----------------------------------------------------------------------
 
@@ -410,12 +448,18 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 
 @contextlib.contextmanager
 def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
-    """Point each linear-attention module's delta rule and causal conv1d at speccat's kernels while the layers run."""
+    """Point each linear-attention module's delta rule and causal conv1d, and each Mamba mixer's fused
+    selective scan, at speccat's kernels while the layers run."""
     targets = {
         (id(home), name): (home, name, kernel)
         for layer in layers.values()
         for m in layer.modules()
-        for names, kernel in ((delta_rule_names, attention.speccat_chunk_gated_delta_rule), (causal_conv1d_names, attention.speccat_causal_conv1d_fn))
+        for names, kernel in (
+            (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
+            (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
+            (mamba_inner_names, speccat_mamba_inner_fn),
+            (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
+        )
         for home, name in names(m)
     }
     saved = {key: getattr(home, name) for key, (home, name, _) in targets.items()}
@@ -548,6 +592,8 @@ def _book_bytes(watcher: Watcher) -> None:
         alive = next(((probe, op, nbytes, part) for probe, op, nbytes, held, part in savers if held() is not None), None)
         if alive is not None:
             probe, op, nbytes, part = alive
+            if key in watcher.activation_inputs and op.startswith("child:"):
+                op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
             made = watcher.creator.get(key)
             if made is not None and made[1] is probe:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_state_space_mixer, runs_delta_rule, uses_attention_interface
+from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -23,8 +23,8 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "linear", or "eager" until the probe settles it
-    ffn: str  # "dense" or "moe"
+    attention: str  # "full", "linear", "mamba", "mamba2", "short_conv", "none", or "eager" until the probe settles it
+    ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
 
@@ -37,12 +37,34 @@ def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
     no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
-    attention is linear when a gated delta rule runs, full when the attention interface does,
-    `eager` (decided by what runs) otherwise; ffn is moe when the layer holds routed experts.
+    attention is mamba when a selective scan runs, mamba2 when the fused SSD scan does, linear
+    when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
+    the attention interface does, `eager` (decided by
+    what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
+    when the layer holds routed experts, none when no child beside the mixer holds projections.
     """
     attention, ffn = "none", "dense"
+    scan_children, mixer_children = set(), set()
     for name, module in layer.named_modules():
         if not name:
+            continue
+        scan = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
+        if scan is not None:
+            if scan == "mamba" and any(is_norm(m) for m in module.children()):
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a selective scan with norms on B, C and dt (falcon-mamba), which the census does not run",
+                )
+            if attention in ("full", "linear"):
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {index} ({type(layer).__name__}): a {scan} mixer ({name}) beside {attention} attention in one layer (a parallel hybrid); "
+                    "the census prices one mixer per layer",
+                )
+            attention = scan
+            scan_children.add(name.split(".", 1)[0])
+            continue
+        if name.split(".", 1)[0] in scan_children:
             continue
         if is_state_space_mixer(name, module):
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
@@ -50,10 +72,28 @@ def signature(index: int, layer: nn.Module) -> tuple:
             ffn = "moe"
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
+        if attention in ("mamba", "mamba2"):
+            if uses_attention_interface(module) or runs_delta_rule(module):
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {index} ({type(layer).__name__}): attention ({name}) beside a {attention} mixer in one layer (falcon_h1's parallel hybrid); "
+                    "the census prices one mixer per layer",
+                )
+            continue
         if runs_delta_rule(module):
             attention = "linear"
+            mixer_children.add(name.split(".", 1)[0])
+        elif attention == "none" and runs_short_conv(module):
+            attention = "short_conv"
+            mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
             attention = "full"
+            mixer_children.add(name.split(".", 1)[0])
+    mixer_children |= scan_children
+    if mixer_children and ffn != "moe" and not any(
+        n not in mixer_children and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
+    ):
+        ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     if _cross_attention_only(layer):

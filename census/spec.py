@@ -52,6 +52,14 @@ OPTIONAL_INT = (
     "linear_num_value_heads",
     "linear_value_head_dim",
     "linear_conv_kernel_dim",
+    "ssm_inner_size",
+    "ssm_state_size",
+    "ssm_dt_rank",
+    "ssm_conv_kernel",
+    "ssm_num_heads",
+    "ssm_head_dim",
+    "ssm_n_groups",
+    "short_conv_kernel",
     "sliding_window",
 )
 # Counts that may legitimately be zero when present (every other size must be positive).

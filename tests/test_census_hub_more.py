@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import load_shipped
-from hub_more import REFUSED, TABLE
+from hub_more import OWN_TESTS, REFUSED, TABLE
 from speccat.census.spec import FLAGS, ModelSpec, SpecError
 
 def layers(spec):
@@ -94,7 +94,7 @@ def test_every_new_config_is_tabled_or_refused():
 
     sources = (SNAPSHOT / "SOURCES.tsv").read_text().splitlines()[-16:]
     new = {line.split("\t")[0] for line in sources}
-    covered = set(REFUSED) | set(TABLE) | {"openai-community/gpt2", "zai-org/GLM-4.5", "moonshotai/Kimi-K2.5"}
+    covered = set(REFUSED) | set(TABLE) | set(OWN_TESTS) | {"openai-community/gpt2", "zai-org/GLM-4.5", "moonshotai/Kimi-K2.5"}
     assert new == covered
 
 

@@ -33,7 +33,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -92,13 +92,13 @@ def _floats(values: Mapping[str, Any]) -> dict[str, float]:
     return {name: _number(name, value) for name, value in values.items()}
 
 
-def _flavours(spec: Mapping, kind: str) -> tuple[bool, bool]:
-    """(linear attention, MoE ffn) for `kind`, from the spec's census-stated flavours."""
+def _flavours(spec: Mapping, kind: str) -> tuple[str, bool]:
+    """(the mixer: full, linear or mamba; MoE ffn) for `kind`, from the spec's census-stated flavours."""
     flavours = spec.get("flavours")
     if not isinstance(flavours, Mapping) or kind not in flavours:
         raise PricingError("missing_field", f"flavours.{kind}: the spec must state each kind's flavours to be priced")
     flav = flavours[kind]
-    return flav.get("attention") == "linear", flav.get("ffn") == "moe"
+    return flav.get("attention"), flav.get("ffn") == "moe"
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class KindValues:
     kind: str
     values: Mapping[str, Any]
     absent: Mapping[str, str]
-    linear: bool  # the kind runs a recurrence (linear attention)
+    linear: bool  # the kind runs a recurrence (linear attention, a Mamba mixer)
 
 
 def kind_spec(spec: Mapping, kind: str) -> Mapping:
@@ -126,7 +126,8 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     ops = spec.get("ops", {}).get(kind)
     if ops is None:
         raise PricingError("missing_field", f"ops.{kind}: the spec has no op counts for kind {kind!r}")
-    linear, moe = _flavours(spec, kind)
+    mixer, moe = _flavours(spec, kind)
+    linear = mixer == "linear"
     family_defaults = defaults["defaults"]
     model_defaults = defaults.get("model", {})
     values: dict[str, Any] = {}
@@ -161,6 +162,15 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
                 values["dh"] = v_head_dim
         else:  # the value width, where it differs from the query and key width (mimo_v2_flash)
             values["dh"] = spec.get("v_head_dim", spec.get("head_dim", h / a))
+    values["ssm"] = {"mamba": 1, "mamba2": 2}.get(mixer, 0)
+    values["short_conv"] = 1 if mixer == "short_conv" else 0
+    ssm_fields = {
+        "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
+        "mamba2": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("mh", "ssm_num_heads"), ("ng", "ssm_n_groups")),
+    }
+    for name, field in ssm_fields.get(mixer, ()):
+        if need(name, field):
+            values[name] = spec[field]
     values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
     for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")):
         if need(name, field):
@@ -196,7 +206,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     values["bytes_dropout"] = family_defaults["dropout_bytes"]
     for op in OPS:
         values[f"n_{op}"] = ops[op]
-    values["n_qknorm"] = 1 if spec.get("qk_norm") and not linear else 0
+    values["n_qknorm"] = 1 if spec.get("qk_norm") and mixer == "full" else 0  # QK-norm belongs to softmax attention
     for flag in FLAG_NAMES:
         if need(flag, flag):
             values[flag] = spec[flag]
@@ -206,7 +216,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values[name] = stated[name]
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
-    return KindValues(kind, _floats(values), absent, linear)
+    return KindValues(kind, _floats(values), absent, linear or values["ssm"] > 0)
 
 
 def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
