@@ -25,7 +25,7 @@ from speccat.catalogue.store.file import count_rows, open_readonly
 
 MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
-PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "model_prices", "model_full_prices")
+PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "switch_costs", "model_prices", "model_full_prices")
 # One file each: what a planner joins the prices with.
 WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings", "measured", "failures")
 # The planners' wide views (one SELECT, no join), partitioned by readable names
@@ -33,6 +33,7 @@ WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", 
 # metadata (`description`, `unit`) from the view's header (catalogue/store/comments.py).
 READABLE: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
     "planner_layer_prices": (("seq", "seq_length_tokens"), ("tp", "tp_ranks")),
+    "frontier": (("seq", "seq_length_tokens"), ("tp", "tp_ranks")),
 }
 
 
