@@ -343,3 +343,34 @@ def test_the_duckdb_cli_opens_the_catalogue_and_runs_a_query(con):
     want = query(con, "fits_budget", budget_gib=1000, switches="all")
     assert [(r["repo_id"], float(r["total"])) for r in got] == [(r["repo_id"], r["total"]) for r in want]
     assert len(got) == len(priced_repos())
+
+
+def test_repo_fits_answers_for_every_model_at_once(con):
+    """The view repo_fits: each priced repo's whole-model activations at a setting against the
+    budget_gib variable, with the set's recompute FLOPs and % overhead, derived here from the
+    runs' own prices and costs."""
+    setting = setting_id(8192, 1, 2, 1)
+    repos = priced_repos()
+    totals = {r: model_totals(item, setting) for r, item in repos.items()}
+    costs = {r: model_costs(item, setting) for r, item in repos.items()}
+    budget_gib = sorted(t[0] for t in totals.values())[2] / 2**30  # the third smallest fits exactly
+    con.execute("SET VARIABLE budget_gib = ?", [budget_gib])
+    try:
+        rows = con.execute(
+            "SELECT repo_id, mask, activation_bytes, fits, headroom_bytes, recompute_flops, overhead_pct FROM repo_fits "
+            "WHERE setting_id = ? AND mask IN (0, 89, -1)", [setting]
+        ).fetchall()
+    finally:
+        con.execute("RESET VARIABLE budget_gib")
+    got = {(r[0], r[1]): r[2:] for r in rows}
+    assert set(got) == {(r, m) for r in repos for m in (0, 89, -1)}
+    for (repo, mask), (activations, fits, headroom, flops, overhead) in got.items():
+        total = totals[repo][None if mask == -1 else mask]
+        assert activations == total and fits == (total <= budget_gib * 2**30)
+        assert headroom == budget_gib * 2**30 - total
+        if mask >= 0:
+            assert flops == pytest.approx(costs[repo][mask]["flops"], rel=1e-12)
+            assert overhead == pytest.approx(100 * costs[repo][mask]["flops"] / costs[repo][mask]["step"], rel=1e-12)
+        else:  # full recompute re-runs the whole forward: a third of the step
+            assert overhead == pytest.approx(100 / 3, rel=1e-12)
+    assert sum(1 for (r, m), v in got.items() if m == 0 and v[1]) == 3
