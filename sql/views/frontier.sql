@@ -45,9 +45,12 @@ WITH front AS (
 classes AS (
     SELECT e.config_hash, e.census_version, e.records_version, e.kind, e.setting_id, e.representative AS mask,
            count(*) AS n_equivalent, list(w.name ORDER BY w.n_recomputed, w.mask) AS equivalents
-    FROM switch_costs AS e JOIN switch_sets AS w ON w.mask = e.mask
-    WHERE (e.config_hash, e.census_version, e.records_version, e.kind, e.setting_id, e.representative)
-          IN (SELECT (config_hash, census_version, records_version, kind, setting_id, mask) FROM front WHERE mask >= 0)
+    FROM switch_costs AS e
+    JOIN front AS f ON f.config_hash = e.config_hash AND f.census_version = e.census_version
+                   AND f.records_version = e.records_version AND f.kind = e.kind
+                   AND f.setting_id = e.setting_id AND f.mask = e.representative
+    JOIN switch_sets AS w ON w.mask = e.mask
+    WHERE e.mask >= 0
     GROUP BY ALL
 ),
 kept AS (
