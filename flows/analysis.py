@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel 
 
 from speccat.catalogue.records import layouts
 from speccat.catalogue.records.points import price_points
+from speccat.catalogue.records.cost import load_costs
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
@@ -27,12 +28,14 @@ from speccat.census.spec import ModelSpec
 
 @functools.cache
 def pricing_inputs():
-    """The records and the settings grid, parsed and compiled once per process (about 50 ms).
+    """The records, the settings grid and the recompute costs, parsed and compiled once per
+    process (about 50 ms).
 
     Called at import, so the fork server parses them as it preloads this module and every
     forked child inherits them instead of parsing them again for each config.
     """
-    return load_records(), load_settings()
+    records = load_records()
+    return records, load_settings(), load_costs(records)
 
 
 pricing_inputs()
@@ -56,9 +59,10 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         spec = ModelSpec.from_json(spec_json)
     defaults = family_for(spec["arch"]).pricing_defaults()
     try:
-        prices = price_spec(spec, defaults, *pricing_inputs())
-        infeasible = layouts.infeasible(spec, defaults, *pricing_inputs())
-        points = price_points(spec, defaults, *pricing_inputs())
+        records, grid, costs = pricing_inputs()
+        prices = price_spec(spec, defaults, records, grid, costs=costs)
+        infeasible = layouts.infeasible(spec, defaults, records, grid)
+        points = price_points(spec, defaults, records, grid)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
     return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points}

@@ -19,6 +19,7 @@ from typing import Any
 
 from conftest import load_shipped
 
+from speccat.catalogue.records.cost import load_costs
 from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.store.night import NightData
@@ -69,7 +70,8 @@ def censused(repo_id: str) -> Censused:
     config = load_shipped(repo_id)
     spec = run_census(config, name=repo_id).to_dict()
     defaults = family_for(spec["arch"]).pricing_defaults()
-    return Censused(repo_id, config, config_hash(config), spec, price_spec(spec, defaults, records(), grid()))
+    prices = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
+    return Censused(repo_id, config, config_hash(config), spec, prices)
 
 
 def versions(**overrides: str) -> dict[str, str]:

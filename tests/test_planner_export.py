@@ -17,9 +17,10 @@ import store_runs as runs
 from speccat.catalogue.store.file import open_readonly
 from speccat.flows.cli import main
 
-QUANTITY = re.compile(r"_(bytes|tokens|count|ranks)$")
+QUANTITY = re.compile(r"_(bytes|tokens|count|ranks|flops|pct)$")
 NOT_QUANTITIES = {"repo_id", "config_hash", "census_version", "records_version", "kind", "setting_id", "sequence_parallel",
-                  "flash_attention", "cp_algo", "dtype", "mask", "switch_set"}  # fmt: skip
+                  "flash_attention", "cp_algo", "dtype", "mask", "switch_set", "stack", "equivalents"}  # fmt: skip
+WIDE = ("planner_layer_prices", "frontier")
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,10 @@ def test_the_planners_question_is_one_select_with_no_join(db):
     assert got == want and got
 
 
-def test_every_column_states_its_unit_and_a_description(db):
+@pytest.mark.parametrize("view", WIDE)
+def test_every_column_states_its_unit_and_a_description(db, view):
     with contextlib.closing(open_readonly(db)) as con:
-        columns = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'planner_layer_prices'").fetchall()
+        columns = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE table_name = ?", [view]).fetchall()
         assert columns
         for name, comment in columns:
             assert QUANTITY.search(name) or name in NOT_QUANTITIES, name
@@ -66,6 +68,34 @@ def test_every_column_states_its_unit_and_a_description(db):
             "WHERE NOT v.internal AND c.comment IS NULL"
         ).fetchall()
         assert uncommented == []
+
+
+def test_the_frontier_question_is_one_select_with_no_join(db):
+    """ "Which switch sets are worth it for this repo at seq 8192, tp 4?" from the view alone, equal
+    to the stored switch_costs frontier joined by hand, walked from no recompute to full."""
+    question = (
+        "SELECT kind, mask, kept_bytes, recompute_flops, overhead_pct FROM frontier WHERE repo_id = ? AND seq_length_tokens = 8192 "
+        "AND tp_ranks = 4 AND cp_ranks = 1 AND micro_batch_count = 1 AND stack = 'transformers' "
+        "AND sequence_parallel AND flash_attention ORDER BY kind, kept_bytes DESC"
+    )
+    assert " JOIN " not in question.upper()
+    with contextlib.closing(open_readonly(db)) as con:
+        got = con.execute(question, [runs.ADDED]).fetchall()
+        want = con.execute(
+            "SELECT c.kind, c.mask, coalesce(p.total, f.kept), c.recompute_flops, 100 * c.recompute_flops / c.step_flops "
+            "FROM switch_costs c JOIN repos r USING (config_hash) JOIN settings s USING (setting_id) "
+            "JOIN latest_run v ON v.census_version = c.census_version AND v.records_version = c.records_version "
+            "JOIN full_prices f ON f.config_hash = c.config_hash AND f.kind = c.kind AND f.setting_id = c.setting_id "
+            "AND f.census_version = c.census_version AND f.records_version = c.records_version "
+            "LEFT JOIN layer_prices p ON p.config_hash = c.config_hash AND p.kind = c.kind AND p.setting_id = c.setting_id "
+            "AND p.mask = c.mask AND p.census_version = c.census_version AND p.records_version = c.records_version "
+            "WHERE r.repo_id = ? AND s.seq_length = 8192 AND s.tp = 4 AND s.cp = 1 AND s.micro_batch = 1 AND s.stack = 'transformers' "
+            "AND s.sequence_parallel AND s.flash_attention AND c.on_frontier AND c.representative = c.mask ORDER BY 1, 3 DESC",
+            [runs.ADDED],
+        ).fetchall()
+    assert got == want and len(got) >= 3
+    # the walk starts at no recompute (it costs nothing, so nothing beats it) and full recompute is on it
+    assert got[0][1] == 0 and got[0][3] == 0 and got[0][4] == 0 and -1 in {r[1] for r in got}
 
 
 def test_the_export_is_partitioned_by_readable_names_and_reads_back(db, exported):
@@ -92,3 +122,26 @@ def test_measured_and_failures_are_exported(db, exported):
         for name in ("measured", "failures"):
             want = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
             assert pq.read_table(exported / f"{name}.parquet").num_rows == want, name
+
+
+def test_the_frontier_is_exported_described_and_reads_back(db, exported):
+    folder = exported / "frontier"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"seq={s}" for s in {s["seq_length"] for s in runs.grid().settings})
+    with contextlib.closing(open_readonly(db)) as con:
+        want = con.execute("SELECT count(*), sum(kept_bytes), sum(recompute_flops), sum(n_equivalent_count) FROM frontier").fetchone()
+    got = duckdb.connect().execute(
+        f"SELECT count(*), sum(kept_bytes), sum(recompute_flops), sum(n_equivalent_count) "
+        f"FROM read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
+    ).fetchone()
+    assert got == pytest.approx(want, rel=1e-12) and want[0] > 0
+    assert ds.dataset(str(folder), format="parquet", partitioning="hive").to_table().num_rows == want[0]
+    schema = pq.read_schema(next(folder.rglob("*.parquet")))
+    for field in schema:
+        assert field.metadata[b"description"] and field.metadata[b"unit"], field.name
+    assert schema.field("recompute_flops").metadata[b"unit"] == b"flops"
+    assert schema.field("overhead_pct").metadata[b"unit"] == b"percent"
+    with contextlib.closing(open_readonly(db)) as con:
+        stored = con.execute("SELECT count(*) FROM switch_costs").fetchone()[0]
+    assert duckdb.connect().execute(
+        f"SELECT count(*) FROM read_parquet('{exported}/switch_costs/**/*.parquet', hive_partitioning = true)"
+    ).fetchone()[0] == stored

@@ -19,6 +19,7 @@ import duckdb
 import pytest
 from store_runs import grid, records, versions
 
+from speccat.catalogue.records.cost import load_costs
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.store.file import publish
@@ -57,7 +58,7 @@ def catalogue(tmp_path_factory) -> Path:
         h = config_hash(config)
         defaults = family_for(spec["arch"]).pricing_defaults()
         specs[h], configs[h] = spec, config
-        prices[h] = price_spec(spec, defaults, records(), grid())
+        prices[h] = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
         points[h] = price_points(spec, defaults, records(), grid())
         repos.append({"repo_id": repo_id, "config_hash": h})
     started = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import subprocess
 from pathlib import Path
@@ -21,6 +22,7 @@ TESTED = {
     "model_bytes",
     "fits_budget",
     "masks_ranked",
+    "cheapest_saving",
     "priced_vs_measured",
     "changes",
     "failures_by_reason",
@@ -35,7 +37,7 @@ def con():
 
 def query(con, name: str, **params):
     con.execute("RESET VARIABLE repo_id")  # variables persist per connection; start clean
-    for variable in ("stack", "seq_length", "micro_batch", "tp", "cp", "switches", "budget_gib", "run_id", "model_type"):
+    for variable in ("stack", "seq_length", "micro_batch", "tp", "cp", "switches", "budget_gib", "run_id", "model_type", "at_least_pct"):
         con.execute(f"RESET VARIABLE {variable}")
     result = present.run(con, present.resolve_query(name), params)
     return [dict(zip(result.columns, row)) for row in result.rows]
@@ -161,25 +163,98 @@ def test_fits_budget_defaults_to_no_recompute_at_4096(con):
     assert [r["repo_id"] for r in query(con, "fits_budget")] == expected
 
 
+def model_costs(item: runs.Censused, setting: str) -> dict[int, dict]:
+    """mask -> the whole model's recompute FLOPs, bytes moved and step FLOPs (count x one layer's
+    switch_costs over kinds), and the per-kind costs that make two sets equivalent."""
+    counts = layers_per_kind(item.spec)
+    out: dict[int, dict] = {}
+    for row in sorted(item.prices.switch_costs.to_pylist(), key=lambda r: r["kind"]):
+        if row["setting_id"] == setting and row["mask"] >= 0:
+            m = out.setdefault(row["mask"], {"flops": 0.0, "moved": 0.0, "step": 0.0, "key": ()})
+            n = counts[row["kind"]]
+            m["flops"] += n * row["recompute_flops"]
+            m["moved"] += n * row["recompute_bytes"]
+            m["step"] += n * row["step_flops"]
+            m["key"] += ((row["recompute_flops"], row["recompute_bytes"]),)
+    return out
+
+
 def test_masks_ranked(con):
     item = runs.censused(runs.ADDED)
-    totals = model_totals(item, setting_id(8192, 1, 4, 2))
+    setting = setting_id(8192, 1, 4, 2)
+    totals = model_totals(item, setting)
+    costs = model_costs(item, setting)
     rows = query(con, "masks_ranked", repo_id=item.repo_id, seq_length=8192, tp=4, cp=2)
     masks = [m for m in totals if m is not None]
-    classes: dict[float, list[int]] = {}
+    classes: dict[tuple, list[int]] = {}
     for m in sorted(masks, key=lambda m: (bin(m).count("1"), m)):
-        classes.setdefault(totals[m], []).append(m)
-    expected = sorted((members[0] for members in classes.values()), key=lambda m: (totals[m], bin(m).count("1"), m))
+        classes.setdefault((totals[m], costs[m]["key"]), []).append(m)
+    expected = sorted(
+        (members[0] for members in classes.values()),
+        key=lambda m: (totals[m], costs[m]["flops"], costs[m]["moved"], bin(m).count("1"), m),
+    )
     assert [r["mask"] for r in rows] == expected  # one row per distinct result, no duplicates
+    assert len({tuple(r[c] for c in ("total", "recompute_flops", "recompute_moved_bytes")) for r in rows}) == len(rows)
     assert sum(r["n_equivalent"] for r in rows) == len(masks)
     assert rows[0]["rank"] == 1 and rows[-1]["rank"] <= len(rows)
     for r in rows:
-        assert r["total"] == totals[r["mask"]]
-        assert r["n_equivalent"] == len(classes[r["total"]]) == len(r["equivalents"])
-        assert r["saved"] == totals[0] - totals[r["mask"]]
-        assert r["pct_saved"] == round(100 * (totals[0] - totals[r["mask"]]) / totals[0], 2)
+        m = r["mask"]
+        assert r["total"] == totals[m]
+        assert r["n_equivalent"] == len(classes[(totals[m], costs[m]["key"])]) == len(r["equivalents"])
+        assert r["saved"] == totals[0] - totals[m]
+        assert r["pct_saved"] == round(100 * (totals[0] - totals[m]) / totals[0], 2)
+        assert r["recompute_flops"] == pytest.approx(costs[m]["flops"], rel=1e-12)
+        assert r["pct_overhead"] == round(100 * costs[m]["flops"] / costs[m]["step"], 2)
     # more switches recomputed never keeps more: the all-switches mask's class ranks first
     assert rows[0]["total"] == totals[255]
+    # no recompute costs nothing; recomputing every switch costs some FLOPs, less than the step
+    by_mask = {r["mask"]: r for r in rows}
+    assert by_mask[0]["recompute_flops"] == 0 and by_mask[0]["pct_overhead"] == 0
+    assert 0 < costs[255]["flops"] < costs[255]["step"]
+
+
+@pytest.mark.parametrize(
+    ("repo", "at_least", "seq_length", "tp"),
+    [(runs.ADDED, 50, 8192, 4), (runs.ADDED, 20, 4096, 1), ("deepseek-ai/DeepSeek-V3", 30, 8192, 8), ("Qwen/Qwen3-0.6B", 60, 32768, 1)],
+)
+def test_cheapest_saving_is_the_frontiers_cheapest_set(con, repo, at_least, seq_length, tp):
+    """The SQL answer equals frontier.cheapest_saving computed here from the spec, ranked by
+    recompute FLOPs then bytes moved (a dense rank of the pair stands for the seconds)."""
+    import numpy as np
+
+    from speccat.catalogue.records.cost import load_costs
+    from speccat.catalogue.records.frontier import FULL, cheapest_saving
+    from speccat.catalogue.records.pricing import price_layers
+    from speccat.catalogue.records.switchcosts import spec_frontier
+    from speccat.census.family import family_for
+
+    item = priced_repos()[repo]
+    grid = runs.grid()
+    chosen = [s for s in grid.settings if s["seq_length"] == seq_length and s["tp"] == tp and s["cp"] == 1
+              and s["micro_batch"] == 1 and s["stack"] == "transformers"]
+    sub = dataclasses.replace(grid, settings=tuple(chosen))
+    defaults = family_for(item.spec["arch"]).pricing_defaults()
+    prices = price_layers(item.spec, defaults, runs.records(), sub)
+    front, _ = spec_frontier(item.spec, defaults, runs.records(), sub, prices, load_costs(runs.records()))
+    pairs = np.stack([front.flops, front.moved], axis=-1)
+    seconds = np.zeros(front.flops.shape)
+    for k in range(seconds.shape[0]):
+        for i in range(seconds.shape[1]):
+            _, rank = np.unique(pairs[k, i], axis=0, return_inverse=True)
+            seconds[k, i] = rank.reshape(-1)
+    best = cheapest_saving(front, seconds, at_least / 100)
+    expected = {}
+    for k, kind in enumerate(prices.kinds):
+        for i, sid in enumerate(prices.setting_ids):
+            if best[k, i] != -2:
+                p = front.n_masks if best[k, i] == FULL else best[k, i]
+                expected[(sid, kind)] = (int(best[k, i]), front.kept[k, i, p], front.flops[k, i, p])
+    rows = query(con, "cheapest_saving", repo_id=repo, at_least_pct=at_least, seq_length=seq_length, tp=tp)
+    got = {(r["setting_id"], r["kind"]): (r["mask"], r["kept_bytes"], r["recompute_flops"]) for r in rows}
+    assert got == expected
+    assert expected  # something saves that much
+    for r in rows:
+        assert r["saved_pct"] >= at_least
 
 
 def test_priced_vs_measured(con):
@@ -268,3 +343,34 @@ def test_the_duckdb_cli_opens_the_catalogue_and_runs_a_query(con):
     want = query(con, "fits_budget", budget_gib=1000, switches="all")
     assert [(r["repo_id"], float(r["total"])) for r in got] == [(r["repo_id"], r["total"]) for r in want]
     assert len(got) == len(priced_repos())
+
+
+def test_repo_fits_answers_for_every_model_at_once(con):
+    """The view repo_fits: each priced repo's whole-model activations at a setting against the
+    budget_gib variable, with the set's recompute FLOPs and % overhead, derived here from the
+    runs' own prices and costs."""
+    setting = setting_id(8192, 1, 2, 1)
+    repos = priced_repos()
+    totals = {r: model_totals(item, setting) for r, item in repos.items()}
+    costs = {r: model_costs(item, setting) for r, item in repos.items()}
+    budget_gib = sorted(t[0] for t in totals.values())[2] / 2**30  # the third smallest fits exactly
+    con.execute("SET VARIABLE budget_gib = ?", [budget_gib])
+    try:
+        rows = con.execute(
+            "SELECT repo_id, mask, activation_bytes, fits, headroom_bytes, recompute_flops, overhead_pct FROM repo_fits "
+            "WHERE setting_id = ? AND mask IN (0, 89, -1)", [setting]
+        ).fetchall()
+    finally:
+        con.execute("RESET VARIABLE budget_gib")
+    got = {(r[0], r[1]): r[2:] for r in rows}
+    assert set(got) == {(r, m) for r in repos for m in (0, 89, -1)}
+    for (repo, mask), (activations, fits, headroom, flops, overhead) in got.items():
+        total = totals[repo][None if mask == -1 else mask]
+        assert activations == total and fits == (total <= budget_gib * 2**30)
+        assert headroom == budget_gib * 2**30 - total
+        if mask >= 0:
+            assert flops == pytest.approx(costs[repo][mask]["flops"], rel=1e-12)
+            assert overhead == pytest.approx(100 * costs[repo][mask]["flops"] / costs[repo][mask]["step"], rel=1e-12)
+        else:  # full recompute re-runs the whole forward: a third of the step
+            assert overhead == pytest.approx(100 / 3, rel=1e-12)
+    assert sum(1 for (r, m), v in got.items() if m == 0 and v[1]) == 3

@@ -191,7 +191,7 @@ def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(sn
     with duckdb.connect(str(db)) as con:
         newer = [r[0] for r in con.execute("SELECT setting_id FROM settings WHERE seq_length = 32768").fetchall()]
         assert newer and len(newer) < len(load_settings().settings)
-        for table in ("layer_prices", "full_prices", "settings"):
+        for table in ("layer_prices", "full_prices", "switch_costs", "settings"):
             con.execute(f"DELETE FROM {table} WHERE list_contains(?, setting_id)", [newer])
     state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
     assert state.is_completed()
@@ -199,7 +199,7 @@ def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(sn
     assert (counts["configs"], counts["stored"], counts["new_configs"], counts["censused"]) == (1, 0, 0, 0)
     assert counts["repriced"] + counts["cached"] == 1
     qwen = [config_hash(load_shipped(repo_id))]
-    for table in ("layer_prices", "full_prices"):
+    for table in ("layer_prices", "full_prices", "switch_costs"):
         query = f"SELECT * FROM {table} WHERE config_hash = ? ORDER BY ALL"
         assert rows(db, query, qwen) == rows(snapshot_runs.after_cold, query, qwen), table
     # other configs, not listed tonight, keep what they had (nothing at 32768)

@@ -101,6 +101,48 @@ def test_prices_are_the_pricing_tables(night1):
             assert full == sorted(zip(*(tables.full_prices.column(c).to_pylist() for c in ("kind", "setting_id", "kept"))))
 
 
+COST_COLUMNS = ("kind", "setting_id", "mask", "recompute_flops", "recompute_bytes", "step_flops", "representative", "on_frontier")
+
+
+def test_switch_costs_are_the_pricing_cost_tables(night1):
+    path, _ = night1
+    run = runs.first_run()
+    with contextlib.closing(open_readonly(path)) as con:
+        n_masks = con.execute("SELECT count(*) FROM switch_sets").fetchone()[0]
+        for config_hash, tables in run.prices.items():
+            got = con.execute(
+                f"SELECT {', '.join(COST_COLUMNS)} FROM switch_costs WHERE config_hash = ? ORDER BY kind, setting_id, mask",
+                [config_hash],
+            ).fetchall()
+            want = sorted(zip(*(tables.switch_costs.column(c).to_pylist() for c in COST_COLUMNS)), key=lambda r: r[:3])
+            assert got == want
+            assert len(got) == tables.full_prices.num_rows * (n_masks + 1)
+            # full recompute (-1) re-runs the whole forward: no set recomputes more FLOPs
+            by_group: dict = {}
+            for row in got:
+                by_group.setdefault(row[:2], {})[row[2]] = row
+            for group in by_group.values():
+                assert max(r[3] for r in group.values()) == group[-1][3] > 0
+                assert group[0][3] == 0 and group[-1][6] == -1
+
+
+def test_a_catalogue_stored_before_switch_costs_gains_them(tmp_path, night1):
+    """Prices stored without costs are not `priced` for the flow; pricing them again adds the costs."""
+    path = tmp_path / "catalogue.duckdb"
+    shutil.copyfile(night1[0], path)
+    with contextlib.closing(duckdb.connect(str(path))) as con:
+        before = sorted(con.execute("SELECT * FROM switch_costs").fetchall())
+        con.execute("DROP TABLE switch_costs")
+    run = runs.first_run()
+    held = stored(path, run.census_version, run.records_version, setting_ids(run.settings))
+    assert held.specs == frozenset(run.specs) and held.priced == frozenset()
+    published = publish(path, run)
+    assert published.rebuilt
+    with contextlib.closing(open_readonly(path)) as con:
+        assert sorted(con.execute("SELECT * FROM switch_costs").fetchall()) == before
+    assert stored(path, run.census_version, run.records_version, setting_ids(run.settings)).priced == frozenset(run.specs)
+
+
 def test_switch_sets_and_settings(night1):
     path, _ = night1
     run = runs.first_run()
@@ -204,6 +246,7 @@ def at_settings(tables, settings):
         tables,
         layer_prices=tables.layer_prices.filter(pc.is_in(tables.layer_prices["setting_id"], value_set=ids)),
         full_prices=tables.full_prices.filter(pc.is_in(tables.full_prices["setting_id"], value_set=ids)),
+        switch_costs=tables.switch_costs.filter(pc.is_in(tables.switch_costs["setting_id"], value_set=ids)),
     )
 
 

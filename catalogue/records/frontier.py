@@ -66,7 +66,8 @@ def frontier(prices: LayerPrices, flops: np.ndarray, moved: np.ndarray, full_flo
 def cheapest_saving(front: Frontier, seconds: np.ndarray, at_least: float) -> np.ndarray:
     """[kind, setting]: the point that saves at least `at_least` (a fraction) of mask 0's bytes
     at the fewest estimated seconds (`seconds`: [kind, setting, point]); ties to fewer FLOPs,
-    then the lower mask; -2 where none does."""
+    then fewer bytes kept (so the answer is never dominated), then the lower mask; -2 where
+    none does."""
     saved = 1.0 - front.kept / front.kept[..., :1]
     ok = saved >= at_least
     order = np.where(ok, seconds, np.inf)
@@ -75,6 +76,6 @@ def cheapest_saving(front: Frontier, seconds: np.ndarray, at_least: float) -> np
         for i in range(order.shape[1]):
             candidates = np.flatnonzero(ok[k, i])
             if candidates.size:
-                p = min(candidates, key=lambda p: (order[k, i, p], front.flops[k, i, p], p))
+                p = min(candidates, key=lambda p: (order[k, i, p], front.flops[k, i, p], front.kept[k, i, p], p))
                 best[k, i] = FULL if p == front.n_masks else p
     return best

@@ -90,7 +90,8 @@ def split(tables: PriceTables, rows: Sequence[Mapping]) -> PriceTables:
     def keep(table):
         return table.filter(pc.invert(pc.is_in(table["setting_id"], value_set=drop)))
 
-    return PriceTables(keep(tables.layer_prices), keep(tables.full_prices))
+    costs = None if tables.switch_costs is None else keep(tables.switch_costs)
+    return PriceTables(keep(tables.layer_prices), keep(tables.full_prices), costs)
 
 
 def check_feasible(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> None:

@@ -29,10 +29,13 @@ class PriceTables:
 
     layer_prices: kind, setting_id, mask (int16), attention, ffn, norm, total (float64).
     full_prices: kind, setting_id, kept (float64).
+    switch_costs: catalogue/records/switchcosts.py's table, when the pricing was asked for the
+        recompute costs too (pricing.price_spec with `costs`); None otherwise.
     """
 
     layer_prices: Any  # pyarrow.Table
     full_prices: Any  # pyarrow.Table
+    switch_costs: Any = None  # pyarrow.Table or None
 
 
 @dataclass(frozen=True, eq=False)

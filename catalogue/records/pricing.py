@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import dataclasses
+
+from speccat.catalogue.records.cost import Costs
 from speccat.catalogue.records.direct import price_direct
 from speccat.catalogue.records.fastpath import price_fast
 from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.priced import COLUMNS, LayerPrices, PriceTables, stack_counts
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.settings import Grid
+from speccat.catalogue.records.switchcosts import switch_costs
 
 METHODS = {"fast": price_fast, "direct": price_direct}
 
@@ -29,12 +33,20 @@ def price_layers(spec: Mapping, defaults: Mapping, records: Records, grid: Grid,
     return METHODS[method](spec, defaults, records, grid)
 
 
-def price_spec(spec: Mapping, defaults: Mapping, records: Records, settings: Grid, method: str = "fast") -> PriceTables:
+def price_spec(
+    spec: Mapping, defaults: Mapping, records: Records, settings: Grid, method: str = "fast", costs: Costs | None = None
+) -> PriceTables:
     """Price every mask × kind × setting of `spec` (a plain ModelSpec mapping with flavours).
 
-    `defaults` is Family.pricing_defaults() for the spec's family; `settings` a Grid.
+    `defaults` is Family.pricing_defaults() for the spec's family; `settings` a Grid. With
+    `costs` (cost.load_costs) the tables carry the recompute costs and the frontier too
+    (`switch_costs`, catalogue/records/switchcosts.py), as the catalogue stores them.
     """
-    return price_layers(spec, defaults, records, settings, method).to_tables()
+    prices = price_layers(spec, defaults, records, settings, method)
+    tables = prices.to_tables()
+    if costs is None:
+        return tables
+    return dataclasses.replace(tables, switch_costs=switch_costs(spec, defaults, records, settings, prices, costs))
 
 
 def model_totals(spec: Mapping, tables: PriceTables) -> PriceTables:

@@ -24,7 +24,7 @@ from speccat.catalogue.records.layouts import infeasible
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
-from speccat.catalogue.records.states import Layout, States, rank_states, stage_kinds, stage_params, state_shares
+from speccat.catalogue.records.states import Layout, States, group_divisors, share_rows, stage_kinds, stage_params, stage_states
 
 FULL = -1  # full recompute, beside the masks
 
@@ -140,10 +140,17 @@ def fits(
     stage_weights: dict[int, list[np.ndarray]] = {}  # pp -> layers per kind on each stage
     stage_groups: dict[int, list[dict[str, float]]] = {}  # pp -> parameters per group on each stage
     activations: dict[tuple[int, int, int], tuple[np.ndarray, list[float], float, np.ndarray, float]] = {}
-    shares: dict[tuple, dict] = {}  # state_shares by everything but pp
+    divisors: dict[tuple, dict] = {}  # group_divisors by everything but pp and the ZeRO stage
+    shares_by: dict[tuple, np.ndarray] = {}  # share_rows [group, state] by everything but pp
+    memo: dict = {}  # the group expressions' values (group_divisors)
+    stage_counts: dict[int, np.ndarray] = {}  # pp -> [stage, group] parameters
+    group_names = list(stage_params(spec, 1, 0))  # every stage's parameter groups, in one order
     set_names: dict[int, str] = {}
+    column = {key: j for j, key in enumerate(keys)}
+    # First what the layouts share: per pp the stages' layers and parameters, per (tp, cp, pp,
+    # vpp) the stages' activations, per (dp, tp, cp, ep, etp, zero) the states' bytes per parameter.
     for lay in candidates:
-        j = keys.index((lay.tp, lay.cp))
+        j = column[(lay.tp, lay.cp)]
         if lay.pp not in stage_weights:
             weights = []
             for counts in stage_kinds(spec, lay.pp):
@@ -153,6 +160,7 @@ def fits(
                 weights.append(w)
             stage_weights[lay.pp] = weights
             stage_groups[lay.pp] = [stage_params(spec, lay.pp, i) for i in range(lay.pp)]
+            stage_counts[lay.pp] = np.array([[g[name] for name in group_names] for g in stage_groups[lay.pp]], dtype=float)
         key = (j, lay.pp, lay.vpp)
         if key not in activations:  # what dp, ep and the ZeRO stage do not change
             flights = [in_flight(lay.pp, lay.vpp, i) for i in range(lay.pp)]
@@ -161,17 +169,38 @@ def fits(
                    for i in range(lay.pp)]  # fmt: skip
             first = stage_weights[lay.pp][0]
             activations[key] = (act + np.asarray(end)[:, None], end, costs.step_factor * float(first @ fwd_seconds[:, j]), first @ p_seconds[:, j, :], 0.0)
-        held, end, step_s, rec_s, _ = activations[key]
-        share_key = (lay.dp, lay.tp, lay.cp, lay.ep, lay.etp, lay.zero)
-        if share_key not in shares:
-            shares[share_key] = state_shares(lay, states, recipe)
-        st = rank_states(spec, lay, states, stage=None, recipe=recipe, groups=stage_groups[lay.pp], shares=shares[share_key])
-        totals = held + np.array([x["total"] for x in st])[:, None]  # [stage, point]
+        split_key = (lay.dp, lay.tp, lay.cp, lay.ep, lay.etp)
+        if split_key not in divisors:
+            divisors[split_key] = group_divisors(lay, states, memo)
+        share_key = (*split_key, lay.zero)
+        if share_key not in shares_by:
+            shares_by[share_key] = share_rows(states, lay.zero, divisors[split_key], group_names, recipe)
+    # Each layout's states per stage [stage, (weight, grad, optimizer, total)], all layouts of a pp at once.
+    layout_states: list[np.ndarray] = [np.empty(0)] * len(candidates)
+    by_pp: dict[int, list[int]] = {}
+    by_key: dict[tuple[int, int, int], list[int]] = {}
+    for idx, lay in enumerate(candidates):
+        by_pp.setdefault(lay.pp, []).append(idx)
+        by_key.setdefault((column[(lay.tp, lay.cp)], lay.pp, lay.vpp), []).append(idx)
+    for pp, idxs in by_pp.items():
+        shares_of = np.stack([shares_by[(c.dp, c.tp, c.cp, c.ep, c.etp, c.zero)] for c in (candidates[i] for i in idxs)])
+        for idx, st in zip(idxs, stage_states(stage_counts[pp], shares_of)):
+            layout_states[idx] = st
+    # Which layouts fit under any switch set: the fullest stage's bytes, all layouts of an activation key at once.
+    fits_any = np.zeros(len(candidates), dtype=bool)
+    for key, idxs in by_key.items():
+        state_totals = np.stack([layout_states[i][:, 3] for i in idxs])  # [layout, stage]
+        peaks = (activations[key][0][None, :, :] + state_totals[:, :, None]).max(axis=1)  # [layout, point]
+        fits_any[idxs] = (peaks <= budget).any(axis=1)
+    for idx in np.flatnonzero(fits_any):
+        lay = candidates[idx]
+        j = column[(lay.tp, lay.cp)]
+        held, end, step_s, rec_s, _ = activations[(j, lay.pp, lay.vpp)]
+        st = layout_states[idx]
+        totals = held + st[:, 3:4]  # [stage, point]
         fullest = totals.argmax(axis=0)
         peak = totals[fullest, np.arange(totals.shape[1])]
         fits_at = peak <= budget
-        if not fits_at.any():
-            continue
         for p in np.flatnonzero(_pareto(np.where(fits_at, peak, np.inf), rec_s) & fits_at):
             i = int(fullest[p])
             first = stage_weights[lay.pp][0]
@@ -179,7 +208,7 @@ def fits(
             flight = in_flight(lay.pp, lay.vpp, i)
             out.append(Fit(
                 lay, micro_batch, mask, set_names.get(mask) or set_names.setdefault(mask, "full" if mask == FULL else _name(records, mask)), i, float(flight),
-                float(held[i, p] - end[i]), float(end[i]), st[i]["weight"], st[i]["grad"], st[i]["optimizer"], float(peak[p]),
+                float(held[i, p] - end[i]), float(end[i]), float(st[i, 0]), float(st[i, 1]), float(st[i, 2]), float(peak[p]),
                 float(first @ p_flops[:, j, p]), float(first @ p_moved[:, j, p]), float(rec_s[p]), float(rec_s[p] / step_s),
                 float(rec_s[p] / (lay.dp * micro_batch)),
             ))  # fmt: skip

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.records.expr import Expr, ExprError
@@ -175,19 +177,58 @@ def stage_params(spec: Mapping, pp: int, stage: int) -> dict[str, float]:
     return groups
 
 
-def state_shares(layout: Layout, states: States, recipe: str | None = None) -> dict[str, dict[str, float]]:
-    """Per parameter group, the bytes per parameter of each state one rank of `layout` holds
-    (the pipeline size does not change them)."""
-    if layout.zero not in states.zero:
-        raise StatesError("bad_value", f"zero={layout.zero}; stages: {sorted(states.zero)}")
-    per_param = states.bytes_per_param(recipe)
-    sharded = states.zero[layout.zero]
+def group_divisors(layout: Layout, states: States, memo: dict | None = None) -> dict[str, tuple[float, float]]:
+    """Per parameter group, (model, data): the shards a rank holds one of and the size of the
+    group its ZeRO-partitioned states divide over (neither pp nor the ZeRO stage changes them).
+    `memo` (a dict kept across calls) holds each expression's value by the names it reads."""
     names = layout.names()
-    shares = {}
-    for name, group in states.groups.items():
-        model, data = group.model(names), group.data(names)
-        shares[name] = {state: per_param[state] / model / (data if state in sharded else 1.0) for state in STATES}
-    return shares
+
+    def value(expr: Expr) -> float:
+        if memo is None:
+            return expr(names)
+        key = (id(expr), tuple(names[k] for k in sorted(expr.names)))
+        if key not in memo:
+            memo[key] = expr(names)
+        return memo[key]
+
+    return {name: (value(group.model), value(group.data)) for name, group in states.groups.items()}
+
+
+def share_rows(
+    states: States, zero: int, divisors: Mapping[str, tuple[float, float]], groups: list[str], recipe: str | None = None
+) -> np.ndarray:
+    """[group, state]: the bytes per parameter of each state (STATES order) one rank holds, for
+    the parameter groups `groups` in that order: the recipe's bytes over the model shards, and
+    over the data-parallel group for the states ZeRO stage `zero` partitions."""
+    if zero not in states.zero:
+        raise StatesError("bad_value", f"zero={zero}; stages: {sorted(states.zero)}")
+    per_param = states.bytes_per_param(recipe)
+    sharded = np.array([state in states.zero[zero] for state in STATES])
+    model = np.array([divisors[g][0] for g in groups], dtype=float)
+    data = np.array([divisors[g][1] for g in groups], dtype=float)
+    return np.array([per_param[state] for state in STATES], dtype=float)[None, :] / model[:, None] / np.where(sharded[None, :], data[:, None], 1.0)
+
+
+def state_shares(
+    layout: Layout, states: States, recipe: str | None = None, divisors: Mapping[str, tuple[float, float]] | None = None
+) -> dict[str, dict[str, float]]:
+    """Per parameter group, the bytes per parameter of each state one rank of `layout` holds
+    (the pipeline size does not change them); `divisors` may give group_divisors(layout)."""
+    divisors = divisors if divisors is not None else group_divisors(layout, states)
+    groups = list(states.groups)
+    rows = share_rows(states, layout.zero, divisors, groups, recipe)
+    return {name: {state: float(rows[g, s]) for s, state in enumerate(STATES)} for g, name in enumerate(groups)}
+
+
+def stage_states(counts: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """rank_states over every stage as an array [..., stage, (weight, grad, optimizer, total)],
+    the same sums in the same order, vectorised over the stages (and the layouts). `counts`:
+    [stage, group] parameters (stage_params, in its group order); `shares`: [..., group, state]
+    bytes per parameter (state_shares, the same group order, states in STATES order)."""
+    held = np.zeros(shares.shape[:-2] + (counts.shape[0], shares.shape[-1]))
+    for j in range(counts.shape[1]):
+        held += counts[:, j, None] * shares[..., None, j, :]
+    return np.concatenate([held, (held[..., 0] + held[..., 1] + held[..., 2])[..., None]], axis=-1)
 
 
 def rank_states(

@@ -25,14 +25,19 @@ from speccat.catalogue.store.file import count_rows, open_readonly
 
 MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
-PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "model_prices", "model_full_prices")
+PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "switch_costs", "model_prices", "model_full_prices")
 # One file each: what a planner joins the prices with.
 WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings", "measured", "point_prices", "failures")
 # The planners' wide views (one SELECT, no join), partitioned by readable names
 # (NAME/seq=8192/tp=4/data_0.parquet), every column described in the Parquet schema's field
 # metadata (`description`, `unit`) from the view's header (catalogue/store/comments.py).
+# Readable views evaluated once and split into their partitions in memory (the frontier is about
+# a million rows at 1,000 configs, and one evaluation of it costs as much as one partition's);
+# the others are queried partition by partition.
+SPLIT_IN_MEMORY: frozenset[str] = frozenset({"frontier"})
 READABLE: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
     "planner_layer_prices": (("seq", "seq_length_tokens"), ("tp", "tp_ranks")),
+    "frontier": (("seq", "seq_length_tokens"), ("tp", "tp_ranks")),
 }
 
 
@@ -92,14 +97,27 @@ def _export_readable(con: duckdb.DuckDBPyConnection, name: str, partitions, fold
 
     from speccat.catalogue.store.comments import description, view_columns
 
+    import pyarrow.compute as pc
+
     columns = view_columns(name)
     (label_a, first), (label_b, second) = partitions
-    keys = con.execute(sql.render("steps/export_partition_keys", table=name, first=first, second=second)).fetchall()
+    if name in SPLIT_IN_MEMORY:
+        whole = con.execute(sql.render("steps/export_view_rows", table=name)).to_arrow_table()
+        keys = sorted(set(zip(whole[first].to_pylist(), whole[second].to_pylist())))
+
+        def partition(a, b):
+            return whole.filter(pc.and_(pc.equal(whole[first], a), pc.equal(whole[second], b)))
+    else:
+        keys = con.execute(sql.render("steps/export_partition_keys", table=name, first=first, second=second)).fetchall()
+
+        def partition(a, b):
+            return con.execute(
+                sql.render("steps/export_partition_rows", table=name, first=first, second=second), {"first": a, "second": b}
+            ).to_arrow_table()
+
     rows = 0
     for a, b in keys:
-        table = con.execute(
-            sql.render("steps/export_partition_rows", table=name, first=first, second=second), {"first": a, "second": b}
-        ).to_arrow_table()
+        table = partition(a, b)
         fields = []
         for field in table.schema:
             unit, meaning = columns[field.name]

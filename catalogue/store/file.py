@@ -57,6 +57,7 @@ TABLES: tuple[str, ...] = (
     "switch_sets",
     "layer_prices",
     "full_prices",
+    "switch_costs",
     "infeasible_settings",
     "point_prices",
     "failures",
@@ -217,9 +218,14 @@ def stored_in(
     con: duckdb.DuckDBPyConnection, census_version: str, records_version: str, setting_ids: Iterable[str]
 ) -> Stored:
     """`stored()` on an open catalogue (the file's, or a lake's as its default catalog)."""
-    rows = con.execute(
-        sql.load("steps/stored"), {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
-    ).fetchall()
+    try:
+        rows = con.execute(
+            sql.load("steps/stored"), {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
+        ).fetchall()
+    except duckdb.CatalogException:
+        # A catalogue published before switch_costs existed: its specs are kept, nothing counts
+        # as priced, so the flow prices each spec again and the store adds the costs.
+        return Stored(frozenset(specs_in(con, census_version)), frozenset())
     return Stored(*(frozenset(h for held, h in rows if held == kind) for kind in ("spec", "priced")))
 
 
@@ -260,8 +266,8 @@ def stage(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[str, pa
     Every table is ingested from Arrow in one statement; the spec tables are derived from the
     staged spec JSON by sql/steps/derive.sql. Types, ENUM codes and keys are enforced here, so a
     bad code or a duplicate key in the run is refused before anything is merged. The price
-    tables, millions of rows, are not copied: they are registered as `staged_layer_prices` and
-    `staged_full_prices` (NightData has checked each config's prices whole)."""
+    tables, millions of rows, are not copied: they are registered as `staged_layer_prices`,
+    `staged_full_prices` and `staged_switch_costs` (NightData has checked each config's prices whole)."""
     home = _database_name(con)
     con.execute(sql.render("steps/attach_memory", catalog=INCOMING))
     con.execute(sql.render("steps/use", catalog=INCOMING))

@@ -50,6 +50,9 @@ INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
+SWITCH_COST_COLUMNS: tuple[str, ...] = (
+    "kind", "setting_id", "mask", "recompute_flops", "recompute_bytes", "step_flops", "representative", "on_frontier",
+)
 # The price tables as staged: the catalogue tables' columns, in their order (sql/schema.sql).
 _KEY = pa.dictionary(pa.int32(), pa.string())
 STAGED_PRICES: dict[str, pa.Schema] = {
@@ -62,7 +65,14 @@ STAGED_PRICES: dict[str, pa.Schema] = {
         [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
          ("records_version", _KEY), ("kept", pa.float64())]
     ),
+    "switch_costs": pa.schema(
+        [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
+         ("mask", pa.int16()), ("records_version", _KEY)]
+        + [(c, pa.float64()) for c in ("recompute_flops", "recompute_bytes", "step_flops")]
+        + [("representative", pa.int16()), ("on_frontier", pa.bool_())]
+    ),
 }
+_PRICE_PARTS = (("layer_prices", LAYER_PRICE_COLUMNS), ("full_prices", FULL_PRICE_COLUMNS), ("switch_costs", SWITCH_COST_COLUMNS))
 
 
 class StoreError(ReasonError):
@@ -83,8 +93,10 @@ class NightData:
     repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual").
     configs: config_hash -> the config mapping (its model_type is stored as a column).
     specs: config_hash -> ModelSpec mapping, censused at versions["census"].
-    prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`:
-        pyarrow tables with LAYER_PRICE_COLUMNS and FULL_PRICE_COLUMNS), at versions["records"].
+    prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`,
+        `switch_costs`: pyarrow tables with LAYER_PRICE_COLUMNS, FULL_PRICE_COLUMNS and
+        SWITCH_COST_COLUMNS, the last one row per (kind, setting) of full_prices and switch
+        mask, plus mask -1 for full recompute), at versions["records"].
         A setting where the model cannot be laid out has no prices ...
     infeasible: config_hash -> rows with INFEASIBLE_FIELDS, one per kind that cannot be laid
         out at such a setting (catalogue/records/layouts.py), with the rule and why.
@@ -216,7 +228,7 @@ class NightData:
                 ("config_hash", "census_version", "spec"),
             ),
         }
-        tables["layer_prices"], tables["full_prices"] = self._price_tables()
+        tables["layer_prices"], tables["full_prices"], tables["switch_costs"] = self._price_tables()
         tables["infeasible_settings"] = _table(
             [
                 {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
@@ -239,15 +251,15 @@ class NightData:
             _bad("infeasible", f"config {both[0][0]} is both priced and infeasible at setting {both[0][1]}")
         return tables
 
-    def _price_tables(self) -> tuple[pa.Table, pa.Table]:
-        """Both price tables of the run, keyed and in the tables' column order, each config's
-        rows checked here (complete and unique), so the store can append them as they are."""
+    def _price_tables(self) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """The price and cost tables of the run, keyed and in the tables' column order, each
+        config's rows checked here (complete and unique), so the store can append them as they are."""
         setting_ids = {s["setting_id"] for s in self.settings}
         n_masks = 1 << len(self.switches)
-        layer, full = [], []
+        out: dict[str, list[pa.Table]] = {part: [] for part, _ in _PRICE_PARTS}
         for config_hash, tables in sorted(self.prices.items()):
             parts = {}
-            for part, columns in (("layer_prices", LAYER_PRICE_COLUMNS), ("full_prices", FULL_PRICE_COLUMNS)):
+            for part, columns in _PRICE_PARTS:
                 table = tables[part] if isinstance(tables, Mapping) else getattr(tables, part)
                 where = f"prices[{config_hash!r}].{part}"
                 if not isinstance(table, pa.Table):
@@ -257,7 +269,8 @@ class NightData:
                     _bad(where, f"lacks column(s) {lacking}; needs {list(columns)}")
                 parts[part] = table
             _check_prices(f"prices[{config_hash!r}]", parts["layer_prices"], parts["full_prices"], setting_ids, n_masks)
-            for part, out in (("layer_prices", layer), ("full_prices", full)):
+            _check_costs(f"prices[{config_hash!r}].switch_costs", parts["switch_costs"], parts["full_prices"], n_masks)
+            for part, _ in _PRICE_PARTS:
                 table, n = parts[part], parts[part].num_rows
                 keys = {
                     "config_hash": _constant(config_hash, n),
@@ -266,8 +279,8 @@ class NightData:
                 }
                 schema = STAGED_PRICES[part]
                 columns = [keys[f.name] if f.name in keys else table.column(f.name).cast(f.type) for f in schema]
-                out.append(pa.table(columns, schema=schema))
-        return _concat(layer, STAGED_PRICES["layer_prices"]), _concat(full, STAGED_PRICES["full_prices"])
+                out[part].append(pa.table(columns, schema=schema))
+        return tuple(_concat(out[part], STAGED_PRICES[part]) for part, _ in _PRICE_PARTS)
 
 
 def switch_set_rows(switches: Sequence[str]) -> list[dict[str, Any]]:
@@ -348,6 +361,24 @@ def _check_prices(where: str, layer: pa.Table, full: pa.Table, setting_ids: set[
     pairs = set(zip(full["kind"].to_pylist(), full["setting_id"].to_pylist()))
     if full.num_rows != len(pairs) or pairs != {(k, t) for k in kinds.to_pylist() for t in settings.to_pylist()}:
         _bad(f"{where}.full_prices", "must price each (kind, setting) of layer_prices exactly once")
+
+
+def _check_costs(where: str, costs: pa.Table, full: pa.Table, n_masks: int) -> None:
+    """One config's switch_costs: a row per (kind, setting) of full_prices and point (mask
+    0..n-1, or -1 for full recompute), each once."""
+    kinds, settings = pc.unique(full["kind"]), pc.unique(full["setting_id"])
+    masks = costs["mask"].to_numpy().astype(np.int64)
+    if masks.size and (masks.min() < -1 or masks.max() >= n_masks):
+        _bad(where, f"masks must be in -1..{n_masks - 1}")
+    kind_idx = pc.index_in(costs["kind"], value_set=kinds).to_numpy(zero_copy_only=False)
+    setting_idx = pc.index_in(costs["setting_id"], value_set=settings).to_numpy(zero_copy_only=False)
+    if np.isnan(kind_idx.astype(float)).any() or np.isnan(setting_idx.astype(float)).any():
+        _bad(where, "has a kind or setting that full_prices has not")
+    key = (kind_idx.astype(np.int64) * len(settings) + setting_idx.astype(np.int64)) * (n_masks + 1) + masks + 1
+    expected = full.num_rows * (n_masks + 1)
+    if costs.num_rows != expected or np.unique(key).size != expected:
+        _bad(where, f"{costs.num_rows} rows, {np.unique(key).size} distinct (kind, setting, mask); needs one per "
+                    f"(kind, setting) of full_prices and mask -1..{n_masks - 1}: {expected}")
 
 
 def _check_row(where: str, row: Any, allowed: Sequence[str], required: Sequence[str]) -> None:

@@ -4,7 +4,8 @@
 -- layer_prices, millions of rows, is checked through invariants that cost no scan of it: the
 -- store appends each config's prices whole after NightData checked them complete and unique per
 -- (kind, setting, mask); here full_prices (one row per kind and setting) must be unique and
--- complete, and layer_prices must hold exactly one row per full_prices row and mask.
+-- complete, and layer_prices must hold exactly one row per full_prices row and mask (switch_costs
+-- one more, full recompute's).
 WITH
 n_masks AS (SELECT count(*) AS n FROM switch_sets),
 spec_kinds AS (SELECT config_hash, census_version, count(*) AS n FROM kinds GROUP BY ALL),
@@ -18,6 +19,12 @@ SELECT 'layer_prices has one row per full_prices row and mask' AS "check",
 FROM (SELECT (SELECT count(*) FROM layer_prices) AS l, (SELECT count(*) FROM full_prices) AS f,
              (SELECT n FROM n_masks) AS m)
 WHERE l <> f * m
+UNION ALL
+SELECT 'switch_costs has one row per full_prices row and mask, and one for full recompute',
+       format('{} cost rows, {} full rows x ({} masks + 1)', c, f, m)
+FROM (SELECT (SELECT count(*) FROM switch_costs) AS c, (SELECT count(*) FROM full_prices) AS f,
+             (SELECT n FROM n_masks) AS m)
+WHERE c <> f * (m + 1)
 UNION ALL
 SELECT 'full_prices key unique',
        format('{} {} {} {} {} stored {} times', config_hash, census_version, kind, setting_id, records_version, count(*))

@@ -3,7 +3,8 @@
 -- have been bumped was not (a census change without a new census_version, a records or grid
 -- change without a new hash), and silently keeping either row would be wrong.
 -- Same catalogs as sql/steps/merge.sql: the target is the default catalog, tonight's rows `incoming`
--- and, for the prices, the Arrow tables staged_layer_prices and staged_full_prices. A price
+-- and, for the prices, the Arrow tables staged_layer_prices, staged_full_prices and
+-- staged_switch_costs. A price
 -- group (config, census and records version, setting) is stored when its full_prices rows are.
 --
 -- `configs` is not checked: config_hash leaves out names, versions and token ids, so repos
@@ -50,4 +51,11 @@ FROM (SELECT * FROM staged_full_prices WHERE config_hash IN (SELECT config_hash 
       EXCEPT SELECT * FROM full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
 WHERE (config_hash, census_version, records_version, setting_id)
       IN (SELECT (config_hash, census_version, records_version, setting_id) FROM stored_groups)
+UNION ALL
+SELECT DISTINCT 'switch_costs', config_hash || ' @ ' || census_version || ' / ' || records_version
+FROM (SELECT * FROM staged_switch_costs WHERE config_hash IN (SELECT config_hash FROM stored_groups)
+      EXCEPT SELECT * FROM switch_costs WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
+WHERE (config_hash, census_version, records_version, setting_id)  -- a group whose costs are stored
+      IN (SELECT (config_hash, census_version, records_version, setting_id) FROM switch_costs
+          WHERE mask = -1 AND config_hash IN (SELECT config_hash FROM stored_groups))
 ORDER BY tbl, key;

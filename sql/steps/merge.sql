@@ -84,6 +84,29 @@ ORDER BY config_hash, kind, setting_id;
 DROP TABLE temp.new_price_groups;
 RESET VARIABLE _all_prices_new;
 
+-- The recompute costs and the frontier (switch_costs) go in the same whole groups, a group
+-- being new when switch_costs lacks its full recompute rows: so prices stored before the
+-- catalogue had costs (the flow prices such a config again, sql/steps/stored.sql) gain theirs.
+CREATE OR REPLACE TEMP TABLE new_cost_groups AS
+SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_switch_costs AS n
+WHERE n.mask = -1
+  AND NOT EXISTS (SELECT 1 FROM switch_costs AS o WHERE o.mask = -1 AND o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id);
+SET VARIABLE _all_costs_new = (SELECT count(*) FROM temp.new_cost_groups)
+                            = (SELECT count(*) FROM (SELECT DISTINCT config_hash, setting_id FROM staged_switch_costs));
+INSERT INTO switch_costs BY NAME
+SELECT * FROM staged_switch_costs WHERE getvariable('_all_costs_new');
+INSERT INTO switch_costs BY NAME
+SELECT * FROM staged_switch_costs AS n
+WHERE NOT getvariable('_all_costs_new')
+  AND config_hash IN (SELECT config_hash FROM temp.new_cost_groups)
+  AND EXISTS (SELECT 1 FROM temp.new_cost_groups AS g
+              WHERE g.config_hash = n.config_hash AND g.setting_id = n.setting_id)
+ORDER BY config_hash, kind, setting_id, mask;
+DROP TABLE temp.new_cost_groups;
+RESET VARIABLE _all_costs_new;
+
 -- Settings a config cannot be laid out at (no prices there): stored as whole groups too, a
 -- group being a (config, census version, records version, setting) not stored yet.
 INSERT INTO infeasible_settings BY NAME
