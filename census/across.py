@@ -94,8 +94,10 @@ def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
 
 def _same_heads(plain: LayerProbe, rank: LayerProbe) -> bool:
     """The rank's kernels keep the model's head widths (a model may derive them from the heads)."""
-    widths = [(k.q[-1], k.k[-1], k.v[-1]) for k in plain.kernels]
-    return len(plain.kernels) == len(rank.kernels) and widths == [(k.q[-1], k.k[-1], k.v[-1]) for k in rank.kernels]
+    def widths(probe: LayerProbe) -> list[tuple]:
+        return [(k.kind, k.q[-1:], k.k[-1:], k.v[-1:]) for k in probe.kernels if k.kind == "attention"]
+
+    return len(plain.kernels) == len(rank.kernels) and widths(plain) == widths(rank)
 
 
 def _rank_probes(top: Any, text: Any, t: int, shapes: list[Shape], seq_length: int, plain: dict[int, LayerProbe]) -> tuple[Any, dict[int, LayerProbe]] | None:
