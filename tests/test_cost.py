@@ -78,15 +78,17 @@ def test_full_recompute_of_a_llama_8b_layer_is_its_forward_as_flop_counter_count
     oc = op_costs(spec, defaults, records, one, costs)
     per_op = dict(zip(oc.ops, oc.flops[0, 0]))
     h, a, kv, dh, hff, s = 4096, 32, 8, 128, 14336, seq
-    # each op by hand from the dims
-    assert per_op["attMM"] == 2 * s * h * (a * dh + 2 * kv * dh) + 2 * s * (a * dh) * h
-    assert per_op["softmax"] == 2 * a * s * s * dh  # q·kᵀ
-    assert per_op["attBMM"] == 2 * a * s * s * dh  # probabilities · v
+    # each op by hand from the dims; under flash attBMM keeps the kernel's inputs q, k, v (their
+    # projections re-run), softmax its outputs (the kernel re-runs: both products), attMM the
+    # norm's output and o_proj's input (o_proj)
+    assert per_op["attMM"] == 2 * s * (a * dh) * h
+    assert per_op["attBMM"] == 2 * s * h * (a * dh + 2 * kv * dh)
+    assert per_op["softmax"] == 2 * a * s * s * dh + 2 * a * s * s * dh  # q·kᵀ, then probabilities · v
     assert per_op["ffMM"] == 2 * s * h * hff * 3
     # and what FlopCounterMode counts, module by module
-    projections = sum(counted[f"self_attn.{p}_proj"] for p in "qkvo")
-    assert per_op["attMM"] == projections
-    assert per_op["softmax"] + per_op["attBMM"] == counted["self_attn"] - projections
+    assert per_op["attMM"] == counted["self_attn.o_proj"]
+    assert per_op["attBMM"] == sum(counted[f"self_attn.{p}_proj"] for p in "qkv")
+    assert per_op["softmax"] == counted["self_attn"] - sum(counted[f"self_attn.{p}_proj"] for p in "qkvo")
     assert per_op["ffMM"] == counted["mlp"]
     assert oc.forward()[0][0, 0] == counted["Global"]  # full recompute = the layer's forward, FLOP for FLOP
 
