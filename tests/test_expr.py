@@ -211,3 +211,20 @@ def test_fuzz_random_text(source):
 def test_canonical_text_ignores_layout():
     assert Expr("a*b  +(c)").canonical() == Expr("a * b + c").canonical()
     assert Expr("a*(b+c)").canonical() != Expr("a*b+c").canonical()
+
+
+finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(st.tuples(finite, finite.filter(lambda v: abs(v) > 1e-3)), min_size=1, max_size=20))
+def test_floor_division_over_arrays_is_pythons_element_for_element(pairs):
+    """The fast path may bind names to arrays in `//` (scan_chunks in records.yaml does)."""
+    import numpy as np
+
+    expr = Expr("(s + c - 1) // c")
+    assert expr.elementwise(frozenset({"s", "c"}))
+    s, c = (np.array(column, dtype=np.float64) for column in zip(*pairs))
+    with np.errstate(divide="raise", over="raise", invalid="raise"):
+        got = expr.map({"s": s, "c": c})
+    for value, (a, b) in zip(got.tolist(), pairs):
+        assert same_bits(value, expr({"s": a, "c": b}))

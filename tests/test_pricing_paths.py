@@ -105,7 +105,7 @@ def variant(records_text_edits: dict[str, str]):
 
 
 NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"
-ATTENTION_FORMULA = "    when: n_linrec == 0\n    formula: micro_factor * s * b * total / (t * cp)\n"
+ATTENTION_FORMULA = "    when: n_linrec == 0 and n_attMM != 0 and short_conv == 0\n    formula: micro_factor * s * b * total / (t * cp)\n"
 NONLINEAR = {
     # a formula not linear in total, and one comparing total
     NORM_FORMULA: NORM_FORMULA.replace("micro_factor * s * b * total / (t * cp)", "max(micro_factor * s * b * total / (t * cp), 1e6)"),

@@ -203,7 +203,9 @@ def _fold(greater: bool):
 _GLOBALS: dict[str, Any] = {"__builtins__": {}, "max": max, "min": min, "_pow": _safe_pow}
 _ARRAY_GLOBALS: dict[str, Any] = {"__builtins__": {}, "max": _fold(True), "min": _fold(False), "_pow": _safe_pow}
 
-_ELEMENTWISE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+# numpy's float floor_divide follows CPython's float floor division step for step (fmod, then
+# the same sign correction and rounding), so `//` is exact element for element too.
+_ELEMENTWISE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv)
 
 
 def _elementwise(node: ast.AST, arrays: frozenset[str]) -> tuple[bool, bool]:
@@ -283,11 +285,11 @@ class Expr:
         to scalars) gives, element for element, exactly what evaluating with each element
         bound to that Python float gives.
 
-        True when every node whose value depends on an array name is such a name, `+ - * /`,
+        True when every node whose value depends on an array name is such a name, `+ - * / //`,
         unary `+ -`, or max/min of arguments that all depend on array names: numpy applies
         these as the same IEEE operations Python applies to floats (max and min are folded
         with the same comparisons as Python's), and each such node is a float in Python.
-        Comparisons, `and/or/not`, conditionals, `** // %` on array values are not.
+        Comparisons, `and/or/not`, conditionals, `** %` on array values are not.
         """
         known = self._elementwise.get(array_names)
         if known is None:

@@ -9,7 +9,7 @@ Two facts make it fast, and both keep it exact (equal to catalogue/records/direc
 2. All of a kind's settings are evaluated at once: a setting name that varies over the grid is
    bound to a float64 numpy array (one row per setting) and `total` to a (setting, combo)
    array. This is exact only for an expression whose every operation on those arrays is
-   elementwise IEEE arithmetic (Expr.elementwise: `+ - * /`, unary minus, max/min); names are
+   elementwise IEEE arithmetic (Expr.elementwise: `+ - * / //`, unary minus, max/min); names are
    Python floats (catalogue/records/names.py), so numpy performs the very operations Python would.
    An expression that is not elementwise (a comparison or conditional on a varying name, `**`
    of one, ...), or whose array evaluation raises, is evaluated setting by setting instead:
