@@ -20,6 +20,7 @@ from typing import Any
 from conftest import load_shipped
 
 from speccat.catalogue.records.cost import load_costs
+from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.store.night import NightData
@@ -45,6 +46,7 @@ class Censused:
     config_hash: str
     spec: dict
     prices: PriceTables
+    point_prices: tuple = ()  # the records' price at each point the census measured
 
 
 @cache
@@ -71,7 +73,8 @@ def censused(repo_id: str) -> Censused:
     spec = run_census(config, name=repo_id).to_dict()
     defaults = family_for(spec["arch"]).pricing_defaults()
     prices = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
-    return Censused(repo_id, config, config_hash(config), spec, prices)
+    points = tuple(price_points(spec, defaults, records(), grid()))
+    return Censused(repo_id, config, config_hash(config), spec, prices, points)
 
 
 def versions(**overrides: str) -> dict[str, str]:
@@ -123,6 +126,7 @@ def make_run(
         configs={h: by_hash[h].config for h in sorted(fresh)},
         specs={h: by_hash[h].spec for h in sorted(fresh)},
         prices={h: by_hash[h].prices for h in sorted(fresh)},
+        point_prices={h: list(by_hash[h].point_prices) for h in sorted(fresh)},
         failures=list(failures),
     )
 
@@ -142,6 +146,7 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
                     config_hash=suffix + item.config_hash[len(suffix):],
                     spec=item.spec,
                     prices=item.prices,
+                    point_prices=item.point_prices,
                 )
             )
     return out

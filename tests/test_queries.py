@@ -270,6 +270,7 @@ def test_priced_vs_measured(con):
             ]
             expected[(repo_id, kind)] = (priced / seq, sum(measured["bytes_per_token"].values()))
     rows = query(con, "priced_vs_measured")
+    assert {r["point"] for r in rows} == {"census"}  # these specs were censused without the points across settings
     got = {(r["repo_id"], r["kind"]): (r["priced_per_token"], r["measured_per_token"]) for r in rows}
     assert got.keys() == expected.keys()
     for key, (priced, measured) in expected.items():
