@@ -115,6 +115,8 @@ def _rank_probes(top: Any, text: Any, t: int, shapes: list[Shape], seq_length: i
         if any(s.ffn == "moe" for s in rank_shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
             built.model.set_experts_implementation(EXPERTS_IMPL)
         probes = probe_layers(built, [s.first for s in rank_shapes], seq_length, backward=False)
+    except MemoryError:  # the census's budget, not the rank's shape: the whole census is too large
+        raise
     except Exception as err:  # a rank transformers cannot build or run is not measured
         log.info("tp %d rank not measured: %s: %s", t, type(err).__name__, err)
         return None

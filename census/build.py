@@ -65,7 +65,7 @@ def build(top: Any, text: Any) -> Built:
             with torch.device("meta"), no_init_weights():
                 model = auto.from_config(config, dtype=BUILD_DTYPE, attn_implementation=implementation, trust_remote_code=False)
             break
-        except SpecError:
+        except (SpecError, MemoryError):  # out of memory is the budget's verdict, not the attention's
             raise
         except Exception as err:  # a model that refuses speccat's attention is built with its own (census/routing.py routes it)
             first = first or err

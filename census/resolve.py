@@ -43,6 +43,8 @@ def _config_objects(config: Mapping) -> tuple[Any, Any, bool]:
     try:
         top = CONFIG_MAPPING[model_type].from_dict(census_config(config))
         text = top.get_text_config(decoder=True)
+    except MemoryError:
+        raise
     except Exception as err:  # building a config object only parses it: any failure is the config's
         raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None
     nested = text is not top

@@ -195,3 +195,17 @@ def test_measured_across_settings_match_the_hand_derivation():
     from speccat.catalogue.records.oprecords import load_records
 
     assert points["recompute all"][0]["recompute"] == list(load_records().switches)
+
+
+def test_running_out_of_memory_in_a_rank_fails_the_census_not_the_rank(monkeypatch):
+    """A rank transformers cannot build is skipped; a rank that ran out of memory is not: the
+    census's memory budget is spent, and the night must report it as too large."""
+    from speccat.census import across, run_census
+
+    def exhausted(*configs):
+        raise MemoryError("simulated: the census's address space is spent")
+
+    monkeypatch.setattr(across, "build", exhausted)
+    with pytest.raises(SpecError) as err:
+        run_census(TINY_LLAMA, name="tiny-llama", seq_length=S, across=True)
+    assert err.value.reason == "census_failed" and isinstance(err.value.__cause__, MemoryError)
