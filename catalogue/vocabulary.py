@@ -26,7 +26,10 @@ def _lists(path: Path = VOCABULARY_PATH) -> Mapping[str, Mapping]:
 _VOCABULARY = _lists()
 
 OPS: tuple[str, ...] = tuple(_VOCABULARY["ops"])
-(OTHER,) = tuple(_VOCABULARY["other_op"])
+# Ops the census books measured bytes to that the records never price: bytes no op claims, and
+# what the selective-checkpoint cache holds beyond plain autograd.
+UNPRICED_OPS: tuple[str, ...] = tuple(_VOCABULARY["unpriced_ops"])
+OTHER, CACHED = UNPRICED_OPS
 PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
 # The variant facts the census states per kind, read by the records' formulas as names.
 VARIANTS: tuple[str, ...] = tuple(_VOCABULARY["variants"])
@@ -61,7 +64,7 @@ ENUMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "gating": GATING_CODES,
         "attention_flavour": ATTENTION_FLAVOURS,
         "ffn_flavour": FFN_FLAVOURS,
-        "op_name": OPS + (OTHER,),
+        "op_name": OPS + UNPRICED_OPS,
     }
 )
 
@@ -71,7 +74,7 @@ def describe(list_name: str, code: str) -> str:
     if list_name == "reason":
         return next(_VOCABULARY["reasons"][g][code] for g in REASONS if code in _VOCABULARY["reasons"][g])
     if list_name == "op_name":
-        return {**_VOCABULARY["ops"], **_VOCABULARY["other_op"]}[code]
+        return {**_VOCABULARY["ops"], **_VOCABULARY["unpriced_ops"]}[code]
     return _VOCABULARY[list_name][code]
 
 

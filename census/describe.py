@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.catalogue.vocabulary import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
 from speccat.census.predicates import is_experts, is_layer_norm, is_norm, is_projection
@@ -213,7 +213,7 @@ class LayerView:
                 child = op.split(":", 1)[1]
                 op = "attMM" if child in self.attention_children else "ffMM" if child in self.ffn_children else OTHER
             booked[op] += nbytes
-        return {op: booked.get(op, 0) / seq_length for op in OPS + (OTHER,)}
+        return {op: booked.get(op, 0) / seq_length for op in OPS + UNPRICED_OPS}
 
     # -- params ------------------------------------------------------------------------------
 

@@ -151,6 +151,7 @@ class LayerProbe:
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
     kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
     booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
+    kept_outputs: dict[int, set[int]] = field(default_factory=dict)  # call index -> positions of its output tensors kept
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
 
@@ -188,7 +189,8 @@ class Watcher:
         self.forward_done = False
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
-        self.creator: dict[int, tuple[StorageWeakRef, LayerProbe, int, bool]] = {}  # storage -> (it, probe, call index, made in a nested norm)
+        # storage -> (it, probe, call index, made in a nested norm, position among the call's output tensors)
+        self.creator: dict[int, tuple[StorageWeakRef, LayerProbe, int, bool, int]] = {}
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -266,13 +268,13 @@ class Watcher:
         if func in SAC_IGNORED_OPS:
             return
         probe.calls.append(func)
-        for tensor in tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
-                key = _storage_key(tensor)
-                known = self.creator.get(key)
-                if known is None or known[0].expired():  # new, or a dead storage's identity reused
-                    nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
-                    self.creator[key] = (StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm)
+        tensors = (leaf for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor))
+        for position, tensor in enumerate(tensors):
+            key = _storage_key(tensor)
+            known = self.creator.get(key)
+            if known is None or known[0].expired():  # new, or a dead storage's identity reused
+                nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
+                self.creator[key] = (StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
 
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
@@ -599,5 +601,6 @@ def _book_bytes(watcher: Watcher) -> None:
             if made is not None and made[1] is probe:
                 probe.kept_by_call.setdefault(made[2], set()).add(part or op)
                 probe.booked_as.setdefault(made[2], op)
+                probe.kept_outputs.setdefault(made[2], set()).add(made[4])
             else:
                 probe.input_bytes[op] += nbytes  # a storage the layer did not make: its input

@@ -12,7 +12,9 @@ selective-checkpoint policy built from the plain probe of the same layer:
 - every other call is recomputed (PREFER_RECOMPUTE): plain autograd keeps nothing it made.
 
 What the layer keeps is then what the policy's cache holds after the forward: the outputs of
-the saved calls whose storages are still alive, the layer's output left out. The checkpoint
+the saved calls whose storages are still alive, the layer's output left out. An output plain
+autograd does not keep (a kernel's result beside the intermediates it saves) is booked to the
+op `cached`: the API's cost, which the records do not price. The checkpoint
 also keeps the layer's inputs, at every point alike; that copy is left out, and what plain
 autograd kept of the layer's own input (a LayerNorm's input) counts while its op is not
 recomputed, as the records price it. The calls are matched to the
@@ -31,6 +33,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from speccat.catalogue.vocabulary import CACHED
 from speccat.census.build import Built
 from speccat.census.probe import LayerProbe, Watcher, run_layers
 
@@ -77,6 +80,9 @@ class Recomputing(Watcher):
             if ref.expired() or key in seen or key in self.outputs or probe.index in self.mismatch:
                 continue
             seen.add(key)
+            made = self.creator.get(key)
+            if made is not None and made[1] is probe and made[4] not in self.plain[probe.index].kept_outputs.get(made[2], ()):
+                op = CACHED  # calls match the plain probe's by position, so (call, output) names the same tensor
             probe.saved_bytes[op] += self.cuda_nbytes.get(key, nbytes)  # a mask is known as one only once filled
         for index, probe in self.probes.items():
             if index in self.mismatch:

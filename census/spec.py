@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, KIND_DIMS, OPS, OTHER, VARIANTS
+from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, KIND_DIMS, OPS, UNPRICED_OPS, VARIANTS
 
 # Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
 REASONS: tuple[str, ...] = CENSUS_REASONS
@@ -89,7 +89,7 @@ KIND_PARAM_PARTS = ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_
 
 MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token"})
 POINT_KEYS = ("point", "seq_length", "tp", "cp", "sequence_parallel", "recompute", "bytes_per_token")
-MEASURED_OPS = OPS + (OTHER,)
+MEASURED_OPS = OPS + UNPRICED_OPS
 
 _KIND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from speccat.catalogue.errors import InputError
-from speccat.catalogue.vocabulary import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, UNPRICED_OPS
 from speccat.flows.targets import DB_ENV, DEFAULT_DB, default_db
 
 CONFIG_HELP = "a config.json, a folder holding one, or a repo id the catalogue holds (matched ignoring case)"
@@ -120,5 +120,5 @@ def summary(spec) -> str:
         per_op = measured["bytes_per_token"]
         total = sum(per_op.values())
         lines.append(f"    saved bytes/token at s={measured['seq_length']} ({impls}): {_fmt(total)}")
-        lines.append("      " + " ".join(f"{op}={_fmt(per_op[op])}" for op in OPS + (OTHER,) if per_op[op]))
+        lines.append("      " + " ".join(f"{op}={_fmt(per_op[op])}" for op in OPS + UNPRICED_OPS if per_op[op]))
     return "\n".join(lines)

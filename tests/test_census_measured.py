@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speccat.catalogue.vocabulary import OPS, OTHER
+from speccat.catalogue.vocabulary import OPS, UNPRICED_OPS
 from speccat.census.spec import SpecError
 
 # hidden 64, 4 heads of 16, 2 kv heads, MLP width 128; bf16 activations; 64 tokens.
@@ -58,7 +58,7 @@ def test_measured_bytes_per_op_match_the_hand_derivation(tiny_spec):
     assert measured["seq_length"] == S
     assert measured["attention_impl"] == "speccat::flash_attention"
     assert "experts_impl" not in measured
-    expected = {op: float(EXPECTED.get(op, 0)) for op in OPS + (OTHER,)}
+    expected = {op: float(EXPECTED.get(op, 0)) for op in OPS + UNPRICED_OPS}
     assert measured["bytes_per_token"] == expected
 
 

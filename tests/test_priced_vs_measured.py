@@ -41,7 +41,7 @@ KNOWN_GAPS = {
 # a saved call caches its whole output, so a switch set can keep more than plain autograd
 # (the delta-rule kernel's output beside the intermediates it saves; a dropout's output
 # beside its mask).
-SAC_CACHES_MORE = ("selective checkpoint caches a saved op's whole output",)
+SAC_CACHES_MORE = ("selective checkpoint caches a saved call's whole output",)
 
 
 @pytest.fixture(scope="module")

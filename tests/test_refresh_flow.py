@@ -102,11 +102,15 @@ def test_the_example_queries_answer_for_every_shipped_repo(snapshot_runs):
         fits = present.run(con, queries["fits_budget"], {"budget_gib": 10**6})
         assert {r[0] for r in fits.rows} == set(CENSUSED)  # a budget nothing exceeds
         measured = present.run(con, queries["priced_vs_measured"])
-        # A model whose positions end before the census's 4096 tokens is measured at its own
-        # limit (gpt2 1024, RedPajama 2048), a length the settings grid does not price.
-        short = {r for r in CENSUSED if min(load_shipped(r).get(k) or 4096 for k in ("n_positions", "max_position_embeddings")) < 4096}
-        assert short == {"openai-community/gpt2", "togethercomputer/RedPajama-INCITE-Chat-3B-v1"}
-        assert {r[0] for r in measured.rows} == set(CENSUSED) - short
+        # Every repo answers, at every point: a model whose positions end before the census's
+        # 4096 tokens is measured, and priced, at its own limit (gpt2 1024, RedPajama 2048).
+        assert {r[0] for r in measured.rows} == set(CENSUSED)
+        column = measured.columns.index
+        own = {r[0]: r[column("seq_length")] for r in measured.rows if r[column("point")] == "census"}
+        short = {r: min(load_shipped(r).get(k) or 4096 for k in ("n_positions", "max_position_embeddings")) for r in CENSUSED}
+        assert {r: n for r, n in own.items() if n < 4096} == {"openai-community/gpt2": 1024, "togethercomputer/RedPajama-INCITE-Chat-3B-v1": 2048}
+        assert all(own[r] == min(n, 4096) for r, n in short.items())
+        assert all(r[column("priced_per_token")] > 0 for r in measured.rows)
         for repo_id in CENSUSED:
             ranked = present.run(con, queries["masks_ranked"], {"repo_id": repo_id})
             n_equivalent = ranked.columns.index("n_equivalent")

@@ -11,7 +11,7 @@ from speccat import sql
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
 from speccat.catalogue.store.file import REFERENCE_TABLES, SWITCH_SET_FIXED, TABLES, create_schema
-from speccat.catalogue.vocabulary import ENUMS, FAILURE_REASONS, GATING, OPS, OTHER, vocabulary_rows
+from speccat.catalogue.vocabulary import ENUMS, FAILURE_REASONS, GATING, OPS, UNPRICED_OPS, vocabulary_rows
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_the_vocabulary_table_holds_every_code_with_its_meaning(con):
 def test_the_codes_a_python_caller_stores_are_enum_codes(con):
     assert enum(con, "reason") == FAILURE_REASONS
     assert set(GATING.values()) == set(enum(con, "gating"))
-    assert enum(con, "op_name") == OPS + (OTHER,)
+    assert enum(con, "op_name") == OPS + UNPRICED_OPS
 
 
 def test_every_table_exists(con):

@@ -23,6 +23,7 @@
 --   priced_per_token        bytes/token  the records' price of one layer at the point, per token of its sequence
 --   measured_per_token      bytes/token  what the layer kept at the point, per token of its sequence
 --   unattributed_per_token  bytes/token  the part of it no op claims (op `other`)
+--   cached_per_token        bytes/token  what the selective-checkpoint cache holds beyond plain autograd (op `cached`)
 --   ratio                   ratio        priced_per_token / measured_per_token
 --   cause                   text         why the ratio is more than 0.5% from 1 (NULL within 0.5%)
 CREATE OR REPLACE VIEW priced_vs_measured AS
@@ -33,27 +34,28 @@ WITH m AS (
            any_value(attention_impl) AS attention_impl,
            any_value(experts_impl) AS experts_impl,
            sum(bytes_per_token) AS measured_per_token,
-           sum(bytes_per_token) FILTER (WHERE op = 'other') AS unattributed_per_token
+           sum(bytes_per_token) FILTER (WHERE op = 'other') AS unattributed_per_token,
+           sum(bytes_per_token) FILTER (WHERE op = 'cached') AS cached_per_token
     FROM measured GROUP BY config_hash, census_version, kind, point
 ),
 r AS (
     SELECT m.*, p.records_version, p.priced_per_token,
            p.priced_per_token / nullif(m.measured_per_token, 0) AS ratio,
-           max(m.measured_per_token) FILTER (WHERE m.point = 'census')
-               OVER (PARTITION BY m.config_hash, m.census_version, m.kind) AS plain_per_token,
            coalesce(s.num_key_value_heads, s.num_attention_heads) AS kv_heads
     FROM m
     JOIN point_prices AS p USING (config_hash, census_version, kind, point)
     JOIN specs AS s USING (config_hash, census_version)
 )
 SELECT config_hash, census_version, records_version, kind, point, seq_length, tp, cp, sequence_parallel,
-       recompute, attention_impl, experts_impl, priced_per_token, measured_per_token, unattributed_per_token, ratio,
+       recompute, attention_impl, experts_impl, priced_per_token, measured_per_token, unattributed_per_token,
+       cached_per_token, ratio,
        CASE WHEN abs(ratio - 1) <= 0.005 THEN NULL
             WHEN measured_per_token = 0 THEN 'census: nothing measured'
             WHEN coalesce(unattributed_per_token, 0) > 0.005 * measured_per_token
                 THEN 'census: bytes no op claims (op other)'
-            WHEN len(recompute) > 0 AND measured_per_token > plain_per_token
-                THEN 'selective checkpoint caches a saved op''s whole output (a dropout''s output beside its mask): more than plain autograd keeps'
+            WHEN coalesce(cached_per_token, 0) > 0
+                 AND abs(priced_per_token - (measured_per_token - cached_per_token)) <= 0.005 * measured_per_token
+                THEN 'selective checkpoint caches a saved call''s whole output: the op cached, beyond what plain autograd keeps, is the whole residual'
             WHEN tp > kv_heads THEN 'tp > n_kv: kv heads replicated'
             ELSE 'records: no formula of this records version accounts for the difference'
        END AS cause
