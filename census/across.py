@@ -17,6 +17,7 @@ transformers cannot build, a head width the rank does not keep) is left out of t
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -147,8 +148,7 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
         if rank is not None and rank[1]:
             rank_measure = _per_kind(rank[0], shapes, kind_of, hidden)
             points.append(_point(f"tp {t}", seq_length, rank_measure(rank[1], seq_length), tp=t))
-    switches = load_records().switches
-    ops_of = _ops_of_switches()
+    switches, ops_of = _switch_ops()
     sets = [(s,) for s in switches] if POINTS["recompute_each_switch"] else []
     if POINTS["recompute_all"]:
         sets.append(tuple(switches))
@@ -164,11 +164,13 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
     return points
 
 
-def _ops_of_switches() -> dict[str, set[str]]:
-    """Switch -> the ops and parts whose saves it drops (the records' names)."""
+@functools.cache
+def _switch_ops() -> tuple[tuple[str, ...], dict[str, set[str]]]:
+    """The records' switches, and switch -> the ops and parts whose saves it drops (parsed once
+    per process: parsing the records costs about 0.2 s)."""
     records = load_records()
     ops: dict[str, set[str]] = {}
     for name, record in {**records.ops, **records.parts}.items():
         if record.switch is not None:
             ops.setdefault(record.switch, set()).add(name)
-    return ops
+    return tuple(records.switches), ops
