@@ -187,6 +187,14 @@ class LayerView:
             return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_path)
         return sum(n for owner, n in self.probe.activations.items() if owner.split(".", 1)[0] in self.ffn_children)
 
+    def dense_activation_saves(self) -> int:
+        """Tensors the dense MLP's activation keeps for backward per call (0 without one): what
+        its code is, counted, not its bytes (the records price them from the width and dtype)."""
+        calls = self.activations()
+        if self.experts is not None or not calls:
+            return 0
+        return self.probe.saved_storages["ffAct"] // calls
+
     # -- ops and bytes -----------------------------------------------------------------------
 
     def ops(self) -> dict[str, int]:
@@ -318,11 +326,13 @@ class LayerView:
             "norm_scale_fp32": upcast and bool(muls) and muls[-1].out_dtype == torch.float32,
             "q_heads_major": any(k.heads_major for k in kernels),
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
+            "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
             "ff_fused_gate_up": bool(dense)
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
             "act_inline": experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules()),
+            "act_saved": self.dense_activation_saves(),
             "router_fp32_input": any(
                 op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in half and op.out_last == self.hidden for op in router
             ),

@@ -118,6 +118,7 @@ class KernelCall:
     causal: bool = True
     heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
     v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
+    qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
 
@@ -145,6 +146,7 @@ class LayerProbe:
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
+    saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
@@ -291,6 +293,7 @@ class Watcher:
                     "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
                     heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2),
                     v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
+                    qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
                 )
@@ -602,6 +605,7 @@ def _book_bytes(watcher: Watcher) -> None:
             if key in watcher.activation_inputs and op.startswith("child:"):
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
+            probe.saved_storages[op] += 1
             made = watcher.creator.get(key)
             if made is not None and made[1] is probe:
                 probe.kept_by_call.setdefault(made[2], set()).add(part or op)

@@ -19,7 +19,7 @@ MOE = {"attention": "full", "ffn": "moe"}
 
 def _variants(*stated: str) -> dict:
     """A kind's variant facts as the census states them: the named ones true, the rest false/0."""
-    return {name: name in stated for name in VARIANTS} | {"index_topk": 0}
+    return {name: name in stated for name in VARIANTS} | {"index_topk": 0, "act_saved": 1}
 
 
 def _ops(model_type: str, kind: str) -> dict:

@@ -139,3 +139,44 @@ def test_linear_attention_keeps_what_the_production_kernels_keep():
     # normalised q and k (key heads), their fp32 inverse norms, v's own copy, the fp32 chunk
     # decay, the WY matrix (64 wide); q and k are per key head, dk wide
     assert booked["linrec"] == BF16 * 2 * kv * dk + 2 * FP32 * kv + BF16 * heads * dv + FP32 * heads + BF16 * heads * 64
+
+
+def test_gpt2s_python_gelu_chain_and_fused_qkv_views():
+    """gpt2: gelu_new is Python elementwise code, and q, k, v are views of c_attn's one output
+    (no rotary embedding makes q and k anew). A real CPU graph holds what the census books, and
+    the census states both facts the records price them with."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from speccat.census import run_census
+    from speccat.census.attention import ATTENTION_IMPL
+
+    h, heads, inner, seq = 64, 4, 256, 32
+    config = {
+        "model_type": "gpt2", "n_embd": h, "n_head": heads, "n_inner": inner, "n_layer": 1, "vocab_size": 128,
+        "n_positions": 128, "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+    }  # fmt: skip
+    spec = run_census(config, name="tiny-gpt2", seq_length=seq)
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    # 0.5 * x * (1 + tanh(c * (x + 0.044715 * x**3))): pow keeps x, tanh its output, the last
+    # product both of its factors (0.5 x and 1 + tanh); c_proj keeps the product itself (ffMM).
+    assert booked["ffAct"] == 4 * BF16 * inner
+    assert spec["variants"]["decoder"]["act_saved"] == 4
+    # The kernel keeps q, k and v: three views of one storage, c_attn's output, held once.
+    assert booked["attBMM"] == BF16 * 3 * h
+    assert spec["variants"]["decoder"]["qk_in_projection"] and spec["variants"]["decoder"]["v_in_projection"]
+
+    hf = AutoConfig.for_model(**config)
+    hf._attn_implementation = ATTENTION_IMPL
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    x = torch.randn(1, seq, h, dtype=torch.bfloat16, requires_grad=True)
+    out = model.transformer.h[0](x)
+    out = out[0] if isinstance(out, tuple) else out
+    left_out = fixed | {out.untyped_storage()._cdata}
+    real = {key: t for key, t in _saved_by_graph(out).items() if key not in left_out}
+    # The two LayerNorms' mean and rstd: the CPU keeps them in bf16, CUDA (what the census books) in fp32.
+    stats = [t for t in real.values() if t.shape == (1, seq, 1)]
+    assert len(stats) == 4 and all(t.dtype == torch.bfloat16 for t in stats)
+    cpu = sum(t.untyped_storage().nbytes() for t in real.values())
+    assert sum(booked.values()) * seq == cpu + len(stats) * seq * (FP32 - BF16)

@@ -105,7 +105,7 @@ def gpt3_layer() -> tuple[dict, dict]:
         "params": {"kinds": {"decoder": {"attention": 4 * h * h, "ffn_dense": 8 * h * h, "norm": 4 * h}}},
         **{flag: flag == "layer_norms" for flag in FLAGS},  # LayerNorm; the census states every flag
         # the variant facts the census states: attention dropout on, nothing else
-        "variants": {"decoder": {name: name == "attention_dropout" for name in VARIANTS} | {"index_topk": 0}},
+        "variants": {"decoder": {name: name == "attention_dropout" for name in VARIANTS} | {"index_topk": 0, "act_saved": 1}},
     }  # fmt: skip
     return spec, {"defaults": {"norm_bytes": 2, "dropout_bytes": 1, "softmax_bytes": 2}, "model": {}}
 

@@ -32,11 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # The shipped snapshot holds the shipped configs and those of ../shared/hub-configs-more/.
 CONFIGS = sorted(glob.glob(str(ROOT / "flows" / "snapshot" / "*" / "config.json")))
 AT_CENSUS, ELSEWHERE = 0.005, 0.01
-# Kinds whose ops records v2 has no formula for yet, each with its cause.
-KNOWN_GAPS = {
-    "openai-community/gpt2": "gelu_new's Python tanh chain keeps four tensors of the ffn width (x, tanh, 0.5x, 1 + tanh); "
-    "records v2 prices a module activation's one (no activation-chain fact yet)",
-}
 # Residuals the view names by the selective-checkpoint API's own behaviour, not the records':
 # a saved call caches its whole output, so a switch set can keep more than plain autograd
 # (the delta-rule kernel's output beside the intermediates it saves; a dropout's output
@@ -84,7 +79,7 @@ def _outside(rows: list[tuple], tolerance: float) -> list[str]:
     return [
         f"{repo} {kind} at {point}: priced {priced:.1f} B/token, measured {measured:.1f} ({cause})"
         for repo, kind, point, priced, measured, ratio, cause in rows
-        if repo not in KNOWN_GAPS and abs(ratio - 1) > tolerance and not (cause or "").startswith(SAC_CACHES_MORE)
+        if abs(ratio - 1) > tolerance and not (cause or "").startswith(SAC_CACHES_MORE)
     ]
 
 
@@ -117,16 +112,9 @@ def test_the_nine_switch_sets_are_priced_within_one_percent(catalogue):
 
 def test_every_residual_above_half_a_percent_names_its_cause(catalogue):
     rows = _rows(catalogue, "abs(p.ratio - 1) > 0.005")
-    assert rows, "gpt2's known gap at least is above 0.5%"
+    assert rows, "the selective-checkpoint cache's residuals at least are above 0.5%"
     assert all(cause for *_, cause in rows)
     assert _rows(catalogue, "abs(p.ratio - 1) <= 0.005 AND p.cause IS NOT NULL") == []
-
-
-def test_the_known_gaps_are_still_gaps(catalogue):
-    """When the records learn gelu_new's chain, the known gap must go."""
-    for repo in KNOWN_GAPS:
-        rows = _rows(catalogue, f"r.repo_id = '{repo}' AND p.point = 'census'")
-        assert rows and all(abs(ratio - 1) > AT_CENSUS for *_, ratio, _ in rows)
 
 
 def test_what_selective_checkpoint_caches_beyond_plain_autograd_is_the_kernel_output(catalogue):

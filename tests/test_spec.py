@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from speccat.catalogue.vocabulary import OPS, OTHER
+from speccat.catalogue.vocabulary import CACHED, OPS, OTHER
 from speccat.census.spec import REASONS, ModelSpec, SpecError
 
 STD = dict(zip(OPS, (4, 2, 3, 1, 0, 2, 4, 1, 1, 0)))
@@ -23,7 +23,7 @@ def deepseek_v3_shaped() -> dict:
     measured = {
         "seq_length": 4096,
         "attention_impl": "speccat_flash",
-        "bytes_per_token": {**{op: 0 for op in OPS}, "attMM": 43008.0, "attBMM": 98304.5, OTHER: 0.25},
+        "bytes_per_token": {**{op: 0 for op in OPS}, "attMM": 43008.0, "attBMM": 98304.5, OTHER: 0.25, CACHED: 0.0},
     }
     return {
         "name": "deepseek-ai/DeepSeek-V3",
