@@ -6,6 +6,9 @@
 -- off (`tp 2`, `tp 8`), and switch sets recomputed through torch's selective-checkpoint API
 -- (`recompute <switch>`, `recompute all`). Both describe the `transformers` stack, one
 -- micro-batch. Covers every version stored. A ratio more than 0.5% from 1 names its cause.
+-- At a switch-set point the measurement runs through torch's selective-checkpoint API, whose
+-- cache holds a saved call's whole output; what it holds beyond plain autograd (the census's
+-- op `cached`) is the API's, not the stack's: it is shown apart and not in measured_per_token.
 -- Grain: one row per (config_hash, census_version, records_version, kind, point).
 -- Columns:
 --   config_hash             id           the config
@@ -21,7 +24,7 @@
 --   attention_impl          text         the attention implementation the census ran
 --   experts_impl            text         the experts implementation it ran (NULL when dense)
 --   priced_per_token        bytes/token  the records' price of one layer at the point, per token of its sequence
---   measured_per_token      bytes/token  what the layer kept at the point, per token of its sequence
+--   measured_per_token      bytes/token  what the layer kept at the point, per token of its sequence (op cached left out)
 --   unattributed_per_token  bytes/token  the part of it no op claims (op `other`)
 --   cached_per_token        bytes/token  what the selective-checkpoint cache holds beyond plain autograd (op `cached`)
 --   ratio                   ratio        priced_per_token / measured_per_token
@@ -33,7 +36,7 @@ WITH m AS (
            any_value(sequence_parallel) AS sequence_parallel, any_value(recompute) AS recompute,
            any_value(attention_impl) AS attention_impl,
            any_value(experts_impl) AS experts_impl,
-           sum(bytes_per_token) AS measured_per_token,
+           sum(bytes_per_token) FILTER (WHERE op <> 'cached') AS measured_per_token,
            sum(bytes_per_token) FILTER (WHERE op = 'other') AS unattributed_per_token,
            sum(bytes_per_token) FILTER (WHERE op = 'cached') AS cached_per_token
     FROM measured GROUP BY config_hash, census_version, kind, point
@@ -53,9 +56,6 @@ SELECT config_hash, census_version, records_version, kind, point, seq_length, tp
             WHEN measured_per_token = 0 THEN 'census: nothing measured'
             WHEN coalesce(unattributed_per_token, 0) > 0.005 * measured_per_token
                 THEN 'census: bytes no op claims (op other)'
-            WHEN coalesce(cached_per_token, 0) > 0
-                 AND abs(priced_per_token - (measured_per_token - cached_per_token)) <= 0.005 * measured_per_token
-                THEN 'selective checkpoint caches a saved call''s whole output: the op cached, beyond what plain autograd keeps, is the whole residual'
             WHEN tp > kv_heads THEN 'tp > n_kv: kv heads replicated'
             ELSE 'records: no formula of this records version accounts for the difference'
        END AS cause
