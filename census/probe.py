@@ -241,11 +241,13 @@ class Watcher:
         return held
 
     def _part(self, key: int) -> str | None:
-        """UP_INPUT when a projection saves a norm's output made inside the same child (MLA's
-        up-projections keep their latent norms' outputs), else None."""
+        """UP_INPUT when a projection saves a norm's output made inside the same child before the
+        child's kernel ran (MLA's up-projections keep their latent norms' outputs; a gated norm's
+        output that the output projection keeps after the kernel is not one), else None."""
         made = self.creator.get(key)
         saver = self.path[-1][1] if self.path else None
-        return UP_INPUT if made is not None and made[3] and saver is not None and is_projection(saver) else None
+        before_kernel = self.kernel_count_in_child[self._child()] == 0
+        return UP_INPUT if made is not None and made[3] and saver is not None and is_projection(saver) and before_kernel else None
 
     # -- dispatch ---------------------------------------------------------------------------
 
