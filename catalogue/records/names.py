@@ -28,12 +28,12 @@ from speccat.catalogue.vocabulary import KIND_DIMS, OPS, VARIANTS
 # Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
     "megatron", "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "fa",
-    "bytes_compute", "n_attParamCast", "n_ffParamCast", "micro_factor", "kv_shards",
+    "bytes_compute", "param_casts", "ulysses", "micro_factor",
 )  # fmt: skip
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -108,7 +108,6 @@ class KindValues:
     kind: str
     values: Mapping[str, Any]
     absent: Mapping[str, str]
-    linear: bool  # the kind runs a recurrence (linear attention, a Mamba mixer)
 
 
 def kind_spec(spec: Mapping, kind: str) -> Mapping:
@@ -216,13 +215,13 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values[name] = stated[name]
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
-    return KindValues(kind, _floats(values), absent, linear or values["ssm"] > 0)
+    values["recurrent"] = linear or values["ssm"] > 0  # the kind runs a recurrence (linear attention, a Mamba mixer)
+    return KindValues(kind, _floats(values), absent)
 
 
 def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
     """The names that depend on the setting (and on the kind's heads, op counts, recurrence)."""
     s, t, cp = setting["seq_length"], setting["tp"], setting["cp"]
-    param_casts = setting["param_casts"]
     values: dict[str, Any] = {
         "megatron": setting["stack"] == "megatron",
         "s": s,
@@ -234,9 +233,8 @@ def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, i
         "gmm": setting["grouped_gemm"],
         "dropless_tok_factor": setting["dropless_tok_factor"],
         "micro_factor": setting["in_flight"],
-        "n_attParamCast": kv.values["n_attMM"] if param_casts else 0,
-        "n_ffParamCast": kv.values["n_ffMM"] if param_casts else 0,
-        "kv_shards": cp if setting["cp_algo"] == "ulysses" or kv.linear else 1,
+        "param_casts": setting["param_casts"],
+        "ulysses": setting["cp_algo"] == "ulysses",
     }
     dtype = setting["dtype"]
     if dtype not in dtype_bytes:
