@@ -27,7 +27,6 @@ def main() -> None:
     from speccat.catalogue.records.names import layer_names
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.settings import load_settings
-
     from speccat.catalogue.vocabulary import VARIANTS
 
     records, grid = load_records(), load_settings()
