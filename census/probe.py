@@ -24,6 +24,7 @@ import contextlib
 import gc
 import traceback
 import weakref
+from pathlib import Path
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -575,6 +576,17 @@ def run_layers(
             "unsupported_layer",
             f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
         ) from err
+    except (SpecError, MemoryError):
+        raise
+    except Exception as err:
+        where = _failing_model_code(err)
+        if where is None:  # the census's own code failed: not the model's limit
+            raise
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise SpecError(
+            "unsupported_layer",
+            f"{where}: {type(err).__name__}: {first_line[:200]} (the model's own code fails where the census runs it: its decoder from input embeddings, in bf16, on fake tensors)",
+        ) from err
     finally:
         gc.unfreeze()
         setattr(holder, stack_name, built.layers)
@@ -594,6 +606,28 @@ def _model_code(err: BaseException) -> str:
         return "the model's code"
     frame = frames[-1]
     return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
+
+
+_CENSUS_DIR = str(Path(__file__).resolve().parent).replace("\\", "/") + "/"
+
+
+def _failing_model_code(err: BaseException) -> str | None:
+    """Where the model's code raised `err` (file:line function): when the innermost frame that is
+    transformers' or the census's own is transformers' (torch's and the standard library's
+    frames below it only carry out what it asked, and so do the census's modes passing an op
+    on, unless one raised it itself); None when it is the census's."""
+    owners = []
+    frames = traceback.extract_tb(err.__traceback__)
+    for i, frame in enumerate(frames):
+        name = frame.filename.replace("\\", "/")
+        passing_on = frame.name in ("__torch_function__", "__torch_dispatch__") and i < len(frames) - 1
+        if name.startswith(_CENSUS_DIR) and not passing_on:
+            owners.append("census")
+        elif "/transformers/" in name:
+            owners.append("transformers")
+    if not owners or owners[-1] != "transformers":
+        return None
+    return _model_code(err)
 
 
 def _book_bytes(watcher: Watcher) -> None:

@@ -80,3 +80,25 @@ def test_cli_process_shows_no_traceback():
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr + done.stdout
         assert json.loads(done.stdout)["error"]["reason"] == EXPECTED[name]["reason"]
+
+
+def test_the_models_own_code_failing_is_unsupported_layer_naming_it(monkeypatch):
+    """An exception the model's code raises during the fake forward is the model's limit, named
+    by the transformers frame that raised; one the census's own code raises stays census_failed."""
+    from transformers.models.llama import modeling_llama
+
+    from speccat.census import probe, run_census
+
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 128}  # fmt: skip
+    with monkeypatch.context() as patched:
+        patched.setattr(modeling_llama.LlamaMLP, "forward", lambda self, x: x.reshape(-1, 7))
+        with pytest.raises(SpecError) as err:
+            run_census(config, name="tiny")
+    assert err.value.reason == "unsupported_layer"
+    assert "modeling_llama.py" in str(err.value) and "RuntimeError" in str(err.value)
+
+    monkeypatch.setattr(probe, "_storage_key", None)  # the census's own code breaks while it watches an op
+    with pytest.raises(SpecError) as err:
+        run_census(config, name="tiny")
+    assert err.value.reason == "census_failed" and "TypeError" in str(err.value)
