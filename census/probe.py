@@ -28,7 +28,7 @@ from pathlib import Path
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -159,6 +159,16 @@ class LayerProbe:
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
 
 
+class Made(NamedTuple):
+    """Which call of which probe made a storage (Watcher.creator)."""
+
+    storage: StorageWeakRef
+    probe: LayerProbe
+    call: int  # the call's index among the probe's calls
+    nested_norm: bool  # made inside a norm nested in a child (MLA's latent norms)
+    position: int  # the tensor's position among the call's output tensors
+
+
 class _DispatchWatch(TorchDispatchMode):
     """Sees every op below autograd; hands the interesting ones to the watcher."""
 
@@ -192,8 +202,7 @@ class Watcher:
         self.forward_done = False
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
-        # storage -> (it, probe, call index, made in a nested norm, position among the call's output tensors)
-        self.creator: dict[int, tuple[StorageWeakRef, LayerProbe, int, bool, int]] = {}
+        self.creator: dict[int, Made] = {}  # storage -> the call that made it
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -204,7 +213,7 @@ class Watcher:
         kernel = attention.current_kernel()
         if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
             made = self.creator.get(key)
-            return "softmax" if made is not None and made[1].calls[made[2]] is OPS_KERNEL else "attBMM"
+            return "softmax" if made is not None and made.probe.calls[made.call] is OPS_KERNEL else "attBMM"
         if kernel in ("delta_rule", "scan", "ssd"):
             return "linrec"
         for _, module in reversed(self.path):
@@ -248,7 +257,7 @@ class Watcher:
         made = self.creator.get(key)
         saver = self.path[-1][1] if self.path else None
         before_kernel = self.kernel_count_in_child[self._child()] == 0
-        return UP_INPUT if made is not None and made[3] and saver is not None and is_projection(saver) and before_kernel else None
+        return UP_INPUT if made is not None and made.nested_norm and saver is not None and is_projection(saver) and before_kernel else None
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -277,9 +286,9 @@ class Watcher:
         for position, tensor in enumerate(tensors):
             key = _storage_key(tensor)
             known = self.creator.get(key)
-            if known is None or known[0].expired():  # new, or a dead storage's identity reused
+            if known is None or known.storage.expired():  # new, or a dead storage's identity reused
                 nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
-                self.creator[key] = (StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
+                self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
 
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
@@ -616,18 +625,16 @@ def _failing_model_code(err: BaseException) -> str | None:
     transformers' or the census's own is transformers' (torch's and the standard library's
     frames below it only carry out what it asked, and so do the census's modes passing an op
     on, unless one raised it itself); None when it is the census's."""
-    owners = []
+    owner = None
     frames = traceback.extract_tb(err.__traceback__)
     for i, frame in enumerate(frames):
         name = frame.filename.replace("\\", "/")
         passing_on = frame.name in ("__torch_function__", "__torch_dispatch__") and i < len(frames) - 1
         if name.startswith(_CENSUS_DIR) and not passing_on:
-            owners.append("census")
+            owner = "census"
         elif "/transformers/" in name:
-            owners.append("transformers")
-    if not owners or owners[-1] != "transformers":
-        return None
-    return _model_code(err)
+            owner = "transformers"
+    return _model_code(err) if owner == "transformers" else None
 
 
 def _book_bytes(watcher: Watcher) -> None:
@@ -643,9 +650,9 @@ def _book_bytes(watcher: Watcher) -> None:
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
             made = watcher.creator.get(key)
-            if made is not None and made[1] is probe:
-                probe.kept_by_call.setdefault(made[2], set()).add(part or op)
-                probe.booked_as.setdefault(made[2], op)
-                probe.kept_outputs.setdefault(made[2], set()).add(made[4])
+            if made is not None and made.probe is probe:
+                probe.kept_by_call.setdefault(made.call, set()).add(part or op)
+                probe.booked_as.setdefault(made.call, op)
+                probe.kept_outputs.setdefault(made.call, set()).add(made.position)
             else:
                 probe.input_bytes[op] += nbytes  # a storage the layer did not make: its input

@@ -81,7 +81,7 @@ class Recomputing(Watcher):
                 continue
             seen.add(key)
             made = self.creator.get(key)
-            if made is not None and made[1] is probe and made[4] not in self.plain[probe.index].kept_outputs.get(made[2], ()):
+            if made is not None and made.probe is probe and made.position not in self.plain[probe.index].kept_outputs.get(made.call, ()):
                 op = CACHED  # calls match the plain probe's by position, so (call, output) names the same tensor
             probe.saved_bytes[op] += self.cuda_nbytes.get(key, nbytes)  # a mask is known as one only once filled
         for index, probe in self.probes.items():
