@@ -80,7 +80,7 @@ class KindPricer:
     def __init__(self, kv: KindValues, grid: Grid, records: Records):
         self.kv, self.grid, self.records = kv, grid, records
         self.n = len(grid.settings)
-        per_setting = [setting_values(kv, s, grid.dtype_bytes) for s in grid.settings]
+        per_setting = [setting_values(s, grid.dtype_bytes) for s in grid.settings]
         values: dict[str, Any] = dict(kv.values)
         arrays: set[str] = set()
         unavailable: set[str] = set()

@@ -13,7 +13,7 @@ by accident. Names derived in the records file (its `names:` section) are evalua
 read and kept.
 
 The work is split so pricing can reuse it: `kind_values` once per kind, `setting_values` once
-per (kind, setting), combined by `bind`.
+per setting (it reads nothing of the kind), combined by `bind`.
 """
 
 from __future__ import annotations
@@ -219,8 +219,9 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     return KindValues(kind, _floats(values), absent)
 
 
-def setting_values(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
-    """The names that depend on the setting (and on the kind's heads, op counts, recurrence)."""
+def setting_values(setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
+    """The names that depend on the setting alone (those that combine it with the kind's are
+    derived in the records' `names`)."""
     s, t, cp = setting["seq_length"], setting["tp"], setting["cp"]
     values: dict[str, Any] = {
         "megatron": setting["stack"] == "megatron",
@@ -250,7 +251,7 @@ def bind(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int], recor
     `records` supplies the derived names and the defaults (`.derived`, `.defaults`).
     """
     names = LayerNames(kv.values, kv.absent, records.derived, records.defaults)
-    names.update(setting_values(kv, setting, dtype_bytes))
+    names.update(setting_values(setting, dtype_bytes))
     return names
 
 
