@@ -1,10 +1,10 @@
 """Evaluations per second of one slot through the compiled expressions.
 
 The slot is the records' dense `ffn` (two elements, each with conditionals over the stack and
-the variant facts) for one Llama-3.1-8B layer at the default setting, evaluated with all its ops kept: that is what the
-direct evaluator does per mask. Side by side, the same arithmetic written as a plain Python
-function, the floor any expression evaluator in Python can reach; their ratio is the cost of
-the closed language (validation is paid once, at parse time).
+the variant facts) for one Llama-3.1-8B layer at the default setting, evaluated with all its
+ops kept: that is what the direct evaluator does per mask. Side by side, the same arithmetic
+written as a plain Python function, the floor any expression evaluator in Python can reach;
+their ratio is the cost of the closed language (validation is paid once, at parse time).
 """
 
 from __future__ import annotations
