@@ -98,17 +98,19 @@ class Night:
 
 def current_versions() -> dict[str, str]:
     """Every version a stored result depends on (the runs table's version columns)."""
+    from speccat.catalogue.records.cost import load_costs, stored_version
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.settings import load_settings
     from speccat.census import CENSUS_VERSION
     from speccat.census.family import profiles_version
 
+    records = load_records()
     return {
         "speccat": dist_version("speccat"),
         "transformers": dist_version("transformers"),
         "torch": dist_version("torch"),
         "census": CENSUS_VERSION,
-        "records": load_records().version,
+        "records": stored_version(records, load_costs(records)),
         "profiles": profiles_version(),
         "settings": load_settings().version,
     }

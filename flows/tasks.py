@@ -161,14 +161,10 @@ def fetch_config(source: Source, listing: Listing) -> Fetched | ReasonError:
 
 def versions_key(versions: dict[str, str], seq_length: int) -> str:
     """A short digest of every version the census and pricing results depend on."""
-    from speccat.catalogue.records.cost import load_costs
     from speccat.catalogue.records.layouts import layouts_version
-    from speccat.catalogue.records.oprecords import load_records
 
-    # The layout rules decide which settings are priced, costs.yaml the switch_costs an analysis
-    # carries; they are versioned only here.
-    costs = load_costs(load_records()).version
-    canonical = json.dumps({**versions, "layouts": layouts_version(), "costs": costs, "seq_length": seq_length}, sort_keys=True)
+    # The layout rules decide which settings are priced; they are versioned only here.
+    canonical = json.dumps({**versions, "layouts": layouts_version(), "seq_length": seq_length}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

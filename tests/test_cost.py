@@ -17,7 +17,7 @@ from conftest import load_shipped
 sys.path.insert(0, str(Path(__file__).parent))
 from pricing_specs import llama_8b  # noqa: E402
 
-from speccat.catalogue.records.cost import CostError, load_accelerators, load_costs, op_costs, recomputed  # noqa: E402
+from speccat.catalogue.records.cost import CostError, load_accelerators, load_costs, op_costs, recomputed, stored_version  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +167,19 @@ def test_costs_file_must_cover_every_op(records, tmp_path):
     with pytest.raises(CostError) as err:
         load_costs(records, bad)
     assert err.value.reason == "unknown_name"
+
+
+def test_a_change_of_costs_alone_changes_the_version_stored_prices_are_keyed_by(records, tmp_path, monkeypatch):
+    """Stored costs are keyed by records_version: costs.yaml is hashed into it, so a night after a
+    cost change prices every config again instead of keeping the old costs."""
+    from speccat.catalogue.records import cost
+    from speccat.flows.refresh import current_versions
+
+    shipped = current_versions()["records"]
+    assert shipped == stored_version(records, load_costs(records))
+    changed = tmp_path / "costs.yaml"
+    changed.write_text(cost.COSTS_PATH.read_text().replace("step_factor: 3", "step_factor: 4"))
+    assert load_costs(records, changed).step_factor == 4
+    monkeypatch.setattr(cost, "COSTS_PATH", changed)
+    assert current_versions()["records"] != shipped
+    assert current_versions()["records"] == stored_version(records, load_costs(records, changed))

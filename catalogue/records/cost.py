@@ -90,6 +90,12 @@ def load_costs(records: Records, path: str | Path | None = None) -> Costs:
     return Costs(ops, float(step), version_of(data))
 
 
+def stored_version(records: Records, costs: Costs) -> str:
+    """The version stored prices and costs are keyed by (`records_version`): the records and the
+    costs of their ops together, so a change to either prices every config again."""
+    return version_of({"records": records.version, "costs": costs.version})
+
+
 def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:
     path = Path(path) if path is not None else ACCELERATORS_PATH
     loader = _Loader(path.name)
