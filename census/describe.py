@@ -324,6 +324,7 @@ class LayerView:
         return {
             "norm_upcast": upcast,
             "norm_scale_fp32": upcast and bool(muls) and muls[-1].out_dtype == torch.float32,
+            "norm_weight_copy": bool(norms) and norms[0] in self.probe.norm_weight_copies,
             "q_heads_major": any(k.heads_major for k in kernels),
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
@@ -437,10 +438,9 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         experts = moe.experts
         facts["num_experts"] = int(experts.num_experts)
         facts["moe_intermediate_size"] = moe.expert_width()
-        ranked = [k for child, k, size in moe.probe.topk if child == moe.moe_block and size == experts.num_experts]
-        if not ranked:
-            raise SpecError("unsupported_layer", f"layer {moe.index}: its router ran no top-k over the {experts.num_experts} experts")
-        facts["num_experts_per_tok"] = ranked[-1]
+        if not moe.probe.experts_top_k:
+            raise SpecError("unsupported_layer", f"layer {moe.index}: its experts were called with no index of the experts each token goes to")
+        facts["num_experts_per_tok"] = moe.probe.experts_top_k
         shared = moe.shared_widths()
         if shared:
             total = sum(shared)

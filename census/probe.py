@@ -61,7 +61,6 @@ OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
 OPS_SCAN = torch.ops.speccat.mamba_inner.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
 OPS_CONV = torch.ops.speccat.causal_conv1d.default
-OPS_TOPK = torch.ops.aten.topk.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
 # child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
 # the child's op (attMM); the part matters only to what recomputing it frees (census/recompute.py).
@@ -105,6 +104,14 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32) if dtype.is_floating_point else dtype
 
 
+def layer_norm_stats_cuda_nbytes(func, args, out) -> dict[int, int]:
+    """A LayerNorm call's mean and rstd storages → their bytes in CUDA's accumulation dtype
+    (the CPU kernel keeps them in the input's dtype); empty for any other op."""
+    if func not in _LAYER_NORM_OPS:
+        return {}
+    return {_storage_key(stat): stat.numel() * _acc_dtype(args[0].dtype).itemsize for stat in out[1:]}
+
+
 @dataclass
 class KernelCall:
     # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
@@ -140,7 +147,6 @@ class LayerProbe:
 
     index: int
     kernels: list[KernelCall] = field(default_factory=list)
-    topk: list[tuple[str | None, int, int]] = field(default_factory=list)  # (child, k, size of the ranked dim)
     dropouts: int = 0
     layer_norm_calls: int = 0  # norm modules that are direct children of the layer
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
@@ -149,8 +155,10 @@ class LayerProbe:
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
+    norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
+    experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
     kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
     booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
@@ -247,7 +255,10 @@ class Watcher:
         savers = self.seen.setdefault(key, [])
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
-        savers.append((probe, self._region_op(tensor, key), nbytes, weakref.ref(held), self._part(key)))
+        op = self._region_op(tensor, key)
+        if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
+            probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
+        savers.append((probe, op, nbytes, weakref.ref(held), self._part(key)))
         return held
 
     def _part(self, key: int) -> str | None:
@@ -326,10 +337,6 @@ class Watcher:
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
             probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
-        elif func is OPS_TOPK:
-            source, k = args[0], args[1]
-            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
-            probe.topk.append((self._child(), int(k), int(source.shape[dim])))
         elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
             probe.activations[self.path[-1][0]] += 1
             key = _storage_key(args[0])
@@ -345,10 +352,8 @@ class Watcher:
                 self.cuda_nbytes[key] = mask.numel() * _CUDA_MASK_DTYPE.itemsize
                 self.kept.append(mask.untyped_storage())  # alive, so no later storage can take its identity
         elif func in _LAYER_NORM_OPS:
-            for stat in out[1:]:
-                key = _storage_key(stat)
-                self.cuda_nbytes[key] = stat.numel() * _acc_dtype(args[0].dtype).itemsize
-                self.kept.append(stat.untyped_storage())
+            self.cuda_nbytes.update(layer_norm_stats_cuda_nbytes(func, args, out))
+            self.kept.extend(stat.untyped_storage() for stat in out[1:])
 
     def _in_mlp(self) -> bool:
         """The op runs in an MLP's own code (its module holds two or more projections, is no
@@ -399,6 +404,7 @@ class Watcher:
                 probe.layer_norm_calls += 1
             if is_experts(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
                 probe.routing_weights_dtype = args[2].dtype
+                probe.experts_top_k = int(args[1].shape[-1])
             if is_projection(module):
                 child = name.split(".", 1)[0]
                 probe.projection_order.setdefault(child, []).append(name)
