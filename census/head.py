@@ -4,7 +4,8 @@ with the loss's fp32 upcast (docs/planning.md).
 `probe_head` converts the embedding, the final norm and the output head of a model built on meta
 (census/build.py) to fake tensors, runs them as the causal LM's forward does (ids → embedding;
 the stack's output → final norm → head → the model's own loss function), and books every
-storage autograd saves, once, to the part that saved it, parameters left out. The embedding's
+storage autograd saves, once, to the part that saved it, parameters left out, at its CUDA width
+(a LayerNorm's statistics are fp32 there, bf16 in the CPU kernel). The embedding's
 part also holds its output: the first layer's input, which the layers' prices leave out.
 Final-logit softcapping (Gemma 2 and 3) is applied by the causal LM's forward, not by these
 parts, and is not measured.
@@ -16,12 +17,27 @@ from collections import Counter
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from speccat.census.build import Built
 from speccat.census.predicates import is_norm
+from speccat.census.probe import layer_norm_stats_cuda_nbytes
 from speccat.census.spec import SpecError
 
 HEAD_PARTS = ("embedding", "final_norm", "logits")
+
+
+class _CudaWidths(TorchDispatchMode):
+    """Notes the CUDA bytes of storages the CPU kernels keep in another dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.nbytes: dict[int, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.nbytes.update(layer_norm_stats_cuda_nbytes(func, args, out))
+        return out
 
 
 def probe_head(built: Built, seq_length: int) -> dict[str, float]:
@@ -39,15 +55,16 @@ def probe_head(built: Built, seq_length: int) -> dict[str, float]:
     saved: Counter = Counter()
     seen: dict[int, torch.Tensor] = {}  # kept alive so a storage's identity cannot be reused
     part = ["embedding"]
+    widths = _CudaWidths()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         key = tensor.untyped_storage()._cdata
         if key not in params and key not in seen:
             seen[key] = tensor
-            saved[part[0]] += tensor.untyped_storage().nbytes()
+            saved[part[0]] += widths.nbytes.get(key, tensor.untyped_storage().nbytes())
         return tensor
 
-    with fake, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with fake, widths, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         ids = torch.zeros(1, seq_length, dtype=torch.long)
         embeds = built.embedding(ids)
         saved["embedding"] += embeds.untyped_storage().nbytes()  # the first layer's input

@@ -16,7 +16,7 @@ import torch  # noqa: F401  (preloaded for the forked children)
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
 from speccat.catalogue.records import layouts
-from speccat.catalogue.records.points import price_points
+from speccat.catalogue.records.points import check_prices, price_points
 from speccat.catalogue.records.cost import load_costs
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
@@ -51,7 +51,8 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
     priced with) the census is skipped and the spec is only priced. A census refusal raises
     SpecError (its reason is kept by the parent); a pricing refusal returns the spec with
     {"price_error": (reason, message)} instead of prices, so the spec is stored and the
-    failure is a `price` failures row.
+    failure is a `price` failures row. So does a spec the records price beyond their tolerance
+    of what the census measured at any point (points.check_prices).
     """
     if spec_json is None:
         spec = run_census(config, name=name, seq_length=seq_length, across=True)
@@ -63,6 +64,7 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         prices = price_spec(spec, defaults, records, grid, costs=costs)
         infeasible = layouts.infeasible(spec, defaults, records, grid)
         points = price_points(spec, defaults, records, grid)
+        check_prices(spec, points, records)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
     return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points}

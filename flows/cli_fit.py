@@ -86,7 +86,7 @@ def planning_data() -> dict:
 
     records = load_records()
     return {"records": records, "grid": load_settings(), "costs": load_costs(records), "states": load_states(),
-            "head": load_head(), "accelerators": load_accelerators()}  # fmt: skip
+            "head": load_head(records), "accelerators": load_accelerators()}  # fmt: skip
 
 
 def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:

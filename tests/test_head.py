@@ -21,33 +21,41 @@ def measured(repo: str) -> tuple[dict, dict]:
     return probe_head(build(top, text), SEQ), {"hidden_size": text.hidden_size, "vocab_size": text.vocab_size}
 
 
-def spec_of(repo: str, dims: dict) -> dict:
-    c = load_shipped(repo)
-    c = c.get("text_config", c)
-    return {**dims, "num_attention_heads": c["num_attention_heads"], "layers": [{"kind": "decoder", "count": 1}],
-            "ops": {"decoder": {op: 0 for op in ("attMM", "attBMM", "ffMM", "softmax", "dropout", "normOp", "gather", "headCast", "ffAct", "linrec")}},
-            "flavours": {"decoder": {"attention": "full", "ffn": "dense"}}, "intermediate_size": 1}  # fmt: skip
+def spec_of(repo: str) -> dict:
+    from speccat.census import run_census
+
+    return run_census(load_shipped(repo), name=repo, seq_length=SEQ).to_dict()
 
 
-@pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B"])
+@pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B", "openai-community/gpt2"])
 def test_priced_ends_equal_the_measured_ones(repo, records, grid):
     got, dims = measured(repo)
-    spec = spec_of(repo, dims)
+    spec = spec_of(repo)
     defaults = family_for(load_shipped(repo)["model_type"]).pricing_defaults()
-    priced = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head())
+    priced = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
     h, v = dims["hidden_size"], dims["vocab_size"]
     # by hand: the head's bf16 input, fp32 log-probabilities, int64 labels per token; one pad label and the scalar loss
     assert got["logits"] * SEQ == SEQ * (h * 2 + v * 4 + 8) + 8 + 4
     # the bf16 output and the int64 ids; Gemma's scaled embedding also saves its scale (one bf16 scalar)
     assert got["embedding"] * SEQ in (SEQ * (h * 2 + 8), SEQ * (h * 2 + 8) + 2)
+    # by hand: an RMSNorm keeps its fp32 input, one fp32 rstd and the normalised input its weight
+    # multiplies (bf16 after Llama's cast back, fp32 in Gemma's (1 + w) form, which also keeps
+    # that fp32 weight copy); a LayerNorm its bf16 input and fp32 mean and rstd (CUDA widths)
+    final_norm_by_hand = {
+        "meta-llama/Llama-3.2-1B-Instruct": SEQ * (h * (4 + 2) + 4),
+        "Qwen/Qwen3-0.6B": SEQ * (h * (4 + 2) + 4),
+        "google/gemma-3-1b-it": SEQ * (h * (4 + 4) + 4) + 4 * h,
+        "openai-community/gpt2": SEQ * (h * 2 + 4 + 4),
+    }
+    assert got["final_norm"] * SEQ == final_norm_by_hand[repo]
     assert got["final_norm"] * SEQ == priced["final_norm"] and got["logits"] * SEQ == priced["logits"]
     assert got["embedding"] * SEQ - priced["embedding"] in (0, 2)
 
 
 def test_gemma3_1b_logits_at_8192_are_8_gib(records, grid):
     c = load_shipped("google/gemma-3-1b-it")
-    spec = spec_of("google/gemma-3-1b-it", {"hidden_size": c["hidden_size"], "vocab_size": c["vocab_size"]})
+    spec = spec_of("google/gemma-3-1b-it")
     defaults = family_for("gemma3_text").pricing_defaults()
-    priced = price_head(spec, defaults, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_head())
+    priced = price_head(spec, defaults, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_head(records))
     assert priced["logits"] / 2**30 == pytest.approx((8192 * (262144 * 4 + 1152 * 2 + 8) + 12) / 2**30)
     assert 8.0 < priced["logits"] / 2**30 < 8.1

@@ -17,7 +17,6 @@ from speccat.catalogue.records.priced import stack_counts
 
 HEAD_PATH = Path(__file__).with_name("head.yaml")
 HEAD_PARTS = ("embedding", "final_norm", "logits")
-NORM_NAMES = ("bytes_norm_out", "bytes_norm_weight")
 
 
 class HeadError(ReasonError):
@@ -27,43 +26,29 @@ class HeadError(ReasonError):
 @dataclass(frozen=True)
 class Head:
     parts: Mapping[str, Expr]
-    norm: Mapping[str, Mapping[str, Expr]]  # family (or "default") -> the final norm's widths
     version: str
 
 
-def load_head(path: str | Path | None = None) -> Head:
+def load_head(records: Records, path: str | Path | None = None) -> Head:
+    """Read `head.yaml`: one expression per end, over the names a layer of `records` reads."""
     path = Path(path) if path is not None else HEAD_PATH
     loader = Loader(path.name)
     loader.error = HeadError
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
-    top = loader.mapping("", data, ("parts", "norm"), ("parts", "norm"))
+    top = loader.mapping("", data, ("parts",), ("parts",))
     body = loader.mapping("parts", top["parts"], HEAD_PARTS, HEAD_PARTS)
+    known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V"}
     parts = {}
     for name in HEAD_PARTS:
         try:
             expr = Expr(str(body[name]))
         except ExprError as err:
             raise loader.fail("bad_expression", f"parts.{name}", f"{err.reason}: {err}") from None
-        unknown = expr.names - LAYER_NAMES - {"V", *NORM_NAMES}
+        unknown = expr.names - known
         if unknown:
             raise loader.fail("unknown_name", f"parts.{name}", f"reads {sorted(unknown)}, which no layer supplies")
         parts[name] = expr
-    norm: dict[str, dict[str, Expr]] = {}
-    families = top["norm"]
-    if not isinstance(families, Mapping) or "default" not in families:
-        raise loader.fail("missing_key", "norm.default", "the final norm's widths for every other family")
-    for family, body in families.items():
-        body = loader.mapping(f"norm.{family}", body, NORM_NAMES, NORM_NAMES)
-        norm[str(family)] = {}
-        for name in NORM_NAMES:
-            try:
-                expr = Expr(str(body[name]))
-            except ExprError as err:
-                raise loader.fail("bad_expression", f"norm.{family}.{name}", f"{err.reason}: {err}") from None
-            if expr.names - LAYER_NAMES:
-                raise loader.fail("unknown_name", f"norm.{family}.{name}", f"reads {sorted(expr.names - LAYER_NAMES)}")
-            norm[str(family)][name] = expr
-    return Head(parts, norm, version_of(data))
+    return Head(parts, version_of(data))
 
 
 def price_head(spec: Mapping, defaults: Mapping, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], head: Head) -> dict[str, float]:
@@ -71,9 +56,6 @@ def price_head(spec: Mapping, defaults: Mapping, records: Records, setting: Mapp
     kind = next(iter(stack_counts(spec)))
     names: Any = layer_names(spec, kind, setting, defaults, records, dtype_bytes)
     names["V"] = float(spec["vocab_size"])
-    family = defaults.get("family")
-    for name, expr in head.norm.get(family, head.norm["default"]).items():
-        names[name] = float(expr(names))
     try:
         return {name: float(expr(names)) for name, expr in head.parts.items()}
     except ExprError as err:

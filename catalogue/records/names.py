@@ -43,7 +43,8 @@ LAYER_NAMES: frozenset[str] = frozenset(SETTING_NAMES + KIND_NAMES)
 TOTAL = "total"
 
 class PricingError(ReasonError):
-    """A spec or setting that cannot be priced: `missing_field` or `bad_value`, census codes, so the
+    """A spec or setting that cannot be priced: `missing_field`, `bad_value` or `unsupported_layer`
+    (a price beyond the records' tolerance of what the census measured), census codes, so the
     pipeline books it as a failures row like a census refusal."""
 
     group = "census"

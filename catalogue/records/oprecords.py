@@ -29,8 +29,8 @@ from speccat.catalogue.vocabulary import OPS, PARTS
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
 MAX_SWITCHES = 15  # masks are stored as int16
 
-TOP_KEYS = ("switches", "ops", "parts", "names", "defaults", "full", "slots")
-REQUIRED_TOP = ("switches", "ops", "full", "slots")
+TOP_KEYS = ("switches", "ops", "parts", "names", "defaults", "tolerance", "full", "slots")
+REQUIRED_TOP = ("switches", "ops", "tolerance", "full", "slots")
 OP_KEYS = ("switch",)
 PART_KEYS = ("part_of", "switch")
 SLOT_KEYS = ("part", "formula", "ops", "when")
@@ -95,6 +95,7 @@ class Records:
     parts: Mapping[str, OpRecord]
     derived: Mapping[str, Expr]
     defaults: Mapping[str, int | float]
+    tolerance: float  # the largest share a price may be off what the census measured
     full: Expr
     slots: tuple[Slot, ...]
 
@@ -241,6 +242,11 @@ class _Loader(Loader):
                 raise self.fail("bad_value", f"defaults.{name}", f"must be a number, got {number!r}")
         return dict(value)
 
+    def tolerance(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise self.fail("bad_value", "tolerance", f"must be a share between 0 and 1, got {value!r}")
+        return float(value)
+
     def slot(self, name: str, body: Any, known, elements_allowed) -> Slot:
         key = f"slots.{name}"
         self.identifier(key, name)
@@ -284,6 +290,7 @@ class _Loader(Loader):
             parts=MappingProxyType(parts),
             derived=MappingProxyType(derived),
             defaults=MappingProxyType(defaults),
+            tolerance=self.tolerance(data["tolerance"]),
             full=full,
             slots=slots,
         )

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
+from speccat.catalogue.vocabulary import CACHED
 
 CENSUS_POINT = "census"  # the census's own measurement (the spec's `measured`)
 POINT_FIELDS = ("kind", "point", "priced_per_token")
@@ -46,3 +48,38 @@ def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid)
         for k, kind in enumerate(prices.kinds):
             rows.append({"kind": kind, "point": point["point"], "priced_per_token": float(prices.total[k, i, mask]) / point["seq_length"]})
     return rows
+
+
+def measured_per_token(spec: Mapping) -> dict[tuple[str, str], float]:
+    """(kind, point) → the bytes per token the census measured the layer keeping there: the sum
+    over its ops, less what the selective-checkpoint cache holds beyond plain autograd (op `cached`)."""
+    def kept(booked: Mapping[str, float]) -> float:
+        return sum(v for op, v in booked.items() if op != CACHED)
+
+    out = {(kind, CENSUS_POINT): kept(m["bytes_per_token"]) for kind, m in spec.get("measured", {}).items()}
+    for point in spec.get("measured_at", []):
+        out.update({(kind, point["point"]): kept(booked) for kind, booked in point["bytes_per_token"].items()})
+    return out
+
+
+def check_prices(spec: Mapping, rows: list[Mapping], records: Records) -> None:
+    """Refuse a spec whose price at any measured point is off the measured bytes by more than
+    the records' `tolerance`: `unsupported_layer`, naming the worst kind and point. Bad data is
+    never priced: a kind keeping bytes no record prices (op `other`), or kept in a way no
+    formula describes, gets no prices rather than wrong ones."""
+    measured = measured_per_token(spec)
+    worst = None
+    for row in rows:
+        got = measured.get((row["kind"], row["point"]))
+        if not got:
+            continue
+        off = row["priced_per_token"] / got - 1
+        if abs(off) > records.tolerance and (worst is None or abs(off) > abs(worst[0])):
+            worst = (off, row, got)
+    if worst is not None:
+        off, row, got = worst
+        raise PricingError(
+            "unsupported_layer",
+            f"kind {row['kind']!r} at point {row['point']!r}: the records price {row['priced_per_token']:.0f} B/token, the census measured "
+            f"{got:.0f} ({off:+.1%}, beyond the records' tolerance of {records.tolerance:.0%}): the spec and its measured bytes per op are stored, no prices",
+        )
