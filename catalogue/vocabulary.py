@@ -31,6 +31,8 @@ OPS: tuple[str, ...] = tuple(_VOCABULARY["ops"])
 UNPRICED_OPS: tuple[str, ...] = tuple(_VOCABULARY["unpriced_ops"])
 OTHER, CACHED = UNPRICED_OPS
 PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
+# The model's ends, outside its layers (spec `ends`, head.yaml `parts`).
+END_PARTS: tuple[str, ...] = tuple(_VOCABULARY["ends"])
 # The variant facts the census states per kind, read by the records' formulas as names.
 VARIANTS: tuple[str, ...] = tuple(_VOCABULARY["variants"])
 # The attention dims a kind may state apart from the model-wide ones (spec `attention_dims`).

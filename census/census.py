@@ -33,6 +33,7 @@ from speccat.census.describe import (
 )
 from speccat.catalogue.records.settings import default_setting
 from speccat.census.family import Family, family_for
+from speccat.census.head import probe_head
 from speccat.census.kinds import kind_names
 from speccat.census import remote
 from speccat.census.predicates import is_norm
@@ -139,6 +140,9 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     spec["params"] = {**built.params, "kinds": kind_params}
     if across:
         spec["measured_at"] = measure_across(top, text, built, shapes, kind_of, seq_length, probes, hidden)
+    ends = probe_head(built, seq_length, hidden)
+    if ends is not None:
+        spec["ends"] = {"seq_length": seq_length, "bytes_per_token": ends}
     return ModelSpec(spec)
 
 

@@ -1,5 +1,5 @@
 """The model's ends on fake tensors: the embedding's output, the final norm, and the logits
-with the loss's fp32 upcast (docs/planning.md).
+with the loss's fp32 upcast (docs/planning.md): the spec's `ends`.
 
 `probe_head` converts the embedding, the final norm and the output head of a model built on meta
 (census/build.py) to fake tensors, runs them as the causal LM's forward does (ids → embedding;
@@ -16,15 +16,14 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from speccat.catalogue.vocabulary import END_PARTS
 from speccat.census.build import Built
 from speccat.census.predicates import is_norm
-from speccat.census.probe import layer_norm_stats_cuda_nbytes
-from speccat.census.spec import SpecError
+from speccat.census.probe import fake_mode_of, layer_norm_stats_cuda_nbytes
 
-HEAD_PARTS = ("embedding", "final_norm", "logits")
 
 
 class _CudaWidths(TorchDispatchMode):
@@ -40,17 +39,20 @@ class _CudaWidths(TorchDispatchMode):
         return out
 
 
-def probe_head(built: Built, seq_length: int) -> dict[str, float]:
-    """Bytes per token each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1."""
+def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict[str, float] | None:
+    """Bytes per token each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
+    (`hidden_width`: the layers' width, which the stack's output has); None for a model with no
+    output head or no final norm beside its layers, whose ends head.yaml does not describe."""
     head = built.model.get_output_embeddings()
     norms = [m for m in built.decoder.children() if is_norm(m)]
     if head is None or not norms:
-        raise SpecError("unsupported_layer", f"{type(built.model).__name__}: no output head or final norm to probe")
+        return None
     norm = norms[-1]
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = fake_mode_of(built.decoder) or FakeTensorMode(allow_non_fake_inputs=True)  # the layers' probes made the decoder fake already
     with fake:
         for module in (built.embedding, norm, head):
-            module.to_empty(device="cpu")
+            if not all(isinstance(p, FakeTensor) for p in module.parameters()):
+                module.to_empty(device="cpu")
     params = {p.untyped_storage()._cdata for m in (built.embedding, norm, head) for p in m.parameters()}
     saved: Counter = Counter()
     seen: dict[int, torch.Tensor] = {}  # kept alive so a storage's identity cannot be reused
@@ -68,10 +70,10 @@ def probe_head(built: Built, seq_length: int) -> dict[str, float]:
         ids = torch.zeros(1, seq_length, dtype=torch.long)
         embeds = built.embedding(ids)
         saved["embedding"] += embeds.untyped_storage().nbytes()  # the first layer's input
-        hidden = torch.empty_like(embeds, requires_grad=True)  # the stack's output
+        hidden = torch.empty(1, seq_length, hidden_width, dtype=embeds.dtype, requires_grad=True)  # the stack's output
         part[0] = "final_norm"
         normed = norm(hidden)
         part[0] = "logits"
         logits = head(normed)
         built.model.loss_function(logits=logits, labels=ids, vocab_size=logits.shape[-1])
-    return {name: saved[name] / seq_length for name in HEAD_PARTS}
+    return {name: saved[name] / seq_length for name in END_PARTS}

@@ -556,7 +556,7 @@ def run_layers(
     kept = {index: built.layers[index] for index in indices}
     setattr(holder, stack_name, nn.ModuleList([kept[i] for i in indices]))  # the decoder now holds only the kept layers
     try:
-        fake_mode = fake_mode or _fake_mode_of(decoder)
+        fake_mode = fake_mode or fake_mode_of(decoder)
         if fake_mode is None:
             fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             with fake_mode:
@@ -608,7 +608,7 @@ def run_layers(
     return watcher
 
 
-def _fake_mode_of(decoder: nn.Module) -> FakeTensorMode | None:
+def fake_mode_of(decoder: nn.Module) -> FakeTensorMode | None:
     """The mode of a decoder an earlier probe made fake (a second probe of the same layers)."""
     weight = next(decoder.parameters(), None)
     return weight.fake_mode if isinstance(weight, FakeTensor) else None

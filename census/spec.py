@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, FFN_FLAVOURS, KIND_DIMS, OPS, UNPRICED_OPS, VARIANTS
+from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, END_PARTS, FFN_FLAVOURS, KIND_DIMS, OPS, UNPRICED_OPS, VARIANTS
 
 # Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
 REASONS: tuple[str, ...] = CENSUS_REASONS
@@ -76,7 +76,7 @@ FLAGS = (
     "layer_norms",  # true when the layer's norms are LayerNorm (mean-centred), false for RMSNorm
 )
 STRUCTURE_REQUIRED = ("layers", "ops")
-STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants", "attention_dims", "measured_at")
+STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants", "attention_dims", "measured_at", "ends")
 
 KEYS = frozenset(
     REQUIRED_STR + OPTIONAL_STR + REQUIRED_INT + OPTIONAL_INT + FLAGS + STRUCTURE_REQUIRED + STRUCTURE_OPTIONAL
@@ -198,10 +198,10 @@ def _validate_params(spec: Mapping, kinds: tuple[str, ...]) -> None:
         _check_counts(f"params.kinds.{kind}", parts, KIND_PARAM_PARTS)
 
 
-def _check_per_op(field: str, per_op: Any) -> None:
+def _check_per_op(field: str, per_op: Any, names: tuple[str, ...] = MEASURED_OPS) -> None:
     per_op = _check_mapping(field, per_op)
-    _check_keys(field, per_op, MEASURED_OPS, MEASURED_OPS)
-    for op in MEASURED_OPS:
+    _check_keys(field, per_op, names, names)
+    for op in names:
         value = per_op[op]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(f"{field}.{op}", f"must be a number, got {value!r}")
@@ -219,6 +219,14 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
             if key in entry and not (isinstance(entry[key], str) and entry[key]):
                 raise _bad(f"{field}.{key}", f"must be a non-empty string, got {entry[key]!r}")
         _check_per_op(f"{field}.bytes_per_token", entry["bytes_per_token"])
+
+
+def _validate_ends(spec: Mapping, kinds: tuple[str, ...]) -> None:
+    """The model's ends measured (census/head.py): its sequence length and bytes per token per end."""
+    ends = _check_mapping("ends", spec["ends"])
+    _check_keys("ends", ends, ("seq_length", "bytes_per_token"), ("seq_length", "bytes_per_token"))
+    _check_int("ends.seq_length", ends["seq_length"], 1)
+    _check_per_op("ends.bytes_per_token", ends["bytes_per_token"], END_PARTS)
 
 
 def _validate_measured_at(spec: Mapping, kinds: tuple[str, ...]) -> None:
@@ -295,6 +303,7 @@ def validate(spec: Mapping) -> None:
     for key, check in (
         ("flavours", _validate_flavours), ("params", _validate_params), ("measured", _validate_measured),
         ("variants", _validate_variants), ("attention_dims", _validate_attention_dims), ("measured_at", _validate_measured_at),
+        ("ends", _validate_ends),
     ):  # fmt: skip
         if key in spec:
             check(spec, kinds)

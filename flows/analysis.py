@@ -16,7 +16,8 @@ import torch  # noqa: F401  (preloaded for the forked children)
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
 from speccat.catalogue.records import layouts
-from speccat.catalogue.records.points import check_prices, price_points
+from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.points import check_prices, price_ends, price_points
 from speccat.catalogue.records.cost import load_costs
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
@@ -28,14 +29,14 @@ from speccat.census.spec import ModelSpec
 
 @functools.cache
 def pricing_inputs():
-    """The records, the settings grid and the recompute costs, parsed and compiled once per
-    process (about 50 ms).
+    """The records, the settings grid, the recompute costs and the ends' prices (head.yaml),
+    parsed and compiled once per process (about 50 ms).
 
     Called at import, so the fork server parses them as it preloads this module and every
     forked child inherits them instead of parsing them again for each config.
     """
     records = load_records()
-    return records, load_settings(), load_costs(records)
+    return records, load_settings(), load_costs(records), load_head(records)
 
 
 pricing_inputs()
@@ -60,11 +61,11 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         spec = ModelSpec.from_json(spec_json)
     defaults = family_for(spec["arch"]).pricing_defaults()
     try:
-        records, grid, costs = pricing_inputs()
+        records, grid, costs, head = pricing_inputs()
         prices = price_spec(spec, defaults, records, grid, costs=costs)
         infeasible = layouts.infeasible(spec, defaults, records, grid)
         points = price_points(spec, defaults, records, grid)
-        check_prices(spec, points, records)
+        check_prices(spec, points + price_ends(spec, defaults, records, grid, head), records)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
     return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points}

@@ -1,5 +1,6 @@
-"""The model's ends (census/head.py measures, catalogue/records/head.yaml prices): the two
-agree on shipped configs, and the logits' loss upcast is the issue's ~8 GiB for gemma-3-1b."""
+"""The model's ends (census/head.py measures them into the spec's `ends`,
+catalogue/records/head.yaml prices them): the two agree on shipped configs, and equal the bytes
+worked by hand; the logits' loss upcast is the issue's ~8 GiB for gemma-3-1b."""
 
 from __future__ import annotations
 
@@ -12,15 +13,6 @@ from speccat.census.family import family_for
 SEQ = 128
 
 
-def measured(repo: str) -> tuple[dict, dict]:
-    from speccat.census.build import build
-    from speccat.census.head import probe_head
-    from speccat.census.resolve import resolve_config
-
-    top, text, _ = resolve_config(load_shipped(repo))
-    return probe_head(build(top, text), SEQ), {"hidden_size": text.hidden_size, "vocab_size": text.vocab_size}
-
-
 def spec_of(repo: str) -> dict:
     from speccat.census import run_census
 
@@ -29,11 +21,12 @@ def spec_of(repo: str) -> dict:
 
 @pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B", "openai-community/gpt2"])
 def test_priced_ends_equal_the_measured_ones(repo, records, grid):
-    got, dims = measured(repo)
     spec = spec_of(repo)
+    got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/head.py)
+    assert spec["ends"]["seq_length"] == SEQ
     defaults = family_for(load_shipped(repo)["model_type"]).pricing_defaults()
     priced = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
-    h, v = dims["hidden_size"], dims["vocab_size"]
+    h, v = spec["hidden_size"], spec["vocab_size"]
     # by hand: the head's bf16 input, fp32 log-probabilities, int64 labels per token; one pad label and the scalar loss
     assert got["logits"] * SEQ == SEQ * (h * 2 + v * 4 + 8) + 8 + 4
     # the bf16 output and the int64 ids; Gemma's scaled embedding also saves its scale (one bf16 scalar)

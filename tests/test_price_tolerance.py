@@ -10,7 +10,8 @@ import pytest
 from conftest import load_shipped
 
 from speccat.catalogue.records.names import PricingError
-from speccat.catalogue.records.points import check_prices, measured_per_token, price_points
+from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
 from speccat.census.family import family_for
 
@@ -30,10 +31,16 @@ def with_unclaimed(spec: dict, share: float) -> dict:
     return changed
 
 
+def all_rows(spec: dict, records, grid) -> list[dict]:
+    defaults = family_for(spec["arch"]).pricing_defaults()
+    return price_points(spec, defaults, records, grid) + price_ends(spec, defaults, records, grid, load_head(records))
+
+
 def test_the_shipped_spec_is_within_the_tolerance_at_every_point(spec, records, grid):
-    rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid)
+    rows = all_rows(spec, records, grid)
     measured = measured_per_token(spec)
-    assert len(rows) == len(measured) >= 10  # the census's own point and those across settings
+    # the census's own point, those across settings, and the model's three ends
+    assert len(rows) == len(measured) >= 13 and {r["kind"] for r in rows} >= {"end:embedding", "end:final_norm", "end:logits"}
     assert max(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) for r in rows) < records.tolerance
     check_prices(spec, rows, records)
 
@@ -48,6 +55,14 @@ def test_bytes_no_record_prices_beyond_the_tolerance_refuse_the_prices(spec, rec
         check_prices(large, price_points(large, defaults, records, grid), records)
     assert err.value.reason == "unsupported_layer"
     assert "kind 'decoder' at point 'census'" in str(err.value) and "-4.8%" in str(err.value)
+
+
+def test_an_end_priced_beyond_the_tolerance_refuses_the_prices(spec, records, grid):
+    changed = copy.deepcopy(spec)
+    changed["ends"]["bytes_per_token"]["logits"] *= 1.05  # the head kept 5% more than head.yaml says
+    with pytest.raises(PricingError) as err:
+        check_prices(changed, all_rows(changed, records, grid), records)
+    assert "kind 'end:logits' at point 'census'" in str(err.value) and "-4.8%" in str(err.value)
 
 
 def test_the_night_stores_the_spec_and_a_price_failure_instead_of_prices(spec):

@@ -14,9 +14,9 @@ from speccat.catalogue.records.expr import Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, layer_names
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.priced import stack_counts
+from speccat.catalogue.vocabulary import END_PARTS
 
 HEAD_PATH = Path(__file__).with_name("head.yaml")
-HEAD_PARTS = ("embedding", "final_norm", "logits")
 
 
 class HeadError(ReasonError):
@@ -36,10 +36,10 @@ def load_head(records: Records, path: str | Path | None = None) -> Head:
     loader.error = HeadError
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
     top = loader.mapping("", data, ("parts",), ("parts",))
-    body = loader.mapping("parts", top["parts"], HEAD_PARTS, HEAD_PARTS)
+    body = loader.mapping("parts", top["parts"], END_PARTS, END_PARTS)
     known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V"}
     parts = {}
-    for name in HEAD_PARTS:
+    for name in END_PARTS:
         try:
             expr = Expr(str(body[name]))
         except ExprError as err:

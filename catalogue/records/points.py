@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from speccat.catalogue.records.head import Head, price_head
 from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
-from speccat.catalogue.vocabulary import CACHED
+from speccat.catalogue.vocabulary import CACHED, END_PARTS
 
 CENSUS_POINT = "census"  # the census's own measurement (the spec's `measured`)
+END_KIND = "end:"  # check_prices' rows for the model's ends: `end:embedding`, ...
 POINT_FIELDS = ("kind", "point", "priced_per_token")
 
 
@@ -52,21 +54,36 @@ def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid)
 
 def measured_per_token(spec: Mapping) -> dict[tuple[str, str], float]:
     """(kind, point) → the bytes per token the census measured the layer keeping there: the sum
-    over its ops, less what the selective-checkpoint cache holds beyond plain autograd (op `cached`)."""
+    over its ops, less what the selective-checkpoint cache holds beyond plain autograd (op
+    `cached`); and (`end:PART`, `census`) → what each of the model's ends keeps."""
     def kept(booked: Mapping[str, float]) -> float:
         return sum(v for op, v in booked.items() if op != CACHED)
 
     out = {(kind, CENSUS_POINT): kept(m["bytes_per_token"]) for kind, m in spec.get("measured", {}).items()}
     for point in spec.get("measured_at", []):
         out.update({(kind, point["point"]): kept(booked) for kind, booked in point["bytes_per_token"].items()})
+    ends = spec.get("ends", {}).get("bytes_per_token", {})
+    out.update({(f"{END_KIND}{part}", CENSUS_POINT): float(value) for part, value in ends.items()})
     return out
 
 
+def price_ends(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, head: Head) -> list[dict]:
+    """The head.yaml price of each of the model's ends at the setting the census measured them
+    at (spec `ends`), per token, as rows like price_points' (kind `end:PART`, point `census`)."""
+    ends = spec.get("ends")
+    if ends is None:
+        return []
+    seq = ends["seq_length"]
+    setting = grid.setting({"stack": "transformers", "seq_length": seq, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": False})
+    priced = price_head(spec, defaults, records, setting, grid.dtype_bytes, head)
+    return [{"kind": f"{END_KIND}{part}", "point": CENSUS_POINT, "priced_per_token": priced[part] / seq} for part in END_PARTS]
+
+
 def check_prices(spec: Mapping, rows: list[Mapping], records: Records) -> None:
-    """Refuse a spec whose price at any measured point is off the measured bytes by more than
-    the records' `tolerance`: `unsupported_layer`, naming the worst kind and point. Bad data is
-    never priced: a kind keeping bytes no record prices (op `other`), or kept in a way no
-    formula describes, gets no prices rather than wrong ones."""
+    """Refuse a spec whose price at any measured point (price_points' rows, and price_ends') is
+    off the measured bytes by more than the records' `tolerance`: `unsupported_layer`, naming
+    the worst kind and point. Bad data is never priced: a kind keeping bytes no record prices
+    (op `other`), or kept in a way no formula describes, gets no prices rather than wrong ones."""
     measured = measured_per_token(spec)
     worst = None
     for row in rows:
