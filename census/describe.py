@@ -436,6 +436,12 @@ def check_probes(views: list[LayerView]) -> None:
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
                 "(a cross-attention layer skips without encoder states)",
             )
+        if sum(k.apart for k in v.scan_kernels()) > 1:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {v.index} ({type(v.layer).__name__}): a Mamba mixer that runs several selective scans (one per Mamba head); "
+                "the census prices one scan over the mixer's inner width",
+            )
         for k in v.attention_kernels():
             if k.q[2] != k.k[2]:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
                 raise SpecError(
