@@ -25,7 +25,6 @@ from speccat.census.checks import check_stack_length
 from speccat.census.config import language_config
 from speccat.census.describe import (
     EXPERTS_IMPL,
-    MIXER_OPS,
     LayerView,
     attention_dims,
     check_probes,
@@ -131,7 +130,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
         measured = {
             "seq_length": seq_length,
-            "attention_impl": MIXER_OPS[view.shape.attention],
+            "attention_impl": view.mixer_op(),
             "bytes_per_token": view.bytes_per_token(seq_length),
         }
         if view.shape.ffn == "moe":

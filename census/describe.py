@@ -31,11 +31,12 @@ DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
 MIXER_OPS = {
     "full": ATTENTION_OP,
     "linear": DELTA_RULE_OP,
-    "mamba": "speccat::mamba_inner",
+    "mamba": "speccat::mamba_inner",  # the scan apart from its conv: SCAN_APART_OP
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
     "none": "none",
 }
+SCAN_APART_OP = "speccat::selective_scan"
 EXPERTS_IMPL = "grouped_mm"
 
 
@@ -99,6 +100,31 @@ class LayerView:
 
     def scan_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "scan"]
+
+    def mixer_op(self) -> str:
+        """The kernel the layer's mixer ran (its measured `attention_impl`)."""
+        return SCAN_APART_OP if self.scan_apart() else MIXER_OPS[self.shape.attention]
+
+    def scan_apart(self) -> bool:
+        return any(k.apart for k in self.scan_kernels())
+
+    def scan_norms(self) -> bool:
+        """Norms ran inside the mixer of a scan run apart (jamba's on dt, B and C)."""
+        children = {k.child for k in self.scan_kernels() if k.apart and k.child}
+        return any("." in path and path.split(".", 1)[0] in children for path in self.probe.norm_ops)
+
+    def scan_dt_rank(self, scan: KernelCall) -> int:
+        """The dt rank: the fused kernel's dt projection weight is (inner, rank); a scan run apart is
+        not handed it, so it is the x projection's width (the narrowest projection of the inner
+        width: rank + 2·state) less B and C."""
+        if scan.v:
+            return int(scan.v[1])
+        inner, state = scan.k
+        widths = [m.weight.shape[0] for _, m in self.named({scan.child}) if is_projection(m) and m.weight.shape[1] == inner]
+        rank = min(widths, default=0) - 2 * state
+        if rank <= 0:
+            raise SpecError("unsupported_layer", f"layer {self.index}: no x projection of the inner width {inner} gives the selective scan's dt rank")
+        return int(rank)
 
     def ssd_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "ssd"]
@@ -341,6 +367,8 @@ class LayerView:
             "router_renorm": num_experts_per_tok is not None and any(op.name in ("div", "div_") and op.out_last == num_experts_per_tok for op in router),
             "routing_weights_fp32": self.probe.routing_weights_dtype == torch.float32,
             "qk_norm_per_head": self.qk_norm_per_head(),
+            "scan_apart": self.scan_apart(),
+            "scan_norms": self.scan_norms(),
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),
@@ -408,6 +436,12 @@ def check_probes(views: list[LayerView]) -> None:
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
                 "(a cross-attention layer skips without encoder states)",
             )
+        if sum(k.apart for k in v.scan_kernels()) > 1:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {v.index} ({type(v.layer).__name__}): a Mamba mixer that runs several selective scans (one per Mamba head); "
+                "the census prices one scan over the mixer's inner width",
+            )
         for k in v.attention_kernels():
             if k.q[2] != k.k[2]:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
                 raise SpecError(
@@ -462,7 +496,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     if mamba is not None:
         scan = mamba.scan_kernels()[0]
         facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k
-        facts["ssm_dt_rank"] = scan.v[1]
+        facts["ssm_dt_rank"] = mamba.scan_dt_rank(scan)
         conv = mamba.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv

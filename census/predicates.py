@@ -21,6 +21,7 @@ from transformers import activations as hf_activations
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
 _CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
 _MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
+_SELECTIVE_SCAN = re.compile(r"^(mamba_)?selective_scan(_fn)?$")  # mamba_ssm's selective_scan_fn, as transformers names it
 _SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
@@ -95,8 +96,26 @@ def runs_delta_rule(module: nn.Module) -> bool:
 
 
 def runs_selective_scan(module: nn.Module) -> bool:
-    """Whether the module's forward calls mamba_ssm's fused selective scan (a Mamba mixer)."""
+    """Whether the module's forward calls mamba_ssm's fused selective scan (a Mamba mixer), or
+    runs it apart: the selective scan after the causal conv1d, with its projections in torch."""
+    return runs_fused_scan(module) or runs_scan_apart(module)
+
+
+def runs_fused_scan(module: nn.Module) -> bool:
+    """Whether the module's forward calls mamba_ssm's fused Mamba mixer (`mamba_inner_fn`): in
+    training it takes that path (and its torch scan only when the fused one is absent)."""
     return any(_MAMBA_INNER.search(name) for name in _forward_names(type(module)))
+
+
+def runs_scan_apart(module: nn.Module) -> bool:
+    """Whether the module's forward calls the selective scan and the causal conv1d, and no fused
+    mixer: its projections, norms and gate run in torch between the two kernels (jamba)."""
+    names = _forward_names(type(module))
+    return (
+        not runs_fused_scan(module)
+        and any(_SELECTIVE_SCAN.search(n) for n in names)
+        and any(_CAUSAL_CONV1D.search(n) for n in names)
+    )
 
 
 def runs_ssd_scan(module: nn.Module) -> bool:
@@ -137,6 +156,12 @@ def mamba_inner_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the fused selective scan (`mamba_inner_fn`) the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _MAMBA_INNER.search(n) and callable(getattr(home, n, None))]
+
+
+def selective_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the selective scan (`selective_scan_fn`) the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _SELECTIVE_SCAN.search(n) and callable(getattr(home, n, None))]
 
 
 def ssd_scan_names(module: nn.Module) -> list[tuple[Any, str]]:

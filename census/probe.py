@@ -50,15 +50,18 @@ from speccat.census.predicates import (
     is_norm,
     is_projection,
     mamba_inner_names,
+    selective_scan_names,
     ssd_scan_names,
 )
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
+from speccat.census.scan_apart import speccat_selective_scan_fn
 from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
 OPS_SCAN = torch.ops.speccat.mamba_inner.default
+OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
 OPS_CONV = torch.ops.speccat.causal_conv1d.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
@@ -115,7 +118,7 @@ def layer_norm_stats_cuda_nbytes(func, args, out) -> dict[int, int]:
 @dataclass
 class KernelCall:
     # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
-    # dt_proj's weight (inner, rank)) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
+    # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
     # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
     kind: str
     child: str | None  # the layer's top-level child it ran in
@@ -129,6 +132,7 @@ class KernelCall:
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    apart: bool = False  # a selective scan called on its own, its conv and projections outside it
 
 
 @dataclass(frozen=True)
@@ -330,6 +334,11 @@ class Watcher:
             xz, A, dt_w = args[0], args[7], args[4]
             probe.kernels.append(KernelCall("scan", self._child(), tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape)))
             self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SCAN_APART:
+            u, A = args[0], args[2]
+            # not counted per child: the output projection after it is one of the mixer's own (as
+            # the fused kernel's), counted with them (describe.py scan_projections)
+            probe.kernels.append(KernelCall("scan", self._child(), tuple(u.shape), tuple(A.shape), (), apart=True))
         elif func is OPS_SSD:
             zxbcdt, conv_w, A, headdim, groups = args[0], args[1], args[4], args[9], args[10]
             state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
@@ -472,7 +481,7 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 @contextlib.contextmanager
 def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
     """Point each linear-attention module's delta rule and causal conv1d, and each Mamba mixer's fused
-    selective scan, at speccat's kernels while the layers run."""
+    selective scan (or its scan apart), at speccat's kernels while the layers run."""
     targets = {
         (id(home), name): (home, name, kernel)
         for layer in layers.values()
@@ -481,6 +490,7 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
             (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
             (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
             (mamba_inner_names, speccat_mamba_inner_fn),
+            (selective_scan_names, speccat_selective_scan_fn),
             (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
         )
         for home, name in names(m)

@@ -55,20 +55,32 @@ def _selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D
     return y, torch.stack(chunks, dim=2)
 
 
-def _inner(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias, softplus):
-    """mamba_inner_fn's forward in fp32: (y before the out projection's bias, x_dbl, B, C, out, chunk states)."""
+def _rms(x: Tensor, weight: Tensor | None, eps: float, dim: int) -> Tensor:
+    """RMS-normalise x over `dim` and scale by weight (mamba_ssm's rms_norm_forward); x as is without a weight."""
+    if weight is None:
+        return x
+    shape = [1] * x.dim()
+    shape[dim] = -1
+    return x * torch.rsqrt(x.square().mean(dim, keepdim=True) + eps) * _acc(weight).view(shape)
+
+
+def _inner(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias, b_rms, c_rms, dt_rms, eps, softplus):
+    """mamba_inner_fn's forward in fp32: (y before the out projection's bias, x_dbl, B, C, out, chunk states).
+
+    With norm weights (falcon-mamba), B and C are RMS-normalised over the state and Δ over the
+    inner width after the dt projection, before its bias, as MambaInnerFn does."""
     b, _, s = xz.shape
     rank, n = dt_proj_w.shape[1], A.shape[1]
     x, z = _acc(xz).chunk(2, dim=1)
     u = _causal_conv1d_ref(x, _acc(conv_w), None if conv_b is None else _acc(conv_b), True)
     x_dbl = F.linear(u.transpose(1, 2).reshape(b * s, -1), _acc(x_proj_w))
-    delta = (_acc(dt_proj_w) @ x_dbl[:, :rank].t()).view(-1, b, s).transpose(0, 1)
+    delta = _rms((_acc(dt_proj_w) @ x_dbl[:, :rank].t()).view(-1, b, s).transpose(0, 1), dt_rms, eps, 1)
     if delta_bias is not None:
         delta = delta + _acc(delta_bias)[None, :, None]
     if softplus:
         delta = F.softplus(delta)
-    B = x_dbl[:, rank : rank + n].reshape(b, s, n)
-    C = x_dbl[:, rank + n :].reshape(b, s, n)
+    B = _rms(x_dbl[:, rank : rank + n].reshape(b, s, n), b_rms, eps, 2)
+    C = _rms(x_dbl[:, rank + n :].reshape(b, s, n), c_rms, eps, 2)
     out, states = _selective_scan(u, delta, _acc(A), B, C, None if D is None else _acc(D))
     y = F.linear((out * F.silu(z)).transpose(1, 2), _acc(out_proj_w))
     return y, x_dbl, B, C, out, states
@@ -91,11 +103,17 @@ def mamba_inner(
     D: Tensor | None,
     delta_bias: Tensor | None,
     softplus: bool,
+    b_rms: Tensor | None = None,
+    c_rms: Tensor | None = None,
+    dt_rms: Tensor | None = None,
+    eps: float = 1e-6,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Mamba's mixer after its in-projection: xz (b, 2·inner, s) → y (b, s, hidden) in xz's dtype,
     then what backward keeps: x_dbl (b·s, rank + 2n), B and C (b, 1, n, s), out (b, inner, s) and
-    the fp32 chunk states (b, inner, chunks, 2n)."""
-    y, x_dbl, B, C, out, states = _inner(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias, softplus)
+    the fp32 chunk states (b, inner, chunks, 2n). The norm weights (falcon-mamba's) normalise B, C
+    and Δ inside the kernel; they change no shape and nothing more is kept (the weights are the
+    model's own tensors)."""
+    y, x_dbl, B, C, out, states = _inner(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias, b_rms, c_rms, dt_rms, eps, softplus)
     if out_proj_b is not None:
         y = y + _acc(out_proj_b)
     dtype = xz.dtype
@@ -105,7 +123,7 @@ def mamba_inner(
 
 
 @mamba_inner.register_fake
-def _mamba_inner_fake(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, out_proj_b, A, D, delta_bias, softplus):
+def _mamba_inner_fake(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, out_proj_b, A, D, delta_bias, softplus, b_rms=None, c_rms=None, dt_rms=None, eps=1e-6):
     b, two_d, s = xz.shape
     n = A.shape[1]
     return (
@@ -119,34 +137,34 @@ def _mamba_inner_fake(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, out_p
 
 
 def _mamba_setup(ctx, inputs, output):
-    xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, out_proj_b, A, D, delta_bias, softplus = inputs
+    xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, out_proj_b, A, D, delta_bias, softplus, b_rms, c_rms, dt_rms, eps = inputs
     _, x_dbl, B, C, out, states = output
-    ctx.save_for_backward(xz, conv_w, conv_b, x_dbl, x_proj_w, dt_proj_w, out_proj_w, A, B, C, D, delta_bias, states, out)
-    ctx.softplus = softplus
+    ctx.save_for_backward(xz, conv_w, conv_b, x_dbl, x_proj_w, dt_proj_w, out_proj_w, A, B, C, D, delta_bias, states, out, b_rms, c_rms, dt_rms)
+    ctx.softplus, ctx.eps = softplus, eps
     ctx.has_out_bias = out_proj_b is not None
     ctx.mark_non_differentiable(x_dbl, B, C, out, states)
 
 
-def _grads(grad_y: Tensor, inputs: tuple, softplus: bool) -> list[Tensor | None]:
+def _grads(grad_y: Tensor, inputs: tuple, norms: tuple, softplus: bool) -> list[Tensor | None]:
     """Gradients of the inputs, recomputing the mixer from the kept xz and weights (the kernel
     recomputes the conv and Δ too). On fake tensors (the census) only their shapes."""
     if is_fake(grad_y):
         return [torch.empty_like(t) if t is not None else None for t in inputs]
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(True) if t is not None else None for t in inputs]
-        y = _inner(*leaves, softplus)[0]
+        y = _inner(*leaves, *norms, softplus)[0]
         wanted = [t for t in leaves if t is not None]
         grads = iter(torch.autograd.grad(y, wanted, _acc(grad_y)))
     return [next(grads).to(t.dtype) if t is not None else None for t in inputs]
 
 
 def _mamba_backward(ctx, grad_y, *_unused):
-    xz, conv_w, conv_b, _, x_proj_w, dt_proj_w, out_proj_w, A, _, _, D, delta_bias, _, _ = ctx.saved_tensors
+    xz, conv_w, conv_b, _, x_proj_w, dt_proj_w, out_proj_w, A, _, _, D, delta_bias, _, _, b_rms, c_rms, dt_rms = ctx.saved_tensors
     dxz, dconv_w, dconv_b, dx_proj_w, ddt_proj_w, dout_proj_w, dA, dD, ddelta_bias = _grads(
-        grad_y, (xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias), ctx.softplus
+        grad_y, (xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, A, D, delta_bias), (b_rms, c_rms, dt_rms, ctx.eps), ctx.softplus
     )
     dout_proj_b = grad_y.sum(dim=(0, 1)) if ctx.has_out_bias else None
-    return dxz, dconv_w, dconv_b, dx_proj_w, ddt_proj_w, dout_proj_w, dout_proj_b, dA, dD, ddelta_bias, None
+    return dxz, dconv_w, dconv_b, dx_proj_w, ddt_proj_w, dout_proj_w, dout_proj_b, dA, dD, ddelta_bias, None, None, None, None, None
 
 
 mamba_inner.register_autograd(_mamba_backward, setup_context=_mamba_setup)
@@ -169,21 +187,25 @@ def speccat_mamba_inner_fn(
     b_rms_weight: Tensor | None = None,
     c_rms_weight: Tensor | None = None,
     dt_rms_weight: Tensor | None = None,
+    b_c_dt_rms_eps: float = 1e-6,
     **kwargs,
 ) -> Tensor:
     """transformers' `mamba_inner_fn` signature, computed by `speccat::mamba_inner`.
 
     The input-dependent B and C (the projections make them) are the only form the census runs;
-    fixed B or C, and the B/C/Δ norms of falcon-mamba, are refused rather than ignored.
+    fixed B or C are refused rather than ignored. falcon-mamba's B, C and Δ norm weights run
+    inside the kernel, as mamba_ssm's MambaInnerFn (2.2.2 on) runs them: its saves are the same
+    set (B and C kept after their norm; the weights are the model's).
     """
-    if B is not None or C is not None or any(w is not None for w in (b_rms_weight, c_rms_weight, dt_rms_weight)):
-        raise ValueError("speccat's selective scan runs input-dependent B and C without B/C/dt norms")
+    if B is not None or C is not None:
+        raise ValueError("speccat's selective scan runs input-dependent B and C")
     xz = xz.contiguous()  # the kernel's own copy when the in-projection's output is seen transposed
     weight = conv1d_weight.reshape(conv1d_weight.shape[0], conv1d_weight.shape[-1])  # (d, 1, w) → (d, w): a view
     with _kernel_scope("scan"):
         return mamba_inner(
-            xz, weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias, A, D, delta_bias, bool(delta_softplus)
-        )[0]
+            xz, weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias, A, D, delta_bias, bool(delta_softplus),
+            b_rms_weight, c_rms_weight, dt_rms_weight, float(b_c_dt_rms_eps),
+        )[0]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- Mamba2 (SSD)

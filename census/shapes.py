@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_norm, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
+from speccat.census.predicates import is_experts, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -37,7 +37,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
     no family prices: state-space mixers, unfused experts, cross-attention-only layers.
 
-    attention is mamba when a selective scan runs, mamba2 when the fused SSD scan does, linear
+    attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
     the attention interface does, `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
@@ -50,11 +50,6 @@ def signature(index: int, layer: nn.Module) -> tuple:
             continue
         scan = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
         if scan is not None:
-            if scan == "mamba" and any(is_norm(m) for m in module.children()):
-                raise SpecError(
-                    "unsupported_layer",
-                    f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a selective scan with norms on B, C and dt (falcon-mamba), which the census does not run",
-                )
             if attention in ("full", "linear"):
                 raise SpecError(
                     "unsupported_layer",

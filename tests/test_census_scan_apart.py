@@ -1,0 +1,184 @@
+"""A Mamba mixer that calls the selective scan apart from its causal conv1d (jamba's; docs/census.md,
+"State-space mixers"): what the census books for one layer, checked against a real CPU forward
+and backward of the same layer, storage by storage; the op's numbers against transformers'
+torch path; and the default config priced against measured at every point.
+
+The census runs the scan through `speccat::selective_scan` (what mamba_ssm's SelectiveScanFn
+keeps) and the conv through `speccat::causal_conv1d`; the projections, jamba's norms on dt, B
+and C, and the gate's layout run as transformers' own torch code.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from speccat.catalogue.records.points import check_prices, measured_per_token, price_points
+from speccat.census import run_census
+from speccat.census.family import family_for
+
+BF16, FP32 = 2, 4
+H, D, N, R, W, S, F = 32, 64, 4, 6, 4, 32, 48  # hidden, inner (2·hidden), state, dt rank, conv width, tokens, MLP width
+TINY_JAMBA = {
+    "model_type": "jamba", "hidden_size": H, "intermediate_size": F, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "mamba_d_state": N, "mamba_d_conv": W, "mamba_expand": 2, "mamba_dt_rank": R,
+    "num_experts": 1, "num_experts_per_tok": 1, "attn_layer_period": 2, "attn_layer_offset": 1, "vocab_size": 128, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def _model(dtype):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**{k: v for k, v in TINY_JAMBA.items() if k != "torch_dtype"})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.train()
+    return model
+
+
+def _run_layer(model, dtype, kernels: bool, monkeypatch):
+    """One real forward and backward of layer 0 (a Mamba layer): (its saved storages, the grads).
+    With `kernels`, the scan and conv run through speccat's ops; else transformers' torch code."""
+    from transformers.models.jamba import modeling_jamba
+
+    from speccat.census.attention import speccat_causal_conv1d_fn
+    from speccat.census.scan_apart import speccat_selective_scan_fn
+
+    if kernels:
+        monkeypatch.setattr(modeling_jamba, "mamba_selective_scan", speccat_selective_scan_fn)
+        monkeypatch.setattr(modeling_jamba, "causal_conv1d_fn", speccat_causal_conv1d_fn)
+    layer = model.model.layers[0]
+    assert type(layer.mamba).__name__ == "JambaMambaMixer"
+    torch.manual_seed(1)
+    x = torch.randn(1, S, H, dtype=dtype, requires_grad=True)
+    saved: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        saved.setdefault(t.untyped_storage()._cdata, t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x)
+    out = out[0] if isinstance(out, tuple) else out
+    out.float().square().sum().backward()
+    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, out)}
+    kept = {k: t for k, t in saved.items() if k not in left_out}
+    grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    grads["x"] = x.grad.clone()
+    monkeypatch.undo()
+    return kept, grads
+
+
+def _pairs(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
+    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
+
+
+def test_the_census_books_what_the_kernels_keep_storage_by_storage(monkeypatch):
+    """A real bf16 forward and backward of one jamba Mamba layer through speccat's scan and conv
+    on CPU keeps exactly these storages (worked by hand from the shapes), and the census books
+    their bytes, op by op."""
+    spec = run_census(TINY_JAMBA, name="tiny-jamba", seq_length=S)
+    kind = spec["layers"][0]["kind"]
+    assert spec["measured"][kind]["attention_impl"] == "speccat::selective_scan"
+    assert spec["variants"][kind]["scan_apart"] and spec["variants"][kind]["scan_norms"]
+    kept, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, True, monkeypatch)
+    f32, bf16 = torch.float32, torch.bfloat16
+
+    def rms(width):  # a JambaRMSNorm: fp32 upcast input, fp32 rstd, bf16 normalised input
+        return [((1, S, width), f32, FP32 * S * width), ((1, S, 1), f32, FP32 * S), ((1, S, width), bf16, BF16 * S * width)]
+
+    expected = [
+        *rms(H), *rms(H),  # the layer's two norms
+        ((S, H), bf16, BF16 * S * H), ((S, H), bf16, BF16 * S * H),  # in_proj's and the MLP's input
+        # exp(A_log) in fp32 (A is its negation, a tensor of its own)
+        ((D, N), f32, FP32 * D * N),
+        # the conv kernel's input: a view of in_proj's whole output (both halves)
+        ((1, D, S), bf16, BF16 * S * 2 * D),
+        # x_proj's input: the conv's output, seen 2-D (the scan's u is the same storage); the
+        # dt projection's input: the dt norm's output; out_proj's input: the gated scan output
+        ((S, D), bf16, BF16 * S * D), ((S, R), bf16, BF16 * S * R), ((S, D), bf16, BF16 * S * D),
+        *rms(R), *rms(N), *rms(N),  # the norms on dt, B and C
+        # the scan: Δ, A, B and C (contiguous copies), D and dt's bias in fp32, z (a contiguous
+        # copy of the gate), the fp32 chunk states (one chunk: S < 2048), the output before the gate
+        ((1, D, S), bf16, BF16 * S * D), ((D, N), f32, FP32 * D * N), ((1, N, S), bf16, BF16 * S * N), ((1, N, S), bf16, BF16 * S * N),
+        ((D,), f32, FP32 * D), ((D,), f32, FP32 * D), ((1, D, S), bf16, BF16 * S * D), ((1, D, 1, 2 * N), f32, FP32 * D * 2 * N),
+        ((1, D, S), bf16, BF16 * S * D),
+        # the gated MLP: the activation's input, its output and the up projection's output, the down projection's input
+        ((1, S, F), bf16, BF16 * S * F), ((1, S, F), bf16, BF16 * S * F), ((1, S, F), bf16, BF16 * S * F), ((S, F), bf16, BF16 * S * F),
+    ]  # fmt: skip
+    real = _pairs(kept.values())
+    assert real == sorted(expected, key=str)
+    booked = spec["measured"][kind]["bytes_per_token"]
+    assert sum(booked.values()) * S == sum(nbytes for _, _, nbytes in real)
+    assert booked["attMM"] * S == S * BF16 * (H + 2 * D + D + R + D) + FP32 * D * N
+    assert booked["normOp"] * S == S * (2 * (FP32 + BF16) * H + (FP32 + BF16) * (R + 2 * N) + 5 * FP32)
+    assert booked["linrec"] * S == S * BF16 * (3 * D + 2 * N) + FP32 * (D * 2 * N + D * N + 2 * D)
+
+
+def test_the_ops_compute_what_the_torch_path_computes(monkeypatch):
+    """fp32 on CPU: the layer through speccat's scan and conv gives the output gradients of
+    transformers' own torch scan and conv, for the input and every parameter."""
+    model = _model(torch.float32)
+    _, ours = _run_layer(model, torch.float32, True, monkeypatch)
+    model.zero_grad()
+    _, torch_path = _run_layer(model, torch.float32, False, monkeypatch)
+    assert ours.keys() == torch_path.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], torch_path[name], rtol=2e-4, atol=2e-5, msg=name)
+
+
+def test_the_torch_path_keeps_the_per_token_state_tensors_the_kernel_recomputes(monkeypatch):
+    """transformers' torch scan (no mamba_ssm) keeps what the kernels recompute: Δ after its bias
+    and softplus, and fp32 (inner × state)-wide tensors per token (exp(Δ·A), Δ·B·u) and each
+    step's state; those alone outweigh everything the scan kernel keeps. Around the kernels
+    (projections, norms, MLP) both keep the same storages."""
+    kernel, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, True, monkeypatch)
+    slow, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, False, monkeypatch)
+    kernel_pairs, slow_pairs = _pairs(kernel.values()), _pairs(slow.values())
+    whole = [p for p in slow_pairs if p[1] == torch.float32 and p[2] == FP32 * D * S * N]
+    assert len(whole) >= 2, whole
+    steps = [p for p in slow_pairs if p[2] in (BF16 * D * N, FP32 * D * N) and p[0] != (D, N)]
+    assert len(steps) >= S, len(steps)
+    assert sum(p[2] for p in whole) > sum(p[2] for p in kernel_pairs if p[1] == torch.float32 or p[0][-1] == S)
+    # the storages kept by the projections, norms and MLP are the same in both
+    outside = [p for p in kernel_pairs if p[0][0] == S or p[0][:2] == (1, S)]
+    for pair in outside:
+        assert pair in slow_pairs, pair
+
+
+def test_a_mixer_scanning_per_head_is_refused():
+    """zamba's mixer runs one selective scan per Mamba head: the census prices one scan over the
+    inner width, so such a layer is refused rather than described as one head's width."""
+    from speccat.census.describe import LayerView, check_probes
+    from speccat.census.probe import KernelCall, LayerProbe
+    from speccat.census.shapes import Shape
+    from speccat.census.spec import SpecError
+
+    probe = LayerProbe(0, kernels=[KernelCall("scan", "mamba", (1, 32, 8), (32, 4), (), apart=True) for _ in range(2)])
+    view = LayerView(0, torch.nn.Module(), probe, Shape("mamba", "none", ()), 16)
+    with pytest.raises(SpecError, match="one per Mamba head"):
+        check_probes([view])
+
+
+@pytest.fixture(scope="module")
+def jamba_spec():
+    from bench.bench_registry import default_config
+
+    return run_census(default_config("jamba"), name="jamba", across=True).to_dict()
+
+
+def test_the_default_jamba_is_priced_within_one_percent_at_every_point(jamba_spec, records, grid):
+    """jamba's default config (32 layers, 1 attention layer in 8, experts every other layer):
+    its Mamba kinds keep the scan apart and its norms; every kind priced from dims, dtypes and
+    variant facts within 1% of what the census measured, at every point."""
+    kinds = {g["kind"] for g in jamba_spec["layers"]}
+    mamba = sorted(k for k in kinds if jamba_spec["flavours"][k]["attention"] == "mamba")
+    assert len(mamba) == 2 and all(jamba_spec["variants"][k]["scan_apart"] for k in mamba)
+    assert (jamba_spec["ssm_inner_size"], jamba_spec["ssm_state_size"], jamba_spec["ssm_dt_rank"], jamba_spec["ssm_conv_kernel"]) == (8192, 16, 256, 4)
+    rows = price_points(jamba_spec, family_for(jamba_spec["arch"]).pricing_defaults(), records, grid)
+    measured = measured_per_token(jamba_spec)
+    assert len(rows) == len(measured) and {r["kind"] for r in rows} == kinds
+    assert {r["point"] for r in rows} >= {"census", "tp 2", "tp 8", "cp 2", "recompute all"}
+    worst = max(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) for r in rows)
+    assert worst < 0.01, worst
+    check_prices(jamba_spec, rows, records)
