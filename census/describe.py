@@ -17,12 +17,11 @@ from torch import nn
 from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
-from speccat.census.predicates import is_experts, is_layer_norm, is_norm, is_projection
+from speccat.census.predicates import QK_NORM_NAME, is_experts, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
 from speccat.census.spec import SpecError
 
-QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
 SHARED_NAME = re.compile(r"shared")  # shared_expert, shared_experts, shared_expert_gate
 
 ATTENTION_OP = "speccat::flash_attention"
@@ -232,7 +231,7 @@ class LayerView:
             "ffMM": self.ff_matmuls(),
             "softmax": attn,
             "dropout": self.probe.dropouts,
-            "normOp": self.probe.layer_norm_calls,
+            "normOp": len(self.probe.stream_norms),
             "headCast": attn,
             "ffAct": self.activations(),
             "linrec": delta + scan,
@@ -273,8 +272,12 @@ class LayerView:
 
     # -- flags -------------------------------------------------------------------------------
 
+    def stream_norm_paths(self) -> list[str]:
+        """The norms the layer ran on its hidden stream (census/probe.py `stream_norms`), in call order."""
+        return list(dict.fromkeys(path for path, _ in self.probe.stream_norms))
+
     def layer_norm_modules(self) -> list[nn.Module]:
-        return [m for _, m in self.layer.named_children() if is_norm(m)]
+        return [self.module(path) for path in self.stream_norm_paths()]
 
     def qk_norm(self) -> bool:
         """A norm of the queries or keys held by the attention module itself (q_norm, k_norm)."""
@@ -338,7 +341,7 @@ class LayerView:
         import torch
 
         half = (torch.bfloat16, torch.float16)
-        norms = [n for n, m in self.layer.named_children() if is_norm(m)]
+        norms = self.stream_norm_paths()
         ops = self.probe.norm_ops.get(norms[0], []) if norms else []
         upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in half for op in ops)
         muls = [op for op in ops if op.name == "mul"]
@@ -351,6 +354,7 @@ class LayerView:
             "norm_upcast": upcast,
             "norm_scale_fp32": upcast and bool(muls) and muls[-1].out_dtype == torch.float32,
             "norm_weight_copy": bool(norms) and norms[0] in self.probe.norm_weight_copies,
+            "norm_inputs_shared": len(self.probe.stream_norms) - len({key for _, key in self.probe.stream_norms}),
             "q_heads_major": any(k.heads_major for k in kernels),
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),

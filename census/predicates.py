@@ -25,6 +25,7 @@ _SELECTIVE_SCAN = re.compile(r"^(mamba_)?selective_scan(_fn)?$")  # mamba_ssm's 
 _SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
+QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
 _STATE_SPACE_ATTRIBUTE = re.compile(r"^(mamba|ssm)", re.IGNORECASE)
 
 _ACTIVATION_CLASSES = tuple(

@@ -50,6 +50,7 @@ from speccat.census.predicates import (
     is_norm,
     is_projection,
     mamba_inner_names,
+    QK_NORM_NAME,
     selective_scan_names,
     ssd_scan_names,
 )
@@ -152,7 +153,10 @@ class LayerProbe:
     index: int
     kernels: list[KernelCall] = field(default_factory=list)
     dropouts: int = 0
-    layer_norm_calls: int = 0  # norm modules that are direct children of the layer
+    # the layer's norms on its hidden stream, per call: (module path, its input's storage). A
+    # norm held by the layer itself, or nested anywhere (a post-norm in BERT's attention.output)
+    # when it normalises the layer's width and is no QK-norm; never a norm inside a norm
+    stream_norms: list[tuple[str, int]] = field(default_factory=list)
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
@@ -409,8 +413,8 @@ class Watcher:
                 return
             self.path.append((name, module))
             probe = self.current
-            if depth_one and is_norm(module):
-                probe.layer_norm_calls += 1
+            if is_norm(module) and self._on_stream(name, module, args, depth_one):
+                probe.stream_norms.append((name, _storage_key(args[0])))
             if is_experts(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
                 probe.routing_weights_dtype = args[2].dtype
                 probe.experts_top_k = int(args[1].shape[-1])
@@ -427,6 +431,12 @@ class Watcher:
     def _leave(self, mod, args, output):
         if self.current is not None and self.path:
             self.path.pop()
+
+    def _on_stream(self, name: str, module: nn.Module, args: tuple, depth_one: bool) -> bool:
+        """A norm call on the layer's hidden stream (see LayerProbe.stream_norms)."""
+        if any(is_norm(m) for _, m in self.path[:-1]) or not args or not isinstance(args[0], torch.Tensor):
+            return False
+        return depth_one or (args[0].shape[-1] == self.current.hidden_width and not QK_NORM_NAME.match(name.rsplit(".", 1)[-1]))
 
     def _inside_activation(self) -> bool:
         return any(is_activation_region(m) for _, m in self.path[:-1])

@@ -180,3 +180,86 @@ def test_gpt2s_python_gelu_chain_and_fused_qkv_views():
     assert len(stats) == 4 and all(t.dtype == torch.bfloat16 for t in stats)
     cpu = sum(t.untyped_storage().nbytes() for t in real.values())
     assert sum(booked.values()) * seq == cpu + len(stats) * seq * (FP32 - BF16)
+
+
+def _priced_over_measured(spec: dict) -> float:
+    """The records' price of the spec's one kind at the census's point over what it measured."""
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.points import measured_per_token, price_points
+    from speccat.catalogue.records.settings import load_settings
+    from speccat.census.family import family_for
+
+    (row,) = price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
+    return row["priced_per_token"] / measured_per_token(spec)[row["kind"], row["point"]]
+
+
+def _real_layer_bytes(config: dict, layer_of, seq: int, h: int) -> tuple[int, int]:
+    """(bytes a real CPU graph of one layer holds, LayerNorm statistics among them), the layer's
+    parameters, output and position tables left out."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from speccat.census.attention import ATTENTION_IMPL
+
+    hf = AutoConfig.for_model(**config)
+    hf._attn_implementation = ATTENTION_IMPL
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    x = torch.randn(1, seq, h, dtype=torch.bfloat16, requires_grad=True)
+    layer, kwargs = layer_of(model, x)
+    out = layer(x, **kwargs)
+    out = out[0] if isinstance(out, tuple) else out
+    tables = {t.untyped_storage()._cdata for t in kwargs.get("position_embeddings", ())}
+    real = {key: t for key, t in _saved_by_graph(out).items() if key not in fixed | tables | {out.untyped_storage()._cdata}}
+    stats = [t for t in real.values() if t.shape == (1, seq, 1)]
+    assert all(t.dtype == torch.bfloat16 for t in stats)  # CPU LayerNorm statistics: bf16 (fp32 on CUDA)
+    return sum(t.untyped_storage().nbytes() for t in real.values()), len(stats)
+
+
+def test_post_norms_nested_in_the_layers_children_are_the_layers_norms():
+    """BERT (as a causal LM) normalises after the residual add inside `attention.output` and
+    `output`: two LayerNorms of the layer's width, nested, each keeping its input and fp32 mean
+    and rstd. The census counts and books both (normOp 2), and a real CPU graph holds what it books."""
+    from speccat.census import run_census
+
+    h, heads, inner, seq = 64, 4, 256, 32
+    config = {
+        "model_type": "bert", "hidden_size": h, "num_attention_heads": heads, "intermediate_size": inner,
+        "num_hidden_layers": 1, "vocab_size": 128, "is_decoder": True, "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    }  # fmt: skip
+    spec = run_census(config, name="tiny-bert", seq_length=seq)
+    assert spec["ops"]["decoder"]["normOp"] == 2 and spec["layer_norms"]
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    assert booked["normOp"] == 2 * (BF16 * h + FP32 + FP32)
+    assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
+    cpu, stats = _real_layer_bytes(config, lambda m, x: (m.bert.encoder.layer[0], {}), seq, h)
+    assert stats == 4
+    assert sum(booked.values()) * seq == cpu + stats * seq * (FP32 - BF16)
+
+
+def test_norms_reading_one_input_keep_it_once():
+    """gpt-neox's parallel residual: both LayerNorms take the layer's input, which is kept once;
+    each keeps its own statistics. The census states it (norm_inputs_shared 1) and books one
+    input, and a real CPU graph holds what it books."""
+    from speccat.census import run_census
+
+    h, heads, inner, seq = 64, 4, 256, 32
+    config = {
+        "model_type": "gpt_neox", "hidden_size": h, "num_attention_heads": heads, "intermediate_size": inner,
+        "num_hidden_layers": 1, "vocab_size": 128, "use_parallel_residual": True, "rotary_pct": 0.25,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0,
+    }  # fmt: skip
+    spec = run_census(config, name="tiny-neox", seq_length=seq)
+    assert spec["ops"]["decoder"]["normOp"] == 2 and spec["variants"]["decoder"]["norm_inputs_shared"] == 1
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    assert booked["normOp"] == BF16 * h + 2 * (FP32 + FP32)
+    assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
+
+    def layer_of(model, x):
+        rotary = model.gpt_neox.rotary_emb(x, torch.arange(seq).unsqueeze(0))
+        return model.gpt_neox.layers[0], {"position_embeddings": rotary}
+
+    cpu, stats = _real_layer_bytes(config, layer_of, seq, h)
+    assert stats == 4
+    assert sum(booked.values()) * seq == cpu + stats * seq * (FP32 - BF16)
