@@ -206,6 +206,14 @@ class LayerView:
             )
         return count
 
+    def ff_input_shared(self) -> bool:
+        """The feed-forward's projections read a storage the attention's projections read too: one
+        normalised input feeds both (a parallel block: phi, gpt-j, falcon), kept once."""
+        def read_by(children) -> set[int]:
+            return {key for child in children for key in self.probe.projection_inputs.get(child, ())}
+
+        return bool(read_by(self.attention_children) & read_by(self.ffn_children))
+
     def activations(self) -> int:
         """Activation calls of one expert (MoE) or of the dense MLP."""
         if self.experts_path:
@@ -360,6 +368,7 @@ class LayerView:
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
+            "ff_input_shared": self.ff_input_shared(),
             "ff_fused_gate_up": bool(dense)
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
             "act_inline": experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules()),

@@ -160,6 +160,7 @@ class LayerProbe:
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
+    projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
@@ -421,6 +422,8 @@ class Watcher:
             if is_projection(module):
                 child = name.split(".", 1)[0]
                 probe.projection_order.setdefault(child, []).append(name)
+                if args and isinstance(args[0], torch.Tensor):
+                    probe.projection_inputs.setdefault(child, set()).add(_storage_key(args[0]))
                 if not depth_one and self.kernel_count_in_child[child] > 0:
                     probe.output_projections.append(name)
             if is_activation_region(module) and not self._inside_activation():

@@ -194,8 +194,9 @@ def _priced_over_measured(spec: dict) -> float:
 
 
 def _real_layer_bytes(config: dict, layer_of, seq: int, h: int) -> tuple[int, int]:
-    """(bytes a real CPU graph of one layer holds, LayerNorm statistics among them), the layer's
-    parameters, output and position tables left out."""
+    """(bytes a real CPU graph of one layer holds, the bytes its per-token statistics (mean, rstd)
+    would add at CUDA's fp32), the layer's parameters, output and position tables left out: a
+    LayerNorm on bf16 keeps its statistics in bf16 on the CPU, in fp32 on CUDA."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from speccat.census.attention import ATTENTION_IMPL
@@ -212,8 +213,7 @@ def _real_layer_bytes(config: dict, layer_of, seq: int, h: int) -> tuple[int, in
     tables = {t.untyped_storage()._cdata for t in kwargs.get("position_embeddings", ())}
     real = {key: t for key, t in _saved_by_graph(out).items() if key not in fixed | tables | {out.untyped_storage()._cdata}}
     stats = [t for t in real.values() if t.shape == (1, seq, 1)]
-    assert all(t.dtype == torch.bfloat16 for t in stats)  # CPU LayerNorm statistics: bf16 (fp32 on CUDA)
-    return sum(t.untyped_storage().nbytes() for t in real.values()), len(stats)
+    return sum(t.untyped_storage().nbytes() for t in real.values()), sum((FP32 - t.element_size()) * t.numel() for t in stats)
 
 
 def test_post_norms_nested_in_the_layers_children_are_the_layers_norms():
@@ -233,9 +233,9 @@ def test_post_norms_nested_in_the_layers_children_are_the_layers_norms():
     booked = spec["measured"]["decoder"]["bytes_per_token"]
     assert booked["normOp"] == 2 * (BF16 * h + FP32 + FP32)
     assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
-    cpu, stats = _real_layer_bytes(config, lambda m, x: (m.bert.encoder.layer[0], {}), seq, h)
-    assert stats == 4
-    assert sum(booked.values()) * seq == cpu + stats * seq * (FP32 - BF16)
+    cpu, to_cuda = _real_layer_bytes(config, lambda m, x: (m.bert.encoder.layer[0], {}), seq, h)
+    assert to_cuda == 4 * seq * (FP32 - BF16)  # two LayerNorms' mean and rstd
+    assert sum(booked.values()) * seq == cpu + to_cuda
 
 
 def test_norms_reading_one_input_keep_it_once():
@@ -260,6 +260,52 @@ def test_norms_reading_one_input_keep_it_once():
         rotary = model.gpt_neox.rotary_emb(x, torch.arange(seq).unsqueeze(0))
         return model.gpt_neox.layers[0], {"position_embeddings": rotary}
 
-    cpu, stats = _real_layer_bytes(config, layer_of, seq, h)
-    assert stats == 4
-    assert sum(booked.values()) * seq == cpu + stats * seq * (FP32 - BF16)
+    cpu, to_cuda = _real_layer_bytes(config, layer_of, seq, h)
+    assert to_cuda == 4 * seq * (FP32 - BF16)  # two LayerNorms' mean and rstd
+    assert sum(booked.values()) * seq == cpu + to_cuda
+
+
+def _rotary_layer(model, x):
+    """A llama-style model's first layer and its rotary tables for `x`."""
+    seq = x.shape[1]
+    return model.model.layers[0], {"position_embeddings": model.model.rotary_emb(x, torch.arange(seq).unsqueeze(0))}
+
+
+def test_a_parallel_block_keeps_its_one_normalised_input_once():
+    """phi: attention and MLP both read the one LayerNorm's output, which qkv's projections and
+    fc1 keep as one storage (ff_input_shared): the records' ffn slot does not count it again."""
+    from speccat.census import run_census
+
+    h, heads, inner, seq = 64, 4, 256, 32
+    config = {
+        "model_type": "phi", "hidden_size": h, "num_attention_heads": heads, "intermediate_size": inner,
+        "num_hidden_layers": 1, "vocab_size": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0,
+    }  # fmt: skip
+    spec = run_census(config, name="tiny-phi", seq_length=seq)
+    assert spec["variants"]["decoder"]["ff_input_shared"] and spec["ops"]["decoder"]["normOp"] == 1
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    # fc1 keeps no input of its own; fc2 keeps gelu_new's product (its four kept tensors are ffAct's)
+    assert booked["ffMM"] == BF16 * inner
+    assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
+    cpu, to_cuda = _real_layer_bytes(config, _rotary_layer, seq, h)
+    assert to_cuda == 2 * seq * (FP32 - BF16)  # one LayerNorm's mean and rstd
+    assert sum(booked.values()) * seq == cpu + to_cuda
+
+
+def test_a_layer_norm_that_upcasts_keeps_its_fp32_input():
+    """OLMo's LayerNorm (no weight) runs in fp32 on an upcast copy of its input: each keeps that
+    fp32 copy and fp32 mean and rstd (the CPU too, the input being fp32)."""
+    from speccat.census import run_census
+
+    h, heads, inner, seq = 64, 4, 128, 32
+    config = {
+        "model_type": "olmo", "hidden_size": h, "num_attention_heads": heads, "intermediate_size": inner,
+        "num_hidden_layers": 1, "vocab_size": 128, "pad_token_id": 0,
+    }  # fmt: skip
+    spec = run_census(config, name="tiny-olmo", seq_length=seq)
+    assert spec["layer_norms"] and spec["variants"]["decoder"]["norm_upcast"]
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    assert booked["normOp"] == 2 * (FP32 * h + FP32 + FP32)
+    assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
+    cpu, to_cuda = _real_layer_bytes(config, _rotary_layer, seq, h)
+    assert to_cuda == 0 and sum(booked.values()) * seq == cpu  # fp32 statistics on the CPU too
