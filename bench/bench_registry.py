@@ -4,8 +4,9 @@ For each model_type of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`: its config class's d
 JSON, the way a config.json reaches the census) are censused at a short sequence; whether
 transformers itself can build the model from those defaults (on meta, its default attention)
 is checked apart. Prints one row per model_type, the outcomes by reason, the share of the
-buildable model types that give a spec, and where the outcome differs from
-tests/registry_refusals.yaml (the refusals the project states, each with its reason).
+buildable model types that give a spec, how many of those specs the records price within their
+tolerance at the census's point (the others the night stores unpriced), and where the outcome
+differs from tests/registry_refusals.yaml (the refusals the project states, each with its reason).
 """
 
 from __future__ import annotations
@@ -62,8 +63,26 @@ def buildable(model_type: str) -> bool:
         return False
 
 
+def worst_ratio(spec) -> float:
+    """The records' price over what the census measured, furthest from 1 over the spec's kinds
+    and ends at the census's point (catalogue/records/points.py)."""
+    from speccat.catalogue.records.head import load_head
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.points import measured_per_token, price_ends, price_points
+    from speccat.catalogue.records.settings import load_settings
+    from speccat.census.family import family_for
+
+    records, grid = load_records(), load_settings()
+    defaults = family_for(spec["arch"]).pricing_defaults()
+    rows = price_points(spec, defaults, records, grid) + price_ends(spec, defaults, records, grid, load_head(records))
+    measured = measured_per_token(spec)
+    ratios = [r["priced_per_token"] / measured[r["kind"], r["point"]] for r in rows if measured[r["kind"], r["point"]]]
+    return max(ratios, key=lambda r: abs(r - 1))
+
+
 def sweep(types: list[str] | None = None) -> dict[str, dict]:
-    """model_type → {buildable, outcome ('spec' or a reason code), message, seconds}."""
+    """model_type → {buildable, outcome ('spec' or a reason code), message, seconds, and for a
+    spec `ratio`: worst_ratio's}."""
     from speccat.census import run_census
     from speccat.census.spec import SpecError
 
@@ -79,6 +98,8 @@ def sweep(types: list[str] | None = None) -> dict[str, dict]:
         except Exception as err:  # a default config the census cannot even read is a crash to report
             outcome, message = "crash", f"{type(err).__name__}: {err}"
         rows[model_type] = {"buildable": can_build, "outcome": outcome, "message": message, "seconds": time.perf_counter() - started}
+        if outcome == "spec":
+            rows[model_type]["ratio"] = worst_ratio(spec)
     return rows
 
 
@@ -110,6 +131,14 @@ def main() -> None:
     print(f"\n   {len(rows)} causal-LM model types; {len(built)} buildable from their defaults; {specs} give a spec "
           f"({specs / len(built):.1%}, target {TARGET:.0%}: {'met' if specs / len(built) >= TARGET else 'MISSED'})")
     print("   outcomes of the buildable ones: " + ", ".join(f"{k} {v}" for k, v in Counter(r["outcome"] for r in built.values()).most_common()))
+    from speccat.catalogue.records.oprecords import load_records
+
+    tolerance = load_records().tolerance
+    priced = {t: r["ratio"] for t, r in built.items() if "ratio" in r}
+    off = {t: ratio for t, ratio in priced.items() if abs(ratio - 1) > tolerance}
+    print(f"   of the {len(priced)} specs, {len(priced) - len(off)} are priced within the records' tolerance ({tolerance:.0%}) of what the census "
+          f"measured at its point; the night refuses prices to the other {len(off)}:")
+    print("     " + ", ".join(f"{t} {ratio:.3f}" for t, ratio in sorted(off.items())))
     slowest = sorted(rows, key=lambda t: rows[t]["seconds"], reverse=True)[:5]
     print("   slowest: " + ", ".join(f"{t} {rows[t]['seconds']:.2f} s" for t in slowest))
     diff = differences(rows, load_refusals())
