@@ -214,6 +214,13 @@ class LayerView:
 
         return bool(read_by(self.attention_children) & read_by(self.ffn_children))
 
+    def act_output_read(self) -> bool:
+        """The dense MLP's activation keeps a storage its projections read: its own output, which
+        the down projection keeps as the same storage (ReLU saves its result)."""
+        if self.experts is not None:
+            return False
+        return bool(self.probe.act_kept & {key for child in self.ffn_children for key in self.probe.projection_inputs.get(child, ())})
+
     def activations(self) -> int:
         """Activation calls of one expert (MoE) or of the dense MLP."""
         if self.experts_path:
@@ -373,6 +380,7 @@ class LayerView:
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
             "act_inline": experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules()),
             "act_saved": self.dense_activation_saves(),
+            "act_output_read": self.act_output_read(),
             "router_fp32_input": any(
                 op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in half and op.out_last == self.hidden for op in router
             ),

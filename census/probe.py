@@ -161,6 +161,7 @@ class LayerProbe:
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
+    act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
@@ -678,6 +679,8 @@ def _book_bytes(watcher: Watcher) -> None:
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
+            if op == "ffAct":
+                probe.act_kept.add(key)
             made = watcher.creator.get(key)
             if made is not None and made.probe is probe:
                 probe.kept_by_call.setdefault(made.call, set()).add(part or op)

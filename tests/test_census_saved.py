@@ -309,3 +309,25 @@ def test_a_layer_norm_that_upcasts_keeps_its_fp32_input():
     assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
     cpu, to_cuda = _real_layer_bytes(config, _rotary_layer, seq, h)
     assert to_cuda == 0 and sum(booked.values()) * seq == cpu  # fp32 statistics on the CPU too
+
+
+def test_a_relu_keeps_its_output_which_the_down_projection_reads():
+    """CTRL's MLP is Linear, ReLU, Linear: ReLU keeps its own output, the very storage the down
+    projection keeps as its input, so it is held once, as ffAct's (act_output_read): the ffn slot
+    does not count it again under ffMM."""
+    from speccat.census import run_census
+
+    h, heads, inner, seq = 64, 4, 256, 32
+    config = {
+        "model_type": "ctrl", "n_embd": h, "n_head": heads, "dff": inner, "n_layer": 1, "vocab_size": 128,
+        "n_positions": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+    }  # fmt: skip
+    spec = run_census(config, name="tiny-ctrl", seq_length=seq)
+    variants = spec["variants"]["decoder"]
+    assert variants["act_output_read"] and variants["act_saved"] == 1
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    assert booked["ffAct"] == BF16 * inner and booked["ffMM"] == BF16 * h  # ReLU's output; the first projection's input
+    assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
+    cpu, to_cuda = _real_layer_bytes(config, lambda m, x: (m.transformer.h[0], {}), seq, h)
+    assert to_cuda == 4 * seq * (FP32 - BF16)  # two LayerNorms' mean and rstd
+    assert sum(booked.values()) * seq == cpu + to_cuda
