@@ -156,6 +156,7 @@ class LayerProbe:
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
     output_projections: list[str] = field(default_factory=list)
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
+    children_ran: set[str] = field(default_factory=set)  # top-level children whose forward ran (a cross-attention without encoder states does not)
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
@@ -409,6 +410,7 @@ class Watcher:
                 return
             self.path.append((name, module))
             probe = self.current
+            probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
             if depth_one and is_norm(module):
                 probe.layer_norm_calls += 1
             if is_experts(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
@@ -432,9 +434,11 @@ class Watcher:
         return any(is_activation_region(m) for _, m in self.path[:-1])
 
     def _owner_of_activation(self) -> str:
-        """The path of the module an activation call belongs to: its experts or MLP (its parent)."""
-        names = [n for n, _ in self.path[:-1]]
-        return names[-1] if names else ""
+        """The path of the module an activation call belongs to: its experts or MLP (its parent);
+        an activation that is itself a child of the layer (bart's activation_fn between fc1 and
+        fc2, the layer's own children) is its own owner."""
+        names = [n for n, _ in self.path]
+        return names[-2] if len(names) > 1 else names[-1]
 
     @contextlib.contextmanager
     def hooks(self) -> Iterator[None]:
