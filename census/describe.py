@@ -17,7 +17,7 @@ from torch import nn
 from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
-from speccat.census.predicates import QK_NORM_NAME, is_experts, is_layer_norm, is_norm, is_projection
+from speccat.census.predicates import QK_NORM_NAME, is_activation_region, is_experts, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
 from speccat.census.spec import SpecError
@@ -53,7 +53,7 @@ class LayerView:
     shape: Shape
     hidden: int
     attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
-    ffn_children: set[str] = field(init=False)  # other top-level children holding projections or experts
+    ffn_children: set[str] = field(init=False)  # other top-level children that ran, holding projections or experts (and see __post_init__)
     experts_path: str | None = field(init=False)
 
     def __post_init__(self):
@@ -62,9 +62,22 @@ class LayerView:
         for name, module in self.layer.named_modules():
             if name and is_experts(module):
                 self.experts_path = name
+        ran = self.probe.children_ran
         for name, child in self.layer.named_children():
-            if name not in self.attention_children and not is_norm(child) and any(is_projection(m) or is_experts(m) for m in child.modules()):
+            if (
+                name in ran
+                and name not in self.attention_children
+                and not is_norm(child)
+                and any(is_projection(m) or is_experts(m) for m in child.modules())
+            ):
                 self.ffn_children.add(name)
+        # A feed-forward written in the layer's own forward (bart's fc1, activation_fn, fc2: its
+        # projections are the layer's children, not an MLP's): the activation children that ran
+        # are the feed-forward's too, so their calls are its ffAct.
+        if any(is_projection(self.module(name)) for name in self.ffn_children):
+            self.ffn_children |= {
+                name for name, child in self.layer.named_children() if name in ran and name not in self.attention_children and is_activation_region(child)
+            }
 
     def module(self, path: str) -> nn.Module:
         return self.layer.get_submodule(path)
@@ -164,7 +177,7 @@ class LayerView:
     def dense_width(self) -> int | None:
         if self.experts_path:
             return None
-        paths = [p for child in sorted(self.ffn_children) for p in self.probe.projection_order.get(child, [])]
+        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called]  # in call order
         return self._width_back_to_hidden(paths)
 
     def shared_widths(self) -> list[int]:

@@ -162,6 +162,7 @@ class LayerProbe:
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
     act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
+    children_ran: set[str] = field(default_factory=set)  # top-level children whose forward ran (a cross-attention without encoder states does not)
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
@@ -415,6 +416,7 @@ class Watcher:
                 return
             self.path.append((name, module))
             probe = self.current
+            probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
             if is_norm(module) and self._on_stream(name, module, args, depth_one):
                 probe.stream_norms.append((name, _storage_key(args[0])))
             if is_experts(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
@@ -446,9 +448,11 @@ class Watcher:
         return any(is_activation_region(m) for _, m in self.path[:-1])
 
     def _owner_of_activation(self) -> str:
-        """The path of the module an activation call belongs to: its experts or MLP (its parent)."""
-        names = [n for n, _ in self.path[:-1]]
-        return names[-1] if names else ""
+        """The path of the module an activation call belongs to: its experts or MLP (its parent);
+        an activation that is itself a child of the layer (bart's activation_fn between fc1 and
+        fc2, the layer's own children) is its own owner."""
+        names = [n for n, _ in self.path]
+        return names[-2] if len(names) > 1 else names[-1]
 
     @contextlib.contextmanager
     def hooks(self) -> Iterator[None]:
