@@ -591,8 +591,12 @@ def run_layers(
                 decoder.to_empty(device="cpu")
         for layer in kept.values():
             _mark_inline_activations(layer)
-        excluded = {_storage_key(t) for t in (*decoder.parameters(), *decoder.buffers())}
-        watcher = make_watcher(kept, excluded)
+        # Held alive through the forward: a model may replace a buffer as it runs (ctrl casts its
+        # pos_encoding and assigns the copy), and a dead storage's identity can be taken by an
+        # activation, which would then be left out as a parameter.
+        fixed = [t.untyped_storage() for t in (*decoder.parameters(), *decoder.buffers())]
+        watcher = make_watcher(kept, {storage._cdata for storage in fixed})
+        watcher.kept.extend(fixed)
         wrapped = around(kept, watcher) if around is not None else contextlib.nullcontext()
         # Everything alive now (the model, transformers, torch) is not this forward's garbage:
         # frozen, the collection after the forward scans only what the forward made (a full

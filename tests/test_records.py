@@ -24,7 +24,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
     assert [op for op, rec in records.ops.items() if rec.switch is None] == ["attMM", "ffMM", "linrec"]
     assert {s.name: s.part for s in records.slots} == {
         "attention": "attention", "linear": "attention", "mamba": "attention", "mamba2": "attention", "short_conv": "attention",
-        "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm",
+        "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
