@@ -51,9 +51,16 @@ def is_layer_norm(module: nn.Module) -> bool:
     return isinstance(module, nn.LayerNorm) or ("LayerNorm" in type(module).__name__ and "RMS" not in type(module).__name__)
 
 
+# A model's own activation class (BloomGelu): its name ends in an activation's.
+ACTIVATION_CLASS = re.compile(r"(Gelu|GELU|GeLU|SiLU|Silu|Swish|ReLU|Relu)$")
+
+
 def is_activation(module: nn.Module) -> bool:
-    """An activation module (transformers' ACT2CLS classes and torch's, softmaxes excluded)."""
-    return isinstance(module, _ACTIVATION_CLASSES)
+    """An activation module: transformers' ACT2CLS classes and torch's (softmaxes excluded), or a
+    model's own leaf module with no parameters whose class name ends in an activation's."""
+    if isinstance(module, _ACTIVATION_CLASSES):
+        return True
+    return ACTIVATION_CLASS.search(type(module).__name__) is not None and not any(True for _ in module.children()) and not any(True for _ in module.parameters())
 
 
 def is_activation_region(module: nn.Module) -> bool:

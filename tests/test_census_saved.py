@@ -331,3 +331,19 @@ def test_a_relu_keeps_its_output_which_the_down_projection_reads():
     cpu, to_cuda = _real_layer_bytes(config, lambda m, x: (m.transformer.h[0], {}), seq, h)
     assert to_cuda == 4 * seq * (FP32 - BF16)  # two LayerNorms' mean and rstd
     assert sum(booked.values()) * seq == cpu + to_cuda
+
+
+def test_a_models_own_activation_class_is_the_mlps_activation():
+    """BLOOM's MLP runs its GELU through its own module (BloomGelu, an autograd function keeping
+    its input): the census counts it as the activation (ffAct 1, act_saved 1) and books the
+    4h-wide input it keeps to ffAct, as it would torch's GELU; the records price it exactly."""
+    from speccat.census import run_census
+
+    h, heads, seq = 64, 4, 32
+    config = {"model_type": "bloom", "hidden_size": h, "n_head": heads, "n_layer": 1, "vocab_size": 128}
+    spec = run_census(config, name="tiny-bloom", seq_length=seq)
+    assert spec["ops"]["decoder"]["ffAct"] == 1 and spec["variants"]["decoder"]["act_saved"] == 1
+    booked = spec["measured"]["decoder"]["bytes_per_token"]
+    assert booked["ffAct"] == BF16 * 4 * h  # the GELU's input, dense_h_to_4h's output
+    assert booked["ffMM"] == BF16 * (h + 4 * h)  # dense_h_to_4h's input, dense_4h_to_h's (the GELU's output)
+    assert _priced_over_measured(spec) == pytest.approx(1, abs=1e-9)
