@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from layer_runs import saves_and_grads, tiny_model
 
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
@@ -27,13 +28,7 @@ TINY_FALCON_MAMBA = {
 
 
 def _model(dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**{k: v for k, v in TINY_FALCON_MAMBA.items() if k != "torch_dtype"})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.train()
-    return model
+    return tiny_model(TINY_FALCON_MAMBA, dtype)
 
 
 def _fused(monkeypatch):
@@ -54,19 +49,9 @@ def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
     assert not spec["variants"]["mamba"]["scan_apart"] and not spec["variants"]["mamba"]["scan_norms"]
     model = _model(torch.bfloat16)
     _fused(monkeypatch)
-    layer = model.backbone.layers[0]
     x = torch.randn(1, S, H, dtype=torch.bfloat16, requires_grad=True)
-    saved: dict[int, torch.Tensor] = {}
-
-    def pack(t):
-        saved.setdefault(t.untyped_storage()._cdata, t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(x)
-    out.float().sum().backward()
-    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, out)}
-    kept = [t for k, t in saved.items() if k not in left_out]
+    kept, _ = saves_and_grads(model, model.backbone.layers[0], x, square=False)
+    kept = list(kept.values())
     f32, bf16 = torch.float32, torch.bfloat16
     expected = [
         ((1, S, H), f32), ((1, S, 1), f32), ((1, S, H), bf16),  # the block's RMSNorm

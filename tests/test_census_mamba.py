@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import load_shipped
+from layer_runs import saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
@@ -30,13 +31,7 @@ MAMBA_130M = "ArthurZ/mamba-130m"
 
 
 def _model(dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**{k: v for k, v in TINY_MAMBA.items() if k != "torch_dtype"})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.train()
-    return model
+    return tiny_model(TINY_MAMBA, dtype)
 
 
 def _run_layer(model, dtype, fused: bool, monkeypatch):
@@ -49,28 +44,11 @@ def _run_layer(model, dtype, fused: bool, monkeypatch):
         monkeypatch.setattr(modeling_mamba, "mamba_inner_fn", speccat_mamba_inner_fn)
     else:
         monkeypatch.setattr(modeling_mamba, "mamba_inner_fn", lambda *a, **k: None)  # transformers' fallback: the slow path
-    layer = model.backbone.layers[0]
     torch.manual_seed(1)
     x = torch.randn(1, S, H, dtype=dtype, requires_grad=True)
-    saved: dict[int, torch.Tensor] = {}
-
-    def pack(t):
-        saved.setdefault(t.untyped_storage()._cdata, t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(x)
-    out.float().square().sum().backward()
-    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), x, out)}
-    kept = {k: t for k, t in saved.items() if k not in left_out}
-    grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
-    grads["x"] = x.grad.clone()
+    kept, grads = saves_and_grads(model, model.backbone.layers[0], x)
     monkeypatch.undo()
     return kept, grads
-
-
-def _signature(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
-    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
 
 
 def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
@@ -93,7 +71,7 @@ def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
         ((1, 2 * D, S), bf16), ((S, R + 2 * N), bf16), ((D, N), f32), ((1, 1, N, S), bf16), ((1, 1, N, S), bf16),
         ((D,), f32), ((D,), f32), ((1, D, 1, 2 * N), f32), ((1, D, S), bf16),
     ]  # fmt: skip
-    real = _signature(kept.values())
+    real = signature(kept.values())
     assert sorted(((shape, dtype) for shape, dtype, _ in real), key=str) == sorted(expected, key=str)
     real_total = sum(nbytes for _, _, nbytes in real)
     assert spec["measured"]["mamba"]["attention_impl"] == "speccat::mamba_inner"
@@ -132,7 +110,7 @@ def test_the_slow_path_keeps_the_recomputed_tensors_the_kernel_does_not(monkeypa
     """
     kept_kernel, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, True, monkeypatch)
     kept_slow, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, False, monkeypatch)
-    kernel, slow = _signature(kept_kernel.values()), _signature(kept_slow.values())
+    kernel, slow = signature(kept_kernel.values()), signature(kept_slow.values())
     shared = [((1, S, H), torch.float32), ((1, S, H), torch.bfloat16), ((D, N), torch.float32), ((1, S, 2 * D), torch.bfloat16)]
     slow_pairs = {(shape, dtype) for shape, dtype, _ in slow}
     for shape, dtype in shared[:3]:

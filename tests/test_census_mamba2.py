@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import load_shipped
+from layer_runs import saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
@@ -32,13 +33,7 @@ NANO = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
 
 
 def _model(dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**{k: v for k, v in TINY_MAMBA2.items() if k != "torch_dtype"})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.train()
-    return model
+    return tiny_model(TINY_MAMBA2, dtype)
 
 
 def _run_layer(model, dtype, fused: bool, monkeypatch):
@@ -49,28 +44,11 @@ def _run_layer(model, dtype, fused: bool, monkeypatch):
 
     kernel = speccat_mamba_split_conv1d_scan_combined if fused else (lambda *a, **k: None)  # None: transformers' slow path
     monkeypatch.setattr(modeling_mamba2, "mamba2_split_conv1d_scan_combined", kernel)
-    layer = model.backbone.layers[0]
     torch.manual_seed(1)
     x = torch.randn(1, S, H, dtype=dtype, requires_grad=True)
-    saved: dict[int, torch.Tensor] = {}
-
-    def pack(t):
-        saved.setdefault(t.untyped_storage()._cdata, t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(x)
-    out.float().square().sum().backward()
-    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), x, out)}
-    kept = {k: t for k, t in saved.items() if k not in left_out}
-    grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
-    grads["x"] = x.grad.clone()
+    kept, grads = saves_and_grads(model, model.backbone.layers[0], x)
     monkeypatch.undo()
     return kept, grads
-
-
-def _signature(tensors):
-    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
 
 
 def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
@@ -87,7 +65,7 @@ def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
         # conv, norm and out weights are parameters.
         ((1, S, WIDTH), bf16), ((1, S, HEADS, P), bf16), ((HEADS,), f32), ((G, S), f32),
     ]  # fmt: skip
-    real = _signature(kept.values())
+    real = signature(kept.values())
     assert sorted(((shape, dtype) for shape, dtype, _ in real), key=str) == sorted(expected, key=str)
     booked = spec["measured"]["mamba2"]["bytes_per_token"]
     assert sum(booked.values()) * S == sum(n for _, _, n in real)
@@ -120,7 +98,7 @@ def test_the_slow_path_keeps_the_recomputed_tensors_the_kernel_does_not(monkeypa
     """
     kernel, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, True, monkeypatch)
     slow, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, False, monkeypatch)
-    kernel, slow = _signature(kernel.values()), _signature(slow.values())
+    kernel, slow = signature(kernel.values()), signature(slow.values())
     pairs = lambda sig: {(shape, dtype) for shape, dtype, _ in sig}  # noqa: E731
     for both in (((1, S, H), torch.float32), ((1, S, H), torch.bfloat16), ((HEADS,), torch.float32)):
         assert both in pairs(kernel) and both in pairs(slow), both

@@ -145,10 +145,7 @@ def test_gpt2s_python_gelu_chain_and_fused_qkv_views():
     """gpt2: gelu_new is Python elementwise code, and q, k, v are views of c_attn's one output
     (no rotary embedding makes q and k anew). A real CPU graph holds what the census books, and
     the census states both facts the records price them with."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     from speccat.census import run_census
-    from speccat.census.attention import ATTENTION_IMPL
 
     h, heads, inner, seq = 64, 4, 256, 32
     config = {
@@ -165,21 +162,10 @@ def test_gpt2s_python_gelu_chain_and_fused_qkv_views():
     assert booked["attBMM"] == BF16 * 3 * h
     assert spec["variants"]["decoder"]["qk_in_projection"] and spec["variants"]["decoder"]["v_in_projection"]
 
-    hf = AutoConfig.for_model(**config)
-    hf._attn_implementation = ATTENTION_IMPL
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
-    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
-    x = torch.randn(1, seq, h, dtype=torch.bfloat16, requires_grad=True)
-    out = model.transformer.h[0](x)
-    out = out[0] if isinstance(out, tuple) else out
-    left_out = fixed | {out.untyped_storage()._cdata}
-    real = {key: t for key, t in _saved_by_graph(out).items() if key not in left_out}
+    cpu, to_cuda = _real_layer_bytes(config, lambda m, x: (m.transformer.h[0], {}), seq, h)
     # The two LayerNorms' mean and rstd: the CPU keeps them in bf16, CUDA (what the census books) in fp32.
-    stats = [t for t in real.values() if t.shape == (1, seq, 1)]
-    assert len(stats) == 4 and all(t.dtype == torch.bfloat16 for t in stats)
-    cpu = sum(t.untyped_storage().nbytes() for t in real.values())
-    assert sum(booked.values()) * seq == cpu + len(stats) * seq * (FP32 - BF16)
+    assert to_cuda == 4 * seq * (FP32 - BF16)
+    assert sum(booked.values()) * seq == cpu + to_cuda
 
 
 def _priced_over_measured(spec: dict) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from layer_runs import saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
@@ -28,13 +29,7 @@ TINY_JAMBA = {
 
 
 def _model(dtype):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(**{k: v for k, v in TINY_JAMBA.items() if k != "torch_dtype"})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.train()
-    return model
+    return tiny_model(TINY_JAMBA, dtype)
 
 
 def _run_layer(model, dtype, kernels: bool, monkeypatch):
@@ -52,26 +47,9 @@ def _run_layer(model, dtype, kernels: bool, monkeypatch):
     assert type(layer.mamba).__name__ == "JambaMambaMixer"
     torch.manual_seed(1)
     x = torch.randn(1, S, H, dtype=dtype, requires_grad=True)
-    saved: dict[int, torch.Tensor] = {}
-
-    def pack(t):
-        saved.setdefault(t.untyped_storage()._cdata, t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(x)
-    out = out[0] if isinstance(out, tuple) else out
-    out.float().square().sum().backward()
-    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, out)}
-    kept = {k: t for k, t in saved.items() if k not in left_out}
-    grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
-    grads["x"] = x.grad.clone()
+    kept, grads = saves_and_grads(model, layer, x)
     monkeypatch.undo()
     return kept, grads
-
-
-def _pairs(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
-    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
 
 
 def test_the_census_books_what_the_kernels_keep_storage_by_storage(monkeypatch):
@@ -107,7 +85,7 @@ def test_the_census_books_what_the_kernels_keep_storage_by_storage(monkeypatch):
         # the gated MLP: the activation's input, its output and the up projection's output, the down projection's input
         ((1, S, F), bf16, BF16 * S * F), ((1, S, F), bf16, BF16 * S * F), ((1, S, F), bf16, BF16 * S * F), ((S, F), bf16, BF16 * S * F),
     ]  # fmt: skip
-    real = _pairs(kept.values())
+    real = signature(kept.values())
     assert real == sorted(expected, key=str)
     booked = spec["measured"][kind]["bytes_per_token"]
     assert sum(booked.values()) * S == sum(nbytes for _, _, nbytes in real)
@@ -135,7 +113,7 @@ def test_the_torch_path_keeps_the_per_token_state_tensors_the_kernel_recomputes(
     (projections, norms, MLP) both keep the same storages."""
     kernel, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, True, monkeypatch)
     slow, _ = _run_layer(_model(torch.bfloat16), torch.bfloat16, False, monkeypatch)
-    kernel_pairs, slow_pairs = _pairs(kernel.values()), _pairs(slow.values())
+    kernel_pairs, slow_pairs = signature(kernel.values()), signature(slow.values())
     whole = [p for p in slow_pairs if p[1] == torch.float32 and p[2] == FP32 * D * S * N]
     assert len(whole) >= 2, whole
     steps = [p for p in slow_pairs if p[2] in (BF16 * D * N, FP32 * D * N) and p[0] != (D, N)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from layer_runs import saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
@@ -36,30 +37,17 @@ def spec():
 
 def _conv_layer_saves(fused: bool, monkeypatch) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
     """A real bf16 forward and backward of conv layer 0, through the census's conv op or transformers' reference."""
-    from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.lfm2 import modeling_lfm2
 
     from speccat.census.attention import speccat_causal_conv1d_fn
 
     if fused:
         monkeypatch.setattr(modeling_lfm2, "causal_conv1d_fn", speccat_causal_conv1d_fn)
-    config = AutoConfig.for_model(**{k: v for k, v in TINY_LFM2.items() if k != "torch_dtype"})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model.train()
+    model = tiny_model(TINY_LFM2, torch.bfloat16)
     x = torch.randn(1, S, H, dtype=torch.bfloat16, requires_grad=True)
-    saved: dict[int, torch.Tensor] = {}
-
-    def pack(t):
-        saved.setdefault(t.untyped_storage()._cdata, t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model.model.layers[0](x)
-    out.float().square().sum().backward()
+    kept, _ = saves_and_grads(model, model.model.layers[0], x)
     monkeypatch.undo()
-    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), x, out)}
-    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for k, t in saved.items() if k not in left_out), key=str)
+    return signature(kept.values())
 
 
 def test_a_conv_layer_books_what_the_kernel_keeps_storage_by_storage(spec, monkeypatch):

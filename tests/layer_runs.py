@@ -1,0 +1,44 @@
+"""Real CPU runs of one layer of a tiny model, for the tests that compare the census's booking
+with what a layer really keeps (the mixers' tests: mamba, mamba2, the scan apart, falcon-mamba,
+short convolutions)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def tiny_model(config: dict, dtype: torch.dtype):
+    """The causal LM of `config` (a config.json's fields; `torch_dtype` is ignored), built with real
+    weights in `dtype` (seed 0), in training mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    built = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "torch_dtype"})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(built, dtype=dtype)
+    model.train()
+    return model
+
+
+def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward and backward of `layer` on `x`: (the storages it saved for backward, by storage,
+    the model's parameters and buffers, x and the output left out; the gradients of the layer's
+    parameters and of x). The loss is the output's squared sum, or its sum."""
+    saved: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        saved.setdefault(t.untyped_storage()._cdata, t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x)
+    out = out[0] if isinstance(out, tuple) else out
+    (out.float().square() if square else out.float()).sum().backward()
+    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, out)}
+    grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
+    grads["x"] = x.grad.clone()
+    return {k: t for k, t in saved.items() if k not in left_out}, grads
+
+
+def signature(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
+    """(shape, dtype, storage bytes) of each tensor, sorted: what a layer keeps, comparable."""
+    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
