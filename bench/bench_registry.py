@@ -65,19 +65,15 @@ def buildable(model_type: str) -> bool:
 
 def worst_ratio(spec) -> float:
     """The records' price over what the census measured, furthest from 1 over the spec's kinds
-    and ends at the census's point (catalogue/records/points.py)."""
-    from speccat.catalogue.records.head import load_head
-    from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.records.points import measured_per_token, price_ends, price_points
-    from speccat.catalogue.records.settings import load_settings
+    and ends at the census's point (catalogue/records/points.py), priced from the night's inputs."""
+    from speccat.catalogue.records import points
     from speccat.census.family import family_for
+    from speccat.flows.analysis import pricing_inputs
 
-    records, grid = load_records(), load_settings()
+    records, grid, _, head = pricing_inputs()
     defaults = family_for(spec["arch"]).pricing_defaults()
-    rows = price_points(spec, defaults, records, grid) + price_ends(spec, defaults, records, grid, load_head(records))
-    measured = measured_per_token(spec)
-    ratios = [r["priced_per_token"] / measured[r["kind"], r["point"]] for r in rows if measured[r["kind"], r["point"]]]
-    return max(ratios, key=lambda r: abs(r - 1))
+    rows = points.price_points(spec, defaults, records, grid) + points.price_ends(spec, defaults, records, grid, head)
+    return points.worst_ratio(spec, rows)[2]
 
 
 def sweep(types: list[str] | None = None) -> dict[str, dict]:

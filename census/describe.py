@@ -219,20 +219,19 @@ class LayerView:
             )
         return count
 
+    def _projection_reads(self, children: set[str]) -> set[int]:
+        """The storages the projections of these top-level children were called with."""
+        return {key for child in children for key in self.probe.projection_inputs.get(child, ())}
+
     def ff_input_shared(self) -> bool:
         """The feed-forward's projections read a storage the attention's projections read too: one
         normalised input feeds both (a parallel block: phi, gpt-j, falcon), kept once."""
-        def read_by(children) -> set[int]:
-            return {key for child in children for key in self.probe.projection_inputs.get(child, ())}
-
-        return bool(read_by(self.attention_children) & read_by(self.ffn_children))
+        return bool(self._projection_reads(self.attention_children) & self._projection_reads(self.ffn_children))
 
     def act_output_read(self) -> bool:
         """The dense MLP's activation keeps a storage its projections read: its own output, which
         the down projection keeps as the same storage (ReLU saves its result)."""
-        if self.experts is not None:
-            return False
-        return bool(self.probe.act_kept & {key for child in self.ffn_children for key in self.probe.projection_inputs.get(child, ())})
+        return self.experts is None and bool(self.probe.act_kept & self._projection_reads(self.ffn_children))
 
     def activations(self) -> int:
         """Activation calls of one expert (MoE) or of the dense MLP."""

@@ -42,3 +42,11 @@ def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True) -> tuple
 def signature(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
     """(shape, dtype, storage bytes) of each tensor, sorted: what a layer keeps, comparable."""
     return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
+
+
+def assert_same_grads(ours: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
+    """The same gradients, for the input and every parameter, within fp32 rounding of a different
+    order of operations."""
+    assert ours.keys() == reference.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], reference[name], rtol=2e-4, atol=2e-5, msg=name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from layer_runs import saves_and_grads, tiny_model
+from layer_runs import assert_same_grads, saves_and_grads, tiny_model
 
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
@@ -107,9 +107,7 @@ def test_the_kernel_op_computes_mamba_inner_fn_with_the_norms(monkeypatch):
         out.square().sum().backward()
         results.append({"out": out.detach(), "x": x.grad} | {n: p.grad.clone() for n, p in mixer.named_parameters()})
     kernel, reference = results
-    assert kernel.keys() == reference.keys()
-    for name in kernel:
-        torch.testing.assert_close(kernel[name], reference[name], rtol=2e-4, atol=2e-5, msg=name)
+    assert_same_grads(kernel, reference)
 
 
 def test_the_default_falcon_mamba_is_priced_within_one_percent_at_every_point(records, grid):

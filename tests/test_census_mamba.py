@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import load_shipped
-from layer_runs import saves_and_grads, signature, tiny_model
+from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
@@ -89,9 +89,7 @@ def test_the_kernel_op_computes_what_the_slow_path_computes(monkeypatch):
     _, fused = _run_layer(model, torch.float32, True, monkeypatch)
     model.zero_grad()
     _, slow = _run_layer(model, torch.float32, False, monkeypatch)
-    assert fused.keys() == slow.keys()
-    for name in fused:
-        torch.testing.assert_close(fused[name], slow[name], rtol=2e-4, atol=2e-5, msg=name)
+    assert_same_grads(fused, slow)
 
 
 def test_the_slow_path_keeps_the_recomputed_tensors_the_kernel_does_not(monkeypatch):

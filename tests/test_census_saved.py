@@ -171,12 +171,13 @@ def test_gpt2s_python_gelu_chain_and_fused_qkv_views():
 def _priced_over_measured(spec: dict) -> float:
     """The records' price of the spec's one kind at the census's point over what it measured."""
     from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.records.points import measured_per_token, price_points
+    from speccat.catalogue.records.points import price_points, worst_ratio
     from speccat.catalogue.records.settings import load_settings
     from speccat.census.family import family_for
 
-    (row,) = price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
-    return row["priced_per_token"] / measured_per_token(spec)[row["kind"], row["point"]]
+    rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
+    assert len(rows) == 1  # one kind, one point
+    return worst_ratio(spec, rows)[2]
 
 
 def _real_layer_bytes(config: dict, layer_of, seq: int, h: int) -> tuple[int, int]:

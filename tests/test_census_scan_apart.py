@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_runs import saves_and_grads, signature, tiny_model
+from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
@@ -101,9 +101,7 @@ def test_the_ops_compute_what_the_torch_path_computes(monkeypatch):
     _, ours = _run_layer(model, torch.float32, True, monkeypatch)
     model.zero_grad()
     _, torch_path = _run_layer(model, torch.float32, False, monkeypatch)
-    assert ours.keys() == torch_path.keys()
-    for name in ours:
-        torch.testing.assert_close(ours[name], torch_path[name], rtol=2e-4, atol=2e-5, msg=name)
+    assert_same_grads(ours, torch_path)
 
 
 def test_the_torch_path_keeps_the_per_token_state_tensors_the_kernel_recomputes(monkeypatch):

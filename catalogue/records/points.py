@@ -79,24 +79,26 @@ def price_ends(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, h
     return [{"kind": f"{END_KIND}{part}", "point": CENSUS_POINT, "priced_per_token": priced[part] / seq} for part in END_PARTS]
 
 
+def worst_ratio(spec: Mapping, rows: list[Mapping]) -> tuple[Mapping, float, float] | None:
+    """Of price_points' rows (and price_ends'), the one priced furthest from what the census
+    measured there: (row, measured bytes per token, priced over measured); None when no row's
+    point measured any bytes."""
+    measured = measured_per_token(spec)
+    ratios = [(row, got, row["priced_per_token"] / got) for row in rows if (got := measured.get((row["kind"], row["point"])))]
+    return max(ratios, key=lambda item: abs(item[2] - 1), default=None)
+
+
 def check_prices(spec: Mapping, rows: list[Mapping], records: Records) -> None:
     """Refuse a spec whose price at any measured point (price_points' rows, and price_ends') is
     off the measured bytes by more than the records' `tolerance`: `unsupported_layer`, naming
     the worst kind and point. Bad data is never priced: a kind keeping bytes no record prices
     (op `other`), or kept in a way no formula describes, gets no prices rather than wrong ones."""
-    measured = measured_per_token(spec)
-    worst = None
-    for row in rows:
-        got = measured.get((row["kind"], row["point"]))
-        if not got:
-            continue
-        off = row["priced_per_token"] / got - 1
-        if abs(off) > records.tolerance and (worst is None or abs(off) > abs(worst[0])):
-            worst = (off, row, got)
-    if worst is not None:
-        off, row, got = worst
-        raise PricingError(
-            "unsupported_layer",
-            f"kind {row['kind']!r} at point {row['point']!r}: the records price {row['priced_per_token']:.0f} B/token, the census measured "
-            f"{got:.0f} ({off:+.1%}, beyond the records' tolerance of {records.tolerance:.0%}): the spec and its measured bytes per op are stored, no prices",
-        )
+    worst = worst_ratio(spec, rows)
+    if worst is None or abs(worst[2] - 1) <= records.tolerance:
+        return
+    row, got, ratio = worst
+    raise PricingError(
+        "unsupported_layer",
+        f"kind {row['kind']!r} at point {row['point']!r}: the records price {row['priced_per_token']:.0f} B/token, the census measured "
+        f"{got:.0f} ({ratio - 1:+.1%}, beyond the records' tolerance of {records.tolerance:.0%}): the spec and its measured bytes per op are stored, no prices",
+    )
