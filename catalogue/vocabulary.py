@@ -33,6 +33,8 @@ OTHER, CACHED = UNPRICED_OPS
 PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
 # The model's ends, outside its layers (spec `ends`, head.yaml `parts`).
 END_PARTS: tuple[str, ...] = tuple(_VOCABULARY["ends"])
+# What the census counts of the logits (spec `ends`), read by head.yaml as names.
+LOGIT_FACTS: tuple[str, ...] = tuple(_VOCABULARY["logit_facts"])
 # The variant facts the census states per kind, read by the records' formulas as names.
 VARIANTS: tuple[str, ...] = tuple(_VOCABULARY["variants"])
 # The attention dims a kind may state apart from the model-wide ones (spec `attention_dims`).

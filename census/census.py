@@ -141,7 +141,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         spec["measured_at"] = measure_across(top, text, built, shapes, kind_of, seq_length, probes, hidden)
     ends = probe_head(built, seq_length, hidden)
     if ends is not None:
-        spec["ends"] = {"seq_length": seq_length, "bytes_per_token": ends}
+        spec["ends"] = {"seq_length": seq_length, **ends}
     return ModelSpec(spec)
 
 

@@ -7,13 +7,18 @@ the stack's output → final norm → head → the model's own loss function), a
 storage autograd saves, once, to the part that saved it, parameters left out, at its CUDA width
 (a LayerNorm's statistics are fp32 there, bf16 in the CPU kernel). The embedding's
 part also holds its output: the first layer's input, which the layers' prices leave out.
-Final-logit softcapping (Gemma 2 and 3) is applied by the causal LM's forward, not by these
-parts, and is not measured.
+
+The logits run through the causal LM's own forward, with its layer stack stood in for by the
+final norm's output, so what that forward does between the head and the loss is measured too,
+and counted by dtype as tensors over the vocabulary: Gemma 2's final-logit softcapping keeps
+tanh's output (one more in the compute dtype, `logit_saved`); the loss keeps its
+log-probabilities in fp32 where it upcasts the logits first (`logit_saved_fp32`, transformers'
+causal-LM loss) and in the compute dtype where it does not (bart's and whisper's
+CrossEntropyLoss on the bf16 logits). A model whose forward cannot run that way (none of transformers' registry
+today) has no measured ends: head.yaml prices them unchecked, as for a model with no final norm.
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -23,7 +28,6 @@ from speccat.catalogue.vocabulary import END_PARTS
 from speccat.census.build import Built
 from speccat.census.predicates import is_norm
 from speccat.census.probe import fake_mode_of, layer_norm_stats_cuda_nbytes
-
 
 
 class _CudaWidths(TorchDispatchMode):
@@ -39,41 +43,81 @@ class _CudaWidths(TorchDispatchMode):
         return out
 
 
-def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict[str, float] | None:
-    """Bytes per token each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
-    (`hidden_width`: the layers' width, which the stack's output has); None for a model with no
-    output head or no final norm beside its layers, whose ends head.yaml does not describe."""
+class _StackOutput:
+    """What the causal LM's forward gets from its stand-in stack: the last hidden state (by
+    name or as item 0), and None for anything else a forward may look up (caches, aux losses)."""
+
+    def __init__(self, hidden: torch.Tensor):
+        self.last_hidden_state = hidden
+
+    def __getitem__(self, index):
+        return (self.last_hidden_state,)[index]
+
+    def __getattr__(self, name):
+        return None
+
+
+def _run_logits(built: Built, normed: torch.Tensor, ids: torch.Tensor) -> bool:
+    """The causal LM's own forward from the stack's output to the loss, its decoder stood in for
+    by `normed`; False where that forward cannot run so (one that reads more of the decoder's
+    outputs than its last hidden state)."""
+    built.decoder.forward = lambda *args, **kwargs: _StackOutput(normed)
+    try:
+        built.model(input_ids=ids, labels=ids)
+    except MemoryError:
+        raise
+    except Exception:
+        return False
+    finally:
+        del built.decoder.forward  # the class's forward again
+    return True
+
+
+def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
+    """What each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
+    (`hidden_width`: the layers' width, which the stack's output has): {"bytes_per_token": per
+    end, "logit_saved" and "logit_saved_fp32": the tensors over the vocabulary the head's
+    forward and loss keep in the compute dtype and in fp32}; None for a model with no output head or no final norm
+    beside its layers, whose ends head.yaml does not describe, or whose causal LM's forward
+    cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
     norms = [m for m in built.decoder.children() if is_norm(m)]
     if head is None or not norms:
         return None
     norm = norms[-1]
     fake = fake_mode_of(built.decoder) or FakeTensorMode(allow_non_fake_inputs=True)  # the layers' probes made the decoder fake already
+    inside = set(built.decoder.modules())
+    ends = [*built.embedding.modules(), *norm.modules(), *(m for m in built.model.modules() if m not in inside)]  # the head, and what else the forward may run
     with fake:
-        for module in (built.embedding, norm, head):
-            if not all(isinstance(p, FakeTensor) for p in module.parameters()):
-                module.to_empty(device="cpu")
-    params = {p.untyped_storage()._cdata for m in (built.embedding, norm, head) for p in m.parameters()}
-    saved: Counter = Counter()
-    seen: dict[int, torch.Tensor] = {}  # kept alive so a storage's identity cannot be reused
+        for module in ends:
+            if not all(isinstance(t, FakeTensor) for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
+                module.to_empty(device="cpu", recurse=False)
+    params = {p.untyped_storage()._cdata for m in ends for p in m.parameters()}
+    # part -> storage -> (the tensor, kept alive so a storage's identity cannot be reused; its bytes)
+    booked: dict[str, dict[int, tuple[torch.Tensor, int]]] = {name: {} for name in END_PARTS}
     part = ["embedding"]
     widths = _CudaWidths()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         key = tensor.untyped_storage()._cdata
-        if key not in params and key not in seen:
-            seen[key] = tensor
-            saved[part[0]] += widths.nbytes.get(key, tensor.untyped_storage().nbytes())
+        if key not in params and not any(key in held for held in booked.values()):
+            booked[part[0]][key] = (tensor, widths.nbytes.get(key, tensor.untyped_storage().nbytes()))
         return tensor
 
     with fake, widths, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         ids = torch.zeros(1, seq_length, dtype=torch.long)
         embeds = built.embedding(ids)
-        saved["embedding"] += embeds.untyped_storage().nbytes()  # the first layer's input
+        booked["embedding"][embeds.untyped_storage()._cdata] = (embeds, embeds.untyped_storage().nbytes())  # the first layer's input
         hidden = torch.empty(1, seq_length, hidden_width, dtype=embeds.dtype, requires_grad=True)  # the stack's output
         part[0] = "final_norm"
         normed = norm(hidden)
         part[0] = "logits"
-        logits = head(normed)
-        built.model.loss_function(logits=logits, labels=ids, vocab_size=logits.shape[-1])
-    return {name: saved[name] / seq_length for name in END_PARTS}
+        if not _run_logits(built, normed, ids):
+            return None
+    vocabulary = head.weight.shape[0]
+    wide = [t.dtype for t, _ in booked["logits"].values() if t.dim() > 0 and t.shape[-1] == vocabulary]
+    return {
+        "bytes_per_token": {name: sum(n for _, n in booked[name].values()) / seq_length for name in END_PARTS},
+        "logit_saved": wide.count(hidden.dtype),
+        "logit_saved_fp32": wide.count(torch.float32),
+    }

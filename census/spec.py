@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, END_PARTS, FFN_FLAVOURS, KIND_DIMS, OPS, UNPRICED_OPS, VARIANTS
+from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, END_PARTS, FFN_FLAVOURS, KIND_DIMS, LOGIT_FACTS, OPS, UNPRICED_OPS, VARIANTS
 
 # Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
 REASONS: tuple[str, ...] = CENSUS_REASONS
@@ -222,10 +222,14 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
 
 
 def _validate_ends(spec: Mapping, kinds: tuple[str, ...]) -> None:
-    """The model's ends measured (census/head.py): its sequence length and bytes per token per end."""
+    """The model's ends measured (census/head.py): its sequence length, bytes per token per end,
+    and the tensors over the vocabulary the head's forward and loss keep, by dtype."""
     ends = _check_mapping("ends", spec["ends"])
-    _check_keys("ends", ends, ("seq_length", "bytes_per_token"), ("seq_length", "bytes_per_token"))
+    keys = ("seq_length", "bytes_per_token", *LOGIT_FACTS)
+    _check_keys("ends", ends, keys, keys)
     _check_int("ends.seq_length", ends["seq_length"], 1)
+    for key in LOGIT_FACTS:
+        _check_int(f"ends.{key}", ends[key], 0)
     _check_per_op("ends.bytes_per_token", ends["bytes_per_token"], END_PARTS)
 
 

@@ -19,7 +19,10 @@ def spec_of(repo: str) -> dict:
     return run_census(load_shipped(repo), name=repo, seq_length=SEQ).to_dict()
 
 
-@pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B", "openai-community/gpt2"])
+SOFTCAPPED = "google/gemma-2-2b-it"  # final_logit_softcapping 30.0
+
+
+@pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B", "openai-community/gpt2", SOFTCAPPED])
 def test_priced_ends_equal_the_measured_ones(repo, records, grid):
     spec = spec_of(repo)
     got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/head.py)
@@ -27,8 +30,13 @@ def test_priced_ends_equal_the_measured_ones(repo, records, grid):
     defaults = family_for(load_shipped(repo)["model_type"]).pricing_defaults()
     priced = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
     h, v = spec["hidden_size"], spec["vocab_size"]
-    # by hand: the head's bf16 input, fp32 log-probabilities, int64 labels per token; one pad label and the scalar loss
-    assert got["logits"] * SEQ == SEQ * (h * 2 + v * 4 + 8) + 8 + 4
+    # by hand: the head's bf16 input, fp32 log-probabilities, int64 labels per token; one pad label
+    # and the scalar loss. Gemma 2's causal LM caps its logits (logits / 30, tanh, * 30): tanh
+    # keeps its bf16 output, one more tensor over the vocabulary.
+    softcap = load_shipped(repo).get("final_logit_softcapping") is not None
+    assert softcap == (repo == SOFTCAPPED)
+    assert (spec["ends"]["logit_saved"], spec["ends"]["logit_saved_fp32"]) == (int(softcap), 1)
+    assert got["logits"] * SEQ == SEQ * (h * 2 + v * 2 * softcap + v * 4 + 8) + 8 + 4
     # the bf16 output and the int64 ids; Gemma's scaled embedding also saves its scale (one bf16 scalar)
     assert got["embedding"] * SEQ in (SEQ * (h * 2 + 8), SEQ * (h * 2 + 8) + 2)
     # by hand: an RMSNorm keeps its fp32 input, one fp32 rstd and the normalised input its weight
@@ -38,6 +46,7 @@ def test_priced_ends_equal_the_measured_ones(repo, records, grid):
         "meta-llama/Llama-3.2-1B-Instruct": SEQ * (h * (4 + 2) + 4),
         "Qwen/Qwen3-0.6B": SEQ * (h * (4 + 2) + 4),
         "google/gemma-3-1b-it": SEQ * (h * (4 + 4) + 4) + 4 * h,
+        SOFTCAPPED: SEQ * (h * (4 + 4) + 4) + 4 * h,
         "openai-community/gpt2": SEQ * (h * 2 + 4 + 4),
     }
     assert got["final_norm"] * SEQ == final_norm_by_hand[repo]
@@ -52,3 +61,29 @@ def test_gemma3_1b_logits_at_8192_are_8_gib(records, grid):
     priced = price_head(spec, defaults, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_head(records))
     assert priced["logits"] / 2**30 == pytest.approx((8192 * (262144 * 4 + 1152 * 2 + 8) + 12) / 2**30)
     assert 8.0 < priced["logits"] / 2**30 < 8.1
+
+
+def test_a_loss_on_the_bf16_logits_keeps_its_log_probabilities_in_bf16(records, grid):
+    """bart's causal LM calls CrossEntropyLoss on the head's bf16 output, with no fp32 upcast:
+    the census runs that forward, so its ends count one bf16 tensor over the vocabulary and no
+    fp32 one, and head.yaml prices the same within the records' tolerance."""
+    from bench.bench_registry import default_config
+    from speccat.census import run_census
+
+    spec = run_census(default_config("bart"), name="bart", seq_length=SEQ).to_dict()
+    h, v = spec["hidden_size"], spec["vocab_size"]
+    assert (spec["ends"]["logit_saved"], spec["ends"]["logit_saved_fp32"]) == (1, 0)
+    # by hand: the head's bf16 input and the bf16 log-probabilities; the labels are the input
+    # ids themselves (bart does not shift them), booked to the embedding; the bf16 scalar loss
+    assert spec["ends"]["bytes_per_token"]["logits"] * SEQ == SEQ * (h * 2 + v * 2) + 2
+    priced = price_head(spec, family_for("bart").pricing_defaults(), records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    assert priced["logits"] / (spec["ends"]["bytes_per_token"]["logits"] * SEQ) == pytest.approx(1, abs=records.tolerance)
+    assert priced["logits"] == SEQ * (h * 2 + v * 2 + 8) + 8 + 4  # the labels head.yaml books apart
+
+
+def test_a_spec_with_no_ends_is_priced_as_the_causal_lm_loss_keeps_its_logits(records, grid):
+    spec = spec_of("meta-llama/Llama-3.2-1B-Instruct")
+    defaults = family_for("llama").pricing_defaults()
+    measured = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    del spec["ends"]
+    assert price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records)) == measured

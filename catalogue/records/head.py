@@ -14,7 +14,7 @@ from speccat.catalogue.records.expr import Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, layer_names
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.priced import stack_counts
-from speccat.catalogue.vocabulary import END_PARTS
+from speccat.catalogue.vocabulary import END_PARTS, LOGIT_FACTS
 
 HEAD_PATH = Path(__file__).with_name("head.yaml")
 
@@ -26,6 +26,7 @@ class HeadError(ReasonError):
 @dataclass(frozen=True)
 class Head:
     parts: Mapping[str, Expr]
+    unmeasured: Mapping[str, float]  # the logit facts of a spec that states no ends
     version: str
 
 
@@ -35,9 +36,13 @@ def load_head(records: Records, path: str | Path | None = None) -> Head:
     loader = Loader(path.name)
     loader.error = HeadError
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
-    top = loader.mapping("", data, ("parts",), ("parts",))
+    top = loader.mapping("", data, ("parts", "unmeasured"), ("parts", "unmeasured"))
+    unmeasured = loader.mapping("unmeasured", top["unmeasured"], LOGIT_FACTS, LOGIT_FACTS)
+    for fact, value in unmeasured.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise loader.fail("bad_value", f"unmeasured.{fact}", f"must be a non-negative integer, got {value!r}")
     body = loader.mapping("parts", top["parts"], END_PARTS, END_PARTS)
-    known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V"}
+    known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V", *LOGIT_FACTS}
     parts = {}
     for name in END_PARTS:
         try:
@@ -48,7 +53,7 @@ def load_head(records: Records, path: str | Path | None = None) -> Head:
         if unknown:
             raise loader.fail("unknown_name", f"parts.{name}", f"reads {sorted(unknown)}, which no layer supplies")
         parts[name] = expr
-    return Head(parts, version_of(data))
+    return Head(parts, {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
 
 
 def price_head(spec: Mapping, defaults: Mapping, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], head: Head) -> dict[str, float]:
@@ -56,6 +61,8 @@ def price_head(spec: Mapping, defaults: Mapping, records: Records, setting: Mapp
     kind = next(iter(stack_counts(spec)))
     names: Any = layer_names(spec, kind, setting, defaults, records, dtype_bytes)
     names["V"] = float(spec["vocab_size"])
+    ends = spec.get("ends")
+    names.update({fact: float(ends[fact]) for fact in LOGIT_FACTS} if ends else head.unmeasured)
     try:
         return {name: float(expr(names)) for name, expr in head.parts.items()}
     except ExprError as err:
