@@ -16,7 +16,7 @@ import torch  # noqa: F401  (preloaded for the forked children)
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
 from speccat.catalogue.records import layouts
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.head import end_prices, load_head
 from speccat.catalogue.records.points import check_prices, price_ends, price_points
 from speccat.catalogue.records.cost import load_costs
 from speccat.catalogue.records.pricing import price_spec
@@ -44,9 +44,10 @@ pricing_inputs()
 
 def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
     """Census `config` (measured across settings too) and price its spec. Returns {"spec": JSON
-    text, "prices": tables, "infeasible": rows, "point_prices": rows}: no prices at a setting
+    text, "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows}: no prices at a setting
     where a kind cannot be laid out, a row per such kind instead (catalogue/records/layouts.py);
-    the price at each setting the census measured at (catalogue/records/points.py).
+    the price at each setting the census measured at (catalogue/records/points.py); the ends'
+    prices at every setting priced (catalogue/records/head.py).
 
     With `spec_json` (a spec the catalogue already holds, under records it has not been
     priced with) the census is skipped and the spec is only priced. A census refusal raises
@@ -66,6 +67,7 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         infeasible = layouts.infeasible(spec, defaults, records, grid)
         points = price_points(spec, defaults, records, grid)
         check_prices(spec, points + price_ends(spec, defaults, records, grid, head), records)
+        ends = end_prices(spec, defaults, records, grid, head, frozenset(row["setting_id"] for row in infeasible))
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
-    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points}
+    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends}

@@ -99,6 +99,7 @@ class Night:
 def current_versions() -> dict[str, str]:
     """Every version a stored result depends on (the runs table's version columns)."""
     from speccat.catalogue.records.cost import load_costs, stored_version
+    from speccat.catalogue.records.head import load_head
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.settings import load_settings
     from speccat.census import CENSUS_VERSION
@@ -110,7 +111,7 @@ def current_versions() -> dict[str, str]:
         "transformers": dist_version("transformers"),
         "torch": dist_version("torch"),
         "census": CENSUS_VERSION,
-        "records": stored_version(records, load_costs(records)),
+        "records": stored_version(records, load_costs(records), load_head(records)),
         "profiles": profiles_version(),
         "settings": load_settings().version,
     }
@@ -241,6 +242,7 @@ def night_data(
 ):
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.states import load_states, state_sharding_rows
     from speccat.catalogue.store.night import NightData
     from speccat.catalogue.records.settings import load_settings
 
@@ -271,6 +273,7 @@ def night_data(
     prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
     infeasible = {h: list(a.infeasible) for h, a in night.analyses.items() if a.prices is not None and a.infeasible}
     point_prices = {h: list(a.point_prices) for h, a in night.analyses.items() if a.prices is not None and a.point_prices}
+    end_prices = {h: list(a.end_prices) for h, a in night.analyses.items() if a.prices is not None and a.end_prices}
     return NightData(
         run_id=run_id,
         started=started,
@@ -287,6 +290,8 @@ def night_data(
         prices=prices,
         infeasible=infeasible,
         point_prices=point_prices,
+        end_prices=end_prices,
+        state_sharding=state_sharding_rows(load_states()),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         reason=reason,
         message=message,

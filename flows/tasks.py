@@ -82,6 +82,7 @@ class Analysis:
     failure: tuple[str, str, str] | None = None
     infeasible: tuple = ()
     point_prices: tuple = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
+    end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/head.py rows)
 
 
 class AnalysisError(ReasonError):
@@ -196,4 +197,5 @@ def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: flo
     if "price_error" in value:
         reason, message = value["price_error"]
         return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
-    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]), point_prices=tuple(value["point_prices"]))
+    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]), point_prices=tuple(value["point_prices"]),
+                    end_prices=tuple(value["end_prices"]))

@@ -20,6 +20,8 @@ from typing import Any
 from conftest import load_shipped
 
 from speccat.catalogue.records.cost import load_costs
+from speccat.catalogue.records.head import end_prices, load_head
+from speccat.catalogue.records.states import load_states, state_sharding_rows
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
@@ -47,6 +49,7 @@ class Censused:
     spec: dict
     prices: PriceTables
     point_prices: tuple = ()  # the records' price at each point the census measured
+    end_prices: tuple = ()  # the ends' price at every setting of the grid
 
 
 @cache
@@ -74,7 +77,8 @@ def censused(repo_id: str) -> Censused:
     defaults = family_for(spec["arch"]).pricing_defaults()
     prices = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
     points = tuple(price_points(spec, defaults, records(), grid()))
-    return Censused(repo_id, config, config_hash(config), spec, prices, points)
+    ends = tuple(end_prices(spec, defaults, records(), grid(), load_head(records())))
+    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends)
 
 
 def versions(**overrides: str) -> dict[str, str]:
@@ -127,6 +131,8 @@ def make_run(
         specs={h: by_hash[h].spec for h in sorted(fresh)},
         prices={h: by_hash[h].prices for h in sorted(fresh)},
         point_prices={h: list(by_hash[h].point_prices) for h in sorted(fresh)},
+        end_prices={h: list(by_hash[h].end_prices) for h in sorted(fresh)},
+        state_sharding=state_sharding_rows(load_states()),
         failures=list(failures),
     )
 
@@ -147,6 +153,7 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
                     spec=item.spec,
                     prices=item.prices,
                     point_prices=item.point_prices,
+                    end_prices=item.end_prices,
                 )
             )
     return out

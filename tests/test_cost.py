@@ -17,6 +17,7 @@ from conftest import load_shipped
 sys.path.insert(0, str(Path(__file__).parent))
 from pricing_specs import llama_8b  # noqa: E402
 
+from speccat.catalogue.records.head import load_head  # noqa: E402
 from speccat.catalogue.records.cost import CostError, load_accelerators, load_costs, op_costs, recomputed, stored_version  # noqa: E402
 
 
@@ -176,10 +177,10 @@ def test_a_change_of_costs_alone_changes_the_version_stored_prices_are_keyed_by(
     from speccat.flows.refresh import current_versions
 
     shipped = current_versions()["records"]
-    assert shipped == stored_version(records, load_costs(records))
+    assert shipped == stored_version(records, load_costs(records), load_head(records))
     changed = tmp_path / "costs.yaml"
     changed.write_text(cost.COSTS_PATH.read_text().replace("step_factor: 3", "step_factor: 4"))
     assert load_costs(records, changed).step_factor == 4
     monkeypatch.setattr(cost, "COSTS_PATH", changed)
     assert current_versions()["records"] != shipped
-    assert current_versions()["records"] == stored_version(records, load_costs(records, changed))
+    assert current_versions()["records"] == stored_version(records, load_costs(records, changed), load_head(records))

@@ -87,3 +87,17 @@ def test_a_spec_with_no_ends_is_priced_as_the_causal_lm_loss_keeps_its_logits(re
     measured = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
     del spec["ends"]
     assert price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records)) == measured
+
+
+def test_a_change_of_the_ends_prices_alone_changes_the_version_stored_prices_are_keyed_by(records, tmp_path, monkeypatch):
+    """The night stores the ends' prices (end_prices) under records_version: head.yaml is hashed
+    into it, so a change to it prices every config again."""
+    from speccat.catalogue.records import head
+    from speccat.flows.refresh import current_versions
+
+    shipped = current_versions()["records"]
+    changed = tmp_path / "head.yaml"
+    changed.write_text(head.HEAD_PATH.read_text().replace("unmeasured: {logit_saved: 0, logit_saved_fp32: 1}", "unmeasured: {logit_saved: 1, logit_saved_fp32: 1}"))
+    assert load_head(records, changed).unmeasured["logit_saved"] == 1
+    monkeypatch.setattr(head, "HEAD_PATH", changed)
+    assert current_versions()["records"] != shipped

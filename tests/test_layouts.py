@@ -46,7 +46,8 @@ def test_the_catalogue_holds_no_price_of_an_infeasible_setting_but_says_why(tmp_
     bad = {r["setting_id"] for r in rows}
     night = runs.make_run("n1", [smol], day=1)
     night = dataclasses.replace(
-        night, prices={smol.config_hash: layouts.split(smol.prices, rows)}, infeasible={smol.config_hash: rows}
+        night, prices={smol.config_hash: layouts.split(smol.prices, rows)}, infeasible={smol.config_hash: rows},
+        end_prices={smol.config_hash: [r for r in smol.end_prices if r["setting_id"] not in bad]},
     )
     path = tmp_path / "catalogue.duckdb"
     publish(path, night)
@@ -54,11 +55,12 @@ def test_the_catalogue_holds_no_price_of_an_infeasible_setting_but_says_why(tmp_
     try:
         priced = {s for (s,) in con.execute("SELECT DISTINCT setting_id FROM full_prices").fetchall()}
         layer = {s for (s,) in con.execute("SELECT DISTINCT setting_id FROM layer_prices").fetchall()}
+        ends = {s for (s,) in con.execute("SELECT DISTINCT setting_id FROM end_prices").fetchall()}
         said = con.execute("SELECT DISTINCT tp, rule FROM repo_infeasible WHERE repo_id = ? ORDER BY tp", [SMOL]).fetchall()
         at_tp2 = con.execute("SELECT count(*) FROM repo_prices WHERE repo_id = ? AND tp = 2", [SMOL]).fetchone()[0]
     finally:
         con.close()
-    assert priced == layer == {s["setting_id"] for s in grid.settings} - bad and priced
+    assert priced == layer == ends == {s["setting_id"] for s in grid.settings} - bad and priced
     assert said == [(2, "heads_tp"), (4, "heads_tp"), (8, "heads_tp")] and at_tp2 == 0
     # A setting with a reason counts as done: the next night does not price the config again.
     held = stored(path, night.census_version, night.records_version, [s["setting_id"] for s in grid.settings])

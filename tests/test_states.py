@@ -143,3 +143,22 @@ def test_the_batched_stage_states_are_rank_states_bit_for_bit(states):
                 assert list(got[i]) == [want["weight"], want["grad"], want["optimizer"], want["total"]], (lay, i)
     with pytest.raises(StatesError):
         share_rows(states, 4, group_divisors(Layout(), states), ["attention"])
+
+
+def test_the_catalogues_sharding_rows_read_each_divisor_as_powers_of_the_layout(tmp_path):
+    """state_sharding (the view rank_fits' states.yaml): routed experts' data divisor
+    dp·cp·t/(ep·etp) is dp, cp and t to the power 1 and ep, etp to -1; a divisor that is no
+    such product (a sum) is refused, not stored wrong."""
+    from speccat.catalogue.records.states import STATES_PATH, StatesError, state_sharding_rows
+
+    rows = state_sharding_rows(load_states())
+    routed = next(r for r in rows if r["group"] == "ffn_routed" and r["state"] == "optimizer" and r["default_recipe"])
+    assert {k: v for k, v in routed.items() if k.startswith("data_")} == {"data_t": 1, "data_cp": 1, "data_dp": 1, "data_ep": -1, "data_etp": -1}
+    assert {k: v for k, v in routed.items() if k.startswith("model_")} == {"model_t": 0, "model_cp": 0, "model_dp": 0, "model_ep": 1, "model_etp": 1}
+    assert routed["bytes_per_param"] == 12 and routed["sharded_from"] == 1
+    assert {r["sharded_from"] for r in rows if r["state"] == "weight"} == {3}
+    assert len(rows) == 2 * 10 * 3  # two recipes, ten groups, three states
+    changed = tmp_path / "states.yaml"
+    changed.write_text(STATES_PATH.read_text().replace("attention:  {model: t, data: dp*cp}", "attention:  {model: t, data: dp+cp}"))
+    with pytest.raises(StatesError, match="groups.attention.data"):
+        state_sharding_rows(load_states(changed))

@@ -236,6 +236,12 @@ def test_stored_tells_the_flow_what_to_skip(night1):
     assert stored(night1[0], run.census_version, run.records_version, grid + ["new-setting"]).priced == frozenset()
 
 
+def ends_at(run, settings) -> dict:
+    """A run's end_prices cut down to some settings, as at_settings cuts its prices."""
+    ids = set(setting_ids(settings))
+    return {h: [row for row in rows if row["setting_id"] in ids] for h, rows in run.end_prices.items()}
+
+
 def at_settings(tables, settings):
     """A config's price tables cut down to some settings (what an older or newer grid priced)."""
     import pyarrow as pa
@@ -259,7 +265,7 @@ def test_a_new_grid_prices_stored_specs_again_and_keeps_the_old_prices(tmp_path)
     new = [s for s in grid if s["seq_length"] in (8192, 32768)]
     assert old and new and {s["seq_length"] for s in grid} == {4096, 8192, 32768}
     first = runs.first_run()
-    night1 = dataclasses.replace(first, settings=old, prices={h: at_settings(t, old) for h, t in first.prices.items()})
+    night1 = dataclasses.replace(first, settings=old, prices={h: at_settings(t, old) for h, t in first.prices.items()}, end_prices=ends_at(first, old))
     path = tmp_path / "catalogue.duckdb"
     publish(path, night1)
     cv, rv = first.census_version, first.records_version
@@ -272,6 +278,7 @@ def test_a_new_grid_prices_stored_specs_again_and_keeps_the_old_prices(tmp_path)
         runs.make_run("night-2", items, day=2, new=()),
         settings=new,
         prices={h: at_settings(t, new) for h, t in first.prices.items()},
+        end_prices=ends_at(first, new),
     )
     publish(path, night2)
     assert stored(path, cv, rv, setting_ids(new)).priced == frozenset(first.specs)

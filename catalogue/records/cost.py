@@ -90,10 +90,11 @@ def load_costs(records: Records, path: str | Path | None = None) -> Costs:
     return Costs(ops, float(step), version_of(data))
 
 
-def stored_version(records: Records, costs: Costs) -> str:
-    """The version stored prices and costs are keyed by (`records_version`): the records and the
-    costs of their ops together, so a change to either prices every config again."""
-    return version_of({"records": records.version, "costs": costs.version})
+def stored_version(records: Records, costs: Costs, head: Any) -> str:
+    """The version stored prices and costs are keyed by (`records_version`): the records, the
+    costs of their ops and the ends' prices (head.yaml, a head.Head) together, so a change to
+    any of them prices every config again."""
+    return version_of({"records": records.version, "costs": costs.version, "head": head.version})
 
 
 def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:

@@ -56,6 +56,16 @@ def load_head(records: Records, path: str | Path | None = None) -> Head:
     return Head(parts, {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
 
 
+def end_prices(spec: Mapping, defaults: Mapping, records: Records, grid, head: Head, skip: frozenset[str] = frozenset()) -> list[dict]:
+    """The catalogue's `end_prices` rows of `spec`: per setting of `grid` (but those in `skip`,
+    where the model cannot be laid out), the bytes each end keeps (one rank, one micro-batch)."""
+    return [
+        {"setting_id": setting["setting_id"], **price_head(spec, defaults, records, setting, grid.dtype_bytes, head)}
+        for setting in grid.settings
+        if setting["setting_id"] not in skip
+    ]
+
+
 def price_head(spec: Mapping, defaults: Mapping, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], head: Head) -> dict[str, float]:
     """Bytes each end keeps at `setting` (one rank, one micro-batch), read with the first kind's names."""
     kind = next(iter(stack_counts(spec)))

@@ -9,6 +9,7 @@ and a `Layout`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +193,49 @@ def group_divisors(layout: Layout, states: States, memo: dict | None = None) -> 
         return memo[key]
 
     return {name: (value(group.model), value(group.data)) for name, group in states.groups.items()}
+
+
+# The columns of the catalogue's `state_sharding` rows, after (recipe, group, state).
+SHARDING_NAMES = tuple(sorted(LAYOUT_NAMES))
+_PROBE = {"t": 3.0, "cp": 5.0, "dp": 7.0, "ep": 11.0, "etp": 13.0}  # distinct primes: a check point
+
+
+def _powers(expr: Expr, key: str) -> dict[str, int]:
+    """`expr` as a product of layout sizes to integer powers (t·cp, dp·cp·t/(ep·etp)): the form
+    the catalogue's SQL evaluates. Each power is read with every other size at 1; the product
+    is then checked against `expr` at a point of distinct primes."""
+    ones = dict.fromkeys(LAYOUT_NAMES, 1.0)
+    doubled = [float(expr({**ones, name: 2.0})) for name in SHARDING_NAMES]
+    powers = {name: round(math.log2(v)) if v > 0 else 0 for name, v in zip(SHARDING_NAMES, doubled)}
+    product = math.prod(_PROBE[name] ** p for name, p in powers.items())
+    if min(doubled) <= 0 or not math.isclose(float(expr(_PROBE)), product, rel_tol=1e-12):
+        raise StatesError("bad_value", f"{key}: {expr.source!r} must be a product of layout sizes ({', '.join(SHARDING_NAMES)}) and their inverses")
+    return powers
+
+
+def state_sharding_rows(states: States) -> list[dict[str, Any]]:
+    """The catalogue's `state_sharding` rows (docs/catalogue.md): per recipe (and whether it is
+    the default), parameter group and state, the bytes per parameter, the lowest ZeRO stage
+    that partitions the state over the group's data-parallel ranks (None: none does), and the
+    powers of each layout size in the group's model and data divisors: states.yaml as rows a
+    view can join."""
+    divisors = {
+        name: {side: _powers(getattr(group, side), f"groups.{name}.{side}") for side in ("model", "data")}
+        for name, group in states.groups.items()
+    }
+    rows = []
+    for recipe, per_param in states.recipes.items():
+        for name in states.groups:
+            for state in STATES:
+                stages = sorted(stage for stage, sharded in states.zero.items() if state in sharded)
+                if stages and stages != [stage for stage in sorted(states.zero) if stage >= stages[0]]:
+                    raise StatesError("bad_value", f"zero: {state} must stay partitioned from the first stage that partitions it")
+                row = {"recipe": recipe, "default_recipe": recipe == states.default_recipe, "group": name, "state": state,
+                       "bytes_per_param": per_param[state], "sharded_from": stages[0] if stages else None}  # fmt: skip
+                for side in ("model", "data"):
+                    row.update({f"{side}_{n}": divisors[name][side][n] for n in SHARDING_NAMES})
+                rows.append(row)
+    return rows
 
 
 def share_rows(

@@ -60,11 +60,12 @@ TABLES: tuple[str, ...] = (
     "switch_costs",
     "infeasible_settings",
     "point_prices",
+    "end_prices",
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
-# (filled before the schema runs) and the grid's default setting (sql/schema/).
-REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults")
+# (filled before the schema runs), the grid's default setting and states.yaml's sharding (sql/schema/).
+REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", "state_sharding")
 # switch_sets columns that are not a switch.
 SWITCH_SET_FIXED = ("mask", "n_recomputed", "switches", "name")
 # The in-memory catalog tonight's rows are staged in; sql/steps/*.sql read it by this name.

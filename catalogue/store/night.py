@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import FAILURE_REASONS, GATING, RUN_STATUSES, SOURCES
+from speccat.catalogue.vocabulary import END_PARTS, FAILURE_REASONS, GATING, RUN_STATUSES, SOURCES
 
 # runs.<key>_version columns, in order (speccat, transformers, torch, records,
 # profiles, settings; plus the census version every spec is keyed by).
@@ -48,6 +48,7 @@ REPO_FIELDS: tuple[str, ...] = (
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token")
+END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
 SWITCH_COST_COLUMNS: tuple[str, ...] = (
@@ -102,6 +103,9 @@ class NightData:
         out at such a setting (catalogue/records/layouts.py), with the rule and why.
     point_prices: config_hash -> rows with POINT_PRICE_FIELDS: the records' price at each
         setting its spec was measured at (catalogue/records/points.py).
+    end_prices: config_hash -> rows with END_PRICE_FIELDS: the bytes the model's ends keep at
+        each setting it is priced at (catalogue/records/head.py `end_prices`).
+    state_sharding: states.yaml as rows (catalogue/records/states.py `state_sharding_rows`).
     failures: mappings with FAILURE_FIELDS; stage and reason are codes of
         catalogue/vocabulary.yaml (`stage`, and a `census` or `fetch` reason).
     reason, message: why a `failed` night failed (a `census` or `fetch` reason and one line);
@@ -124,6 +128,8 @@ class NightData:
     failures: Sequence[Mapping[str, Any]] = ()
     infeasible: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     point_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    end_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    state_sharding: Sequence[Mapping[str, Any]] = ()
     reason: str | None = None
     message: str | None = None
 
@@ -173,7 +179,10 @@ class NightData:
         for config_hash, spec in self.specs.items():
             if not isinstance(spec, Mapping) or "layers" not in spec:
                 _bad(f"specs[{config_hash!r}]", "must be a ModelSpec mapping")
-        for name, per_config, fields in (("infeasible", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS)):
+        for name, per_config, fields in (
+            ("infeasible", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
+            ("end_prices", self.end_prices, END_PRICE_FIELDS),
+        ):  # fmt: skip
             for config_hash, rows in per_config.items():
                 if config_hash not in self.prices:
                     _bad(f"{name}[{config_hash!r}]", "names a config without prices tonight")
@@ -237,14 +246,17 @@ class NightData:
             ],
             ("config_hash", "census_version", "records_version") + INFEASIBLE_FIELDS,
         )
-        tables["point_prices"] = _table(
-            [
-                {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
-                for h, rows in sorted(self.point_prices.items())
-                for row in rows
-            ],
-            ("config_hash", "census_version", "records_version") + POINT_PRICE_FIELDS,
-        )
+        for name, per_config, fields in (("point_prices", self.point_prices, POINT_PRICE_FIELDS), ("end_prices", self.end_prices, END_PRICE_FIELDS)):
+            tables[name] = _table(
+                [
+                    {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
+                    for h, rows in sorted(per_config.items())
+                    for row in rows
+                ],
+                ("config_hash", "census_version", "records_version") + fields,
+            )
+        if self.state_sharding:  # a run that states none (a failed night) leaves the stored rows as they are
+            tables["state_sharding"] = pa.Table.from_pylist([dict(row) for row in self.state_sharding])
         priced = {(h, s) for h, s in zip(tables["full_prices"]["config_hash"].to_pylist(), tables["full_prices"]["setting_id"].to_pylist())}
         both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in rows} & priced)
         if both:
@@ -270,6 +282,9 @@ class NightData:
                 parts[part] = table
             _check_prices(f"prices[{config_hash!r}]", parts["layer_prices"], parts["full_prices"], setting_ids, n_masks)
             _check_costs(f"prices[{config_hash!r}].switch_costs", parts["switch_costs"], parts["full_prices"], n_masks)
+            ends = [row["setting_id"] for row in self.end_prices.get(config_hash, ())]
+            if ends and sorted(ends) != sorted(set(parts["full_prices"]["setting_id"].to_pylist())):
+                _bad(f"end_prices[{config_hash!r}]", "must price the ends once at each setting the config is priced at")
             for part, _ in _PRICE_PARTS:
                 table, n = parts[part], parts[part].num_rows
                 keys = {

@@ -49,6 +49,15 @@ FROM (SELECT DISTINCT config_hash, census_version, records_version, setting_id F
 WHERE EXISTS (SELECT 1 FROM full_prices AS p WHERE p.config_hash = i.config_hash AND p.census_version = i.census_version
               AND p.records_version = i.records_version AND p.setting_id = i.setting_id)
 UNION ALL
+-- (prices stored before the catalogue kept the ends have none)
+SELECT 'end_prices: one row per setting priced',
+       format('{} @ {} / {}: {} end rows, {} settings priced', config_hash, census_version, records_version, e, f)
+FROM (SELECT config_hash, census_version, records_version, count(*) AS e, count(DISTINCT setting_id) AS d
+      FROM end_prices GROUP BY ALL) AS n
+LEFT JOIN (SELECT config_hash, census_version, records_version, count(DISTINCT setting_id) AS f
+           FROM full_prices GROUP BY ALL) AS p USING (config_hash, census_version, records_version)
+WHERE e IS DISTINCT FROM f OR d IS DISTINCT FROM f
+UNION ALL
 SELECT 'switch_sets complete',
        format('{} masks for {} switches', count(*), any_value(len(switches)))
 FROM switch_sets
@@ -84,4 +93,7 @@ WHERE run_id NOT IN (SELECT run_id FROM runs)
 UNION ALL
 SELECT 'setting_defaults holds one row', format('{} rows', count(*))
 FROM setting_defaults HAVING count(*) <> 1
+UNION ALL
+SELECT 'state_sharding holds every group and state of each recipe', format('{} rows over {} recipes', count(*), count(DISTINCT recipe))
+FROM state_sharding HAVING count(*) <> count(DISTINCT recipe) * count(DISTINCT "group") * count(DISTINCT state)
 LIMIT 50;

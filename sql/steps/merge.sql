@@ -124,6 +124,15 @@ WHERE NOT EXISTS (SELECT 1 FROM point_prices AS o WHERE o.config_hash = n.config
                   AND o.census_version = n.census_version AND o.records_version = n.records_version)
 ORDER BY config_hash, kind, point;
 
+-- The ends' prices at each setting priced, added as the prices are: a row is new when no row of
+-- its (config, census version, records version, setting) is stored.
+INSERT INTO end_prices BY NAME
+SELECT * FROM incoming.end_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM end_prices AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id)
+ORDER BY config_hash, setting_id;
+
 -- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
 -- earlier night stored (a new description, a new default). Only rows that differ are touched.
 
@@ -137,6 +146,13 @@ DELETE FROM setting_defaults
 WHERE setting_id NOT IN (SELECT setting_id FROM incoming.setting_defaults);
 INSERT INTO setting_defaults BY NAME
 SELECT * FROM (SELECT * FROM incoming.setting_defaults EXCEPT SELECT * FROM setting_defaults);
+
+DELETE FROM state_sharding
+WHERE EXISTS (SELECT 1 FROM incoming.state_sharding)  -- a run that states none leaves them
+  AND (recipe, "group", state) IN (SELECT (recipe, "group", state) FROM (SELECT * FROM state_sharding EXCEPT SELECT * FROM incoming.state_sharding));
+INSERT INTO state_sharding BY NAME
+SELECT * FROM (SELECT * FROM incoming.state_sharding EXCEPT SELECT * FROM state_sharding)
+ORDER BY recipe, "group", state;
 
 -- Run-scoped tables: tonight's rows replace whatever an earlier store of the same run left.
 -- Only rows that differ are deleted and inserted.

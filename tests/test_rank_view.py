@@ -1,0 +1,117 @@
+"""The view rank_fits (whole-rank memory for every model at once, in SQL) against what
+`speccat fit` computes in Python for the same layout (catalogue/records/rank.py, states.py,
+head.py): every stage's activations, ends and model states, the fullest stage, for a dense
+model, an MoE one under expert parallelism and a tied small one, over several layouts."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from pathlib import Path
+
+import pytest
+import store_runs as runs
+
+from speccat.catalogue.records.head import load_head, price_head
+from speccat.catalogue.records.pricing import price_layers
+from speccat.catalogue.records.rank import in_flight
+from speccat.catalogue.records.states import Layout, load_states, rank_states, stage_kinds
+from speccat.catalogue.store.file import open_readonly, publish
+from speccat.census.family import family_for
+
+REPOS = ("meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-0.6B")
+SEQ, TP = 4096, 2
+LAYOUTS = (
+    dict(dp=1, pp=1, ep=1, zero=0, vpp=1),
+    dict(dp=4, pp=2, ep=1, zero=3, vpp=1),
+    dict(dp=2, pp=4, ep=2, zero=1, vpp=2),
+    dict(dp=8, pp=3, ep=8, zero=2, vpp=1),
+)
+MASKS = (0, 37, 255, -1)
+
+
+@pytest.fixture(scope="module")
+def con():
+    path = Path(tempfile.mkdtemp(prefix="speccat-rank-")) / "catalogue.duckdb"
+    publish(path, runs.make_run("rank", [runs.censused(r) for r in REPOS]))
+    with contextlib.closing(open_readonly(path)) as con:
+        yield con
+
+
+def by_hand(item, lay: dict, mask: int) -> dict:
+    """The fullest stage of `lay` at (SEQ, TP) for `mask`, from the Python planner's parts."""
+    spec, records, grid = item.spec, runs.records(), runs.grid()
+    defaults = family_for(spec["arch"]).pricing_defaults()
+    setting = grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})
+    sub = grid.with_settings([setting])
+    prices = price_layers(spec, defaults, records, sub)
+    kept = {k: float(prices.full[i, 0] if mask == -1 else prices.total[i, 0, mask]) for i, k in enumerate(prices.kinds)}
+    ends = price_head(spec, defaults, records, setting, grid.dtype_bytes, load_head(records))
+    layout = Layout(dp=lay["dp"], tp=TP, pp=lay["pp"], ep=lay["ep"], zero=lay["zero"], vpp=lay["vpp"])
+    states = rank_states(spec, layout, load_states(), stage=None)
+    totals = []
+    for i, counts in enumerate(stage_kinds(spec, layout.pp)):
+        flight = in_flight(layout.pp, layout.vpp, i)
+        end = (ends["embedding"] if i == 0 else 0) + (ends["final_norm"] + ends["logits"] if i == layout.pp - 1 else 0)
+        activations = sum(n * kept[k] for k, n in counts.items()) * flight
+        totals.append({"stage": i, "activations": activations, "ends": end * flight, **states[i],
+                       "all": activations + end * flight + states[i]["total"]})  # fmt: skip
+    return max(totals, key=lambda t: t["all"])
+
+
+@pytest.mark.parametrize("lay", LAYOUTS, ids=lambda lay: "-".join(f"{k}{v}" for k, v in lay.items()))
+def test_the_view_equals_the_planners_figures(con, lay):
+    for name in ("dp", "pp", "ep", "zero", "vpp"):
+        con.execute(f"SET VARIABLE {name} = {lay[name]}")
+    rows = con.execute(
+        "SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, weight_bytes, grad_bytes, optimizer_bytes, total_bytes "
+        "FROM rank_fits WHERE stack = 'transformers' AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1 AND mask IN ?",
+        [SEQ, TP, list(MASKS)],
+    ).fetchall()
+    got = {(r[0], r[1]): r[2:] for r in rows}
+    expected_repos = {r for r in REPOS if runs.censused(r).spec.get("num_experts", 1) % lay["ep"] == 0}  # ep divides the experts
+    assert {repo for repo, _ in got} == expected_repos
+    for repo in expected_repos:
+        for mask in MASKS:
+            want = by_hand(runs.censused(repo), lay, mask)
+            stage, act, ends, weight, grad, optimizer, total = got[(repo, mask)]
+            assert stage == want["stage"], (repo, mask)
+            assert (act, ends, weight, grad, optimizer, total) == pytest.approx(
+                (want["activations"], want["ends"], want["weight"], want["grad"], want["optimizer"], want["all"]), rel=1e-9
+            ), (repo, mask)
+
+
+def test_megatron_18_bytes_per_parameter_by_hand(con):
+    """Megatron's 18 bytes per parameter at tp 8: weights 2, gradients 4, optimizer 12, the
+    optimizer sharded over dp under ZeRO 1 (the distributed optimizer), worked here for the
+    dense Llama-3.1-8B at pp 1: every parameter on one stage, projections split over tp."""
+    for name, value in dict(dp=4, pp=1, ep=1, zero=1, vpp=1).items():
+        con.execute(f"SET VARIABLE {name} = {value}")
+    item = runs.censused("meta-llama/Llama-3.1-8B-Instruct")
+    params, kinds = item.spec["params"], item.spec["params"]["kinds"]
+    (kind,) = kinds
+    layers = item.spec["num_hidden_layers"]
+    split = params["embedding"] + params["output"] + layers * (kinds[kind]["attention"] + kinds[kind]["ffn_dense"])
+    whole = params["final_norm"] + layers * kinds[kind]["norm"]
+    per_rank = split / TP + whole
+    weight, grad, optimizer = con.execute(
+        "SELECT weight_bytes, grad_bytes, optimizer_bytes FROM rank_fits WHERE repo_id = ? AND mask = 0 AND stack = 'transformers' "
+        "AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1", [item.repo_id, SEQ, TP]
+    ).fetchone()  # fmt: skip
+    assert (weight, grad, optimizer) == pytest.approx((2 * per_rank, 4 * per_rank, 12 * per_rank / 4), rel=1e-12)
+
+
+def test_a_budget_and_a_recipe_are_variables(con):
+    for name, value in dict(dp=1, pp=1, ep=1, zero=0, vpp=1).items():
+        con.execute(f"SET VARIABLE {name} = {value}")
+    con.execute("SET VARIABLE recipe = 'zero_mixed_adam'")
+    con.execute("SET VARIABLE budget_gib = 40")
+    try:
+        rows = con.execute(
+            "SELECT grad_bytes, weight_bytes, budget_bytes, fits, total_bytes FROM rank_fits WHERE repo_id = 'Qwen/Qwen3-0.6B' AND mask = 0"
+        ).fetchall()
+    finally:
+        con.execute("RESET VARIABLE recipe")
+        con.execute("RESET VARIABLE budget_gib")
+    assert rows and all(g == w for g, w, *_ in rows)  # the ZeRO paper's mixed precision: 2 bytes of gradient as of weight
+    assert all(b == 40 * 2**30 and f == (t <= b) for _, _, b, f, t in rows)
