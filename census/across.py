@@ -51,6 +51,27 @@ def _point(name: str, seq_length: int, per_kind: dict, *, tp: int = 1, cp: int =
     }
 
 
+def encoder_tokens(seq_length: int) -> list[int]:
+    """The encoder-token counts a cross-attention kind is measured at: across.yaml's factors of
+    the census's sequence length, each at least one token, distinct."""
+    return list(dict.fromkeys(max(1, int(seq_length * f)) for f in POINTS["encoder_token_factors"]))
+
+
+def encoder_points(built, shapes: list[Shape], kind_of: Mapping[int, str], seq_length: int, probed: dict[int, LayerProbe], hidden: int) -> list[dict]:
+    """The points of the cross-attention kinds `shapes` given encoder states: one per encoder-token
+    count (the first already probed, `probed`), at the census's sequence length, bytes per token
+    of the decoder's sequence (what scales with the encoder's tokens included)."""
+    measure = _per_kind(built, shapes, kind_of, hidden)
+    indices = [shape.first for shape in shapes]
+    points = []
+    for i, tokens in enumerate(encoder_tokens(seq_length)):
+        probes = probed if i == 0 else probe_layers(built, indices, seq_length, encoder_tokens=tokens)
+        point = _point(f"encoder {tokens}", seq_length, measure(probes, seq_length))
+        point["encoder_tokens"] = tokens
+        points.append(point)
+    return points
+
+
 def _per_kind(built, shapes: list[Shape], kind_of: Mapping[int, str], hidden: int) -> Measure:
     """Bytes per op per token of `tokens`, per kind, from probes run at the probe's own length."""
 
