@@ -179,7 +179,6 @@ class LayerProbe:
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
-    encoder_tokens: int = 0  # the encoder states' tokens the decoder was given (0: none)
 
 
 class Made(NamedTuple):
@@ -596,10 +595,7 @@ def probe_layers(
     layers whose backward the census has run). With `encoder_tokens`, the decoder is also given
     encoder states of that many tokens (encoder_input names its argument).
     """
-    probes = run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward, encoder_tokens=encoder_tokens).probes
-    for probe in probes.values():
-        probe.encoder_tokens = encoder_tokens
-    return probes
+    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward, encoder_tokens=encoder_tokens).probes
 
 
 # The names under which a decoder's forward takes encoder states (mllama's text model:
