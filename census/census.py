@@ -173,7 +173,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         spec["measured_at"] = measure_across(top, text, built, shapes, kind_of, seq_length, probes, hidden)
     if cross:  # a cross-attention kind is measured with encoder states too, whether or not across
         cross_shapes = [shape for shape in shapes if shape.first in cross]
-        spec["measured_at"] = spec.get("measured_at", []) + encoder_points(built, cross_shapes, kind_of, seq_length, cross, hidden)
+        spec["measured_at"] = spec.get("measured_at", []) + encoder_points(built, cross_shapes, kind_of, seq_length, cross, hidden, across)
     ends = probe_head(built, seq_length, hidden)
     if ends is not None:
         spec["ends"] = {"seq_length": seq_length, "bytes_per_token": ends}
