@@ -51,6 +51,49 @@ def _point(name: str, seq_length: int, per_kind: dict, *, tp: int = 1, cp: int =
     }
 
 
+def encoder_tokens(seq_length: int) -> list[int]:
+    """The encoder-token counts a cross-attention kind is measured at: across.yaml's factors of
+    the census's sequence length, each at least one token, distinct."""
+    return list(dict.fromkeys(max(1, int(seq_length * f)) for f in POINTS["encoder_token_factors"]))
+
+
+def encoder_points(
+    built, shapes: list[Shape], kind_of: Mapping[int, str], seq_length: int, probed: dict[int, LayerProbe], hidden: int, across: bool = False
+) -> list[dict]:
+    """The points of the cross-attention kinds `shapes` given encoder states: one per encoder-token
+    count (the first already probed, `probed`), at the census's sequence length, bytes per token
+    of the decoder's sequence (what scales with the encoder's tokens included); with `across`,
+    also the switch sets of across.yaml recomputed at the first count."""
+    measure = _per_kind(built, shapes, kind_of, hidden)
+    indices = [shape.first for shape in shapes]
+    points = []
+    counts = encoder_tokens(seq_length)
+    for i, tokens in enumerate(counts):
+        probes = probed if i == 0 else probe_layers(built, indices, seq_length, encoder_tokens=tokens)
+        points.append(_point(f"encoder {tokens}", seq_length, measure(probes, seq_length)) | {"encoder_tokens": counts[i]})
+    if across:
+        tokens = counts[0]
+        for name, chosen, ops in _switch_sets(probed):
+            recomputed = probe_recomputed(built, indices, seq_length, probed, ops, encoder_tokens=tokens)
+            point = _point(f"encoder {tokens} recompute {name}", seq_length, measure(recomputed, seq_length), recompute=chosen)
+            points.append(point | {"encoder_tokens": tokens})
+    return points
+
+
+def _switch_sets(plain: dict[int, LayerProbe]) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:
+    """(point name suffix, switches, the ops and parts they drop that the layers' plain probes
+    booked) for each switch set across.yaml recomputes: each switch alone, then all of them."""
+    switches, ops_of = _switch_ops()
+    sets = [(s,) for s in switches] if POINTS["recompute_each_switch"] else []
+    if POINTS["recompute_all"]:
+        sets.append(tuple(switches))
+    booked = set().union(*(ops for probe in plain.values() for ops in probe.kept_by_call.values()))
+    return [
+        ("all" if len(chosen) > 1 else chosen[0], chosen, frozenset(op for s in chosen for op in ops_of.get(s, ())) & booked)
+        for chosen in sets
+    ]
+
+
 def _per_kind(built, shapes: list[Shape], kind_of: Mapping[int, str], hidden: int) -> Measure:
     """Bytes per op per token of `tokens`, per kind, from probes run at the probe's own length."""
 
@@ -148,19 +191,12 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
         if rank is not None and rank[1]:
             rank_measure = _per_kind(rank[0], shapes, kind_of, hidden)
             points.append(_point(f"tp {t}", seq_length, rank_measure(rank[1], seq_length), tp=t))
-    switches, ops_of = _switch_ops()
-    sets = [(s,) for s in switches] if POINTS["recompute_each_switch"] else []
-    if POINTS["recompute_all"]:
-        sets.append(tuple(switches))
-    booked = set().union(*(ops for probe in plain.values() for ops in probe.kept_by_call.values()))
     by_policy: dict[frozenset[str], dict] = {}
-    for chosen in sets:
+    for name, chosen, ops in _switch_sets(plain):
         # Switches whose ops keep nothing in these layers give the same policy: run it once.
-        ops = frozenset(op for s in chosen for op in ops_of.get(s, ())) & booked
         if ops not in by_policy:
             by_policy[ops] = measure(probe_recomputed(built, indices, seq_length, plain, ops), seq_length)
-        name = "recompute " + ("all" if len(chosen) > 1 else chosen[0])
-        points.append(_point(name, seq_length, by_policy[ops], recompute=chosen))
+        points.append(_point(f"recompute {name}", seq_length, by_policy[ops], recompute=chosen))
     return points
 
 

@@ -60,10 +60,14 @@ def speccat_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention as a flash kernel computes it: q (b, h, s, d), k/v (b, kv_heads, t, d) → (b, s, h, dv).
 
-    The mask is not read: causality, the sliding window, softcapping, sinks (`s_aux`) and
-    sparse `indices` are the kernel's own arguments, as they are for FlashAttention.
+    The mask is not read: causality (the module's `is_causal`, true when it states none, except
+    for keys of another length than the queries: a cross-attention's encoder states), the
+    sliding window, softcapping, sinks (`s_aux`) and sparse `indices` are the kernel's own
+    arguments, as they are for FlashAttention.
     """
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if is_causal is None and not hasattr(module, "is_causal") and key.shape[2] != query.shape[2]:
+        causal = False  # keys of another length and no causal flag stated: a cross-attention to encoder states sees them all
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     seed = _SEEDS.getrandbits(62) if dropout else 0
     with _kernel_scope("attention"):

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from speccat.census.across import measure_across
+from speccat.census.across import encoder_points, encoder_tokens, measure_across
 from speccat.census.build import build
 from speccat.census.checks import check_stack_length
 from speccat.census.config import language_config
@@ -36,7 +36,7 @@ from speccat.census.head import probe_head
 from speccat.census.kinds import kind_names
 from speccat.census import remote
 from speccat.census.predicates import is_norm
-from speccat.census.probe import probe_layers
+from speccat.census.probe import LayerProbe, encoder_input, probe_layers
 from speccat.census.resolve import resolve_config
 from speccat.census.shapes import Shape, classify, layer_groups
 from speccat.census.spec import ModelSpec, SpecError
@@ -83,6 +83,34 @@ def _settle_eager(views: list[LayerView]) -> None:
         )
 
 
+def _settle_cross(built, shapes: list[Shape], probes: dict[int, LayerProbe], seq_length: int) -> dict[int, LayerProbe]:
+    """The layers the decoder skipped on a plain causal input, probed again with encoder states:
+    {layer index: its probe with encoder states} for each that is a cross-attention layer.
+
+    A layer is a cross-attention layer when the decoder calls it only once it is given encoder
+    states, and then every kernel it runs is attention whose queries are the decoder's tokens and
+    whose keys and values have the encoder's (they come from the encoder states, not from the
+    layer's hidden stream). Its shape's mixer becomes `cross`. A skipped layer that is not one is
+    left to check_probes, which refuses it.
+    """
+    skipped = [shape for shape in shapes if not probes[shape.first].ran]
+    if not skipped or encoder_input(built.decoder) is None:
+        return {}
+    skipped = [shape for shape in skipped if encoder_input(built.layers[shape.first]) is not None]
+    if not skipped:
+        return {}
+    tokens = encoder_tokens(seq_length)[0]
+    given = probe_layers(built, [shape.first for shape in skipped], seq_length, encoder_tokens=tokens)
+    cross = {}
+    for shape in skipped:
+        probe = given[shape.first]
+        kernels = probe.kernels
+        if probe.ran and kernels and all(k.kind == "attention" and k.q[2] == seq_length and k.k[2] == k.v[2] == tokens for k in kernels):
+            shape.attention = "cross"
+            cross[shape.first] = probe
+    return cross
+
+
 def _compare_with_profile(family: Family, kind: str, counted: Mapping[str, int], name: str) -> None:
     expected = family.kinds[kind].ops
     differ = {op: (expected[op], counted[op]) for op in counted if expected[op] != counted[op]}
@@ -106,8 +134,9 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     probes = probe_layers(built, [shape.first for shape in shapes], seq_length)
     # the layers' width, read from the hidden states they were called with: it differs from the
     # embedding's where the model projects its embeddings (electra, rembert)
-    hidden = probes[shapes[0].first].hidden_width or int(built.embedding.weight.shape[1])
-    views = [LayerView(shape.first, built.layers[shape.first], probes[shape.first], shape, hidden) for shape in shapes]
+    hidden = next((p.hidden_width for p in probes.values() if p.ran), 0) or int(built.embedding.weight.shape[1])
+    cross = _settle_cross(built, shapes, probes, seq_length)
+    views = [LayerView(shape.first, built.layers[shape.first], cross.get(shape.first, probes[shape.first]), shape, hidden) for shape in shapes]
     _settle_eager(views)
     check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
     kind_of, by_profile = _kinds(family, shapes, built.config)
@@ -128,10 +157,13 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
         kind_params[kind] = view.params()
         spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
+        # a cross-attention kind at the census's setting: no encoder tokens (text-only training),
+        # where the decoder skips the layer; what the plain probe saw it keep (nothing)
+        plain = view if view.index not in cross else LayerView(view.index, view.layer, probes[view.index], view.shape, hidden)
         measured = {
             "seq_length": seq_length,
             "attention_impl": view.mixer_op(),
-            "bytes_per_token": view.bytes_per_token(seq_length),
+            "bytes_per_token": plain.bytes_per_token(seq_length),
         }
         if view.shape.ffn == "moe":
             measured["experts_impl"] = EXPERTS_IMPL
@@ -139,6 +171,9 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     spec["params"] = {**built.params, "kinds": kind_params}
     if across:
         spec["measured_at"] = measure_across(top, text, built, shapes, kind_of, seq_length, probes, hidden)
+    if cross:  # a cross-attention kind is measured with encoder states too, whether or not across
+        cross_shapes = [shape for shape in shapes if shape.first in cross]
+        spec["measured_at"] = spec.get("measured_at", []) + encoder_points(built, cross_shapes, kind_of, seq_length, cross, hidden, across)
     ends = probe_head(built, seq_length, hidden)
     if ends is not None:
         spec["ends"] = {"seq_length": seq_length, **ends}

@@ -236,7 +236,29 @@ def check_router_k(language: Mapping, cfg: Any, *, nested: bool) -> None:
         raise SpecError("bad_value", f"num_experts_per_tok: null, but {experts} is {_resolved(cfg, experts)}: the router's top-k has no k")
 
 
-RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes, check_router_k)
+# Config lists of layer indices (mllama's cross-attention layers): each names a layer of the stack.
+LAYER_INDEX_LISTS = ("cross_attention_layers",)
+
+
+def check_layer_indices(language: Mapping, cfg: Any, *, nested: bool) -> None:
+    """A list of layer indices names distinct layers of the stack: transformers builds a stack
+    whose cross_attention_layers name no layer of it without a word (mllama's: every layer
+    self-attention), and the census would give a spec of another model than the config means."""
+    layers = _resolved(cfg, "num_hidden_layers")
+    for field in LAYER_INDEX_LISTS:
+        value = _resolved(cfg, field)
+        if value is None:
+            continue
+        if not isinstance(value, (list, tuple)) or not all(_is_int(i) for i in value):
+            raise SpecError("bad_value", f"{field}: must be a list of layer indices, got {value!r:.80}")
+        if len(set(value)) != len(value):
+            raise SpecError("bad_value", f"{field}: names a layer twice: {list(value)!r:.80}")
+        beyond = [i for i in value if i < 0 or (_is_int(layers) and i >= layers)]
+        if beyond:
+            raise SpecError("bad_value", f"{field}: names layer {beyond[0]}, outside the stack of {layers} layers (0 to {layers - 1})")
+
+
+RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes, check_router_k, check_layer_indices)
 
 
 def check_resolved(language: Mapping, cfg: Any, *, nested: bool) -> None:

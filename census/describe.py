@@ -29,6 +29,7 @@ DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
 # The kernel each mixer flavour runs (a kind's measured `attention_impl`); feed-forward-only blocks run none.
 MIXER_OPS = {
     "full": ATTENTION_OP,
+    "cross": ATTENTION_OP,
     "linear": DELTA_RULE_OP,
     "mamba": "speccat::mamba_inner",  # the scan apart from its conv: SCAN_APART_OP
     "mamba2": "speccat::mamba_split_conv1d_scan",
@@ -476,7 +477,7 @@ def check_probes(views: list[LayerView]) -> None:
                 "the census prices one scan over the mixer's inner width",
             )
         for k in v.attention_kernels():
-            if k.q[2] != k.k[2]:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
+            if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
                 raise SpecError(
                     "unsupported_layer",
                     f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})",
@@ -556,7 +557,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         o_bias=any(v.o_bias() for v in views),
         mlp_bias=any(v.mlp_bias() for v in views),
         norm_bias=any(_bias(m) for m in norms),
-        qk_norm=any(v.qk_norm() for v in full),
+        qk_norm=any(v.qk_norm() for v in full if v.shape.attention != "cross"),  # a cross kind's QK-norm: its qk_norm_per_head
         attn_output_gate=any(v.output_gate(own[v.index]["num_attention_heads"], own[v.index].get("head_dim", 0)) for v in full),
         shared_expert_gate=any(v.shared_gate() for v in views),
         tie_word_embeddings=built.tied,

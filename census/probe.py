@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import traceback
 import weakref
 from pathlib import Path
@@ -41,6 +42,7 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 from speccat.catalogue.vocabulary import OTHER
 from speccat.census import attention
 from speccat.census.build import Built
+from speccat.census.checks import LAYER_INDEX_LISTS
 from speccat.census.predicates import (
     causal_conv1d_names,
     delta_rule_names,
@@ -176,6 +178,7 @@ class LayerProbe:
     kept_outputs: dict[int, set[int]] = field(default_factory=dict)  # call index -> positions of its output tensors kept
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
+    ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
 
 
 class Made(NamedTuple):
@@ -211,6 +214,7 @@ class Watcher:
         self.probes = {index: LayerProbe(index) for index in layers}
         self.current: LayerProbe | None = None
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
+        self.last_child: str | None = None  # the layer's top-level child that ran last
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
         self.activation_inputs: set[int] = set()  # inputs of inline activations in an MLP (F.silu in LFM2's)
@@ -242,7 +246,9 @@ class Watcher:
                 return "ffAct"
         if key in self.dropout_storages:
             return "dropout"
-        child = self._child()
+        # the layer's own code between its children (a residual gate: mllama's cross-attention
+        # layer multiplies each child's output by the tanh of a parameter) is the child's that ran last
+        child = self._child() or self.last_child
         if child is None:
             return OTHER
         return f"child:{child}"  # resolved to attMM / ffMM once the child's role is known
@@ -387,7 +393,9 @@ class Watcher:
     def _layer_pre(self, index: int):
         def hook(module, args, kwargs):
             self.current = self.probes[index]
+            self.current.ran = True
             self.path = []
+            self.last_child = None
             self.kernel_count_in_child = Counter()
             hidden = args[0] if args else kwargs.get("hidden_states")
             hidden_key = _storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
@@ -436,7 +444,9 @@ class Watcher:
 
     def _leave(self, mod, args, output):
         if self.current is not None and self.path:
-            self.path.pop()
+            name, _ = self.path.pop()
+            if not self.path:
+                self.last_child = name.split(".", 1)[0]
 
     def _on_stream(self, name: str, module: nn.Module, args: tuple, depth_one: bool) -> bool:
         """A norm call on the layer's hidden stream (see LayerProbe.stream_norms)."""
@@ -528,6 +538,29 @@ PER_LAYER_LISTS = ("layer_types", "layer_rope_theta", "layers_block_type")
 
 
 @contextlib.contextmanager
+def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Iterator[None]:
+    """Make the config's (and the decoder's) lists of layer indices (census/checks.py
+    LAYER_INDEX_LISTS: a decoder loop tests each layer's position against them, as mllama's skips
+    its cross-attention layers without encoder states) name the kept layers' positions while they
+    run; the decoder may hold the same list as an attribute of its own."""
+    originals = []
+    try:
+        for key in LAYER_INDEX_LISTS:
+            value = getattr(config, key, None)
+            if not isinstance(value, (list, tuple)):
+                continue
+            positions = type(value)(i for i, index in enumerate(keep) if index in value)
+            for holder in (config, decoder):
+                if getattr(holder, key, None) is value:
+                    originals.append((holder, key, value))
+                    setattr(holder, key, positions)
+        yield
+    finally:
+        for holder, key, value in reversed(originals):
+            setattr(holder, key, value)
+
+
+@contextlib.contextmanager
 def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
     """Make the config's per-layer lists and layer count match the kept layers while they run."""
     originals = {}
@@ -551,15 +584,32 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
             setattr(config, key, value)
 
 
-def probe_layers(built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None, backward: bool = True) -> dict[int, LayerProbe]:
+def probe_layers(
+    built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None, backward: bool = True, encoder_tokens: int = 0
+) -> dict[int, LayerProbe]:
     """Probe the layers `indices`: the decoder forward and backward with only them in its stack, on fake tensors.
 
     The model is on meta and its needed parts are converted to fake tensors, unless `fake_mode`
     is given: then the model was built under that mode and is fake already. Without
     `backward`, the saved bytes are booked after the forward alone (a second measurement of
-    layers whose backward the census has run).
+    layers whose backward the census has run). With `encoder_tokens`, the decoder is also given
+    encoder states of that many tokens (encoder_input names its argument).
     """
-    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward).probes
+    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward, encoder_tokens=encoder_tokens).probes
+
+
+# The names under which a decoder's forward takes encoder states (mllama's text model:
+# cross_attention_states; an encoder-decoder's decoder: encoder_hidden_states).
+ENCODER_INPUTS = ("cross_attention_states", "encoder_hidden_states")
+
+
+def encoder_input(module: nn.Module) -> str | None:
+    """The argument of `module`'s forward that takes encoder states, or None."""
+    try:
+        takes = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((name for name in ENCODER_INPUTS if name in takes), None)
 
 
 def run_layers(
@@ -570,6 +620,7 @@ def run_layers(
     around: Callable[[dict[int, nn.Module], Watcher], contextlib.AbstractContextManager] | None = None,
     fake_mode: FakeTensorMode | None = None,
     backward: bool = True,
+    encoder_tokens: int = 0,
 ) -> Watcher:
     """Run the decoder with only the layers `indices` in its stack, watched by `make_watcher(...)`.
 
@@ -602,12 +653,18 @@ def run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, _config_subset(config, indices, total), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, _config_subset(config, indices, total), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
             leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
+            extra = {}
+            if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
+                name = encoder_input(decoder)
+                if name is None:
+                    raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
+                extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
-                output = decoder(inputs_embeds=embeds, use_cache=False)
+                output = decoder(inputs_embeds=embeds, use_cache=False, **extra)
             watcher.forward_done = True
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
             del output

@@ -106,10 +106,15 @@ def checkpointed(layers: dict[int, nn.Module], watcher: Recomputing) -> Iterator
             del layer.forward  # the instance attribute; the class's forward shows again
 
 
-def probe_recomputed(built: Built, indices: list[int], seq_length: int, plain: dict[int, LayerProbe], ops: frozenset[str]) -> dict[int, LayerProbe]:
-    """What the layers `indices` keep when the ops `ops` are recomputed (their plain probes: `plain`).
+def probe_recomputed(
+    built: Built, indices: list[int], seq_length: int, plain: dict[int, LayerProbe], ops: frozenset[str], encoder_tokens: int = 0
+) -> dict[int, LayerProbe]:
+    """What the layers `indices` keep when the ops `ops` are recomputed (their plain probes: `plain`,
+    run with the same `encoder_tokens`).
 
     A layer whose calls differ from its plain probe's is left out.
     """
-    watcher = run_layers(built, indices, seq_length, functools.partial(Recomputing, plain=plain, ops=ops), around=checkpointed)
+    watcher = run_layers(
+        built, indices, seq_length, functools.partial(Recomputing, plain=plain, ops=ops), around=checkpointed, encoder_tokens=encoder_tokens
+    )
     return {index: probe for index, probe in watcher.probes.items() if index not in watcher.mismatch}

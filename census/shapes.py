@@ -10,7 +10,6 @@ names each shape's kind.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -23,7 +22,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "linear", "mamba", "mamba2", "short_conv", "none", or "eager" until the probe settles it
+    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "short_conv", "none", or "eager" until the probe settles it
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -35,7 +34,8 @@ class Shape:
 
 def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
-    no family prices: state-space mixers, unfused experts, cross-attention-only layers.
+    no family prices: state-space mixers, unfused experts. A cross-attention layer is told by
+    what runs (census/census.py: the decoder skips it without encoder states).
 
     attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
@@ -91,27 +91,8 @@ def signature(index: int, layer: nn.Module) -> tuple:
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
-    if _cross_attention_only(layer):
-        raise SpecError(
-            "unsupported_layer",
-            f"layer {index} ({type(layer).__name__}): a cross-attention layer (it attends to encoder states, "
-            "and has no self-attention); the census prices self-attention and known mixers only",
-        )
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
     return (type(layer).__name__, attention, ffn, params)
-
-
-_CROSS_INPUTS = ("cross_attention_states", "encoder_hidden_states")
-
-
-def _cross_attention_only(layer: nn.Module) -> bool:
-    """A layer whose forward takes encoder states and whose only attention is a cross-attention
-    (mllama's cross-attention layers; a bart decoder layer also has self-attention)."""
-    takes = set(inspect.signature(layer.forward).parameters)
-    if not takes & set(_CROSS_INPUTS):
-        return False
-    attentions = [n for n, m in layer.named_children() if "Attention" in type(m).__name__]
-    return bool(attentions) and all("Cross" in type(layer.get_submodule(n)).__name__ or "cross" in n for n in attentions)
 
 
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:

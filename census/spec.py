@@ -242,7 +242,9 @@ def _validate_measured_at(spec: Mapping, kinds: tuple[str, ...]) -> None:
     names = set()
     for i, point in enumerate(points):
         field = f"measured_at[{i}]"
-        _check_keys(field, _check_mapping(field, point), POINT_KEYS, POINT_KEYS)
+        _check_keys(field, _check_mapping(field, point), POINT_KEYS + ("encoder_tokens",), POINT_KEYS)
+        if "encoder_tokens" in point:  # a cross-attention kind given encoder states of that many tokens
+            _check_int(f"{field}.encoder_tokens", point["encoder_tokens"], 1)
         if not isinstance(point["point"], str) or not point["point"] or point["point"] in names:
             raise _bad(f"{field}.point", f"must be a unique non-empty string, got {point['point']!r}")
         names.add(point["point"])

@@ -19,10 +19,11 @@ def tiny_model(config: dict, dtype: torch.dtype):
     return model
 
 
-def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor]]:
-    """One forward and backward of `layer` on `x`: (the storages it saved for backward, by storage,
-    the model's parameters and buffers, x and the output left out; the gradients of the layer's
-    parameters and of x). The loss is the output's squared sum, or its sum."""
+def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True, **inputs) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward and backward of `layer` on `x` (and its other `inputs`, passed by name): (the
+    storages it saved for backward, by storage, the model's parameters and buffers, x, the other
+    inputs and the output left out; the gradients of the layer's parameters, of x and of each
+    other input that requires one). The loss is the output's squared sum, or its sum."""
     saved: dict[int, torch.Tensor] = {}
 
     def pack(t):
@@ -30,12 +31,14 @@ def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True) -> tuple
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(x)
+        out = layer(x, **inputs)
     out = out[0] if isinstance(out, tuple) else out
     (out.float().square() if square else out.float()).sum().backward()
-    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, out)}
+    given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
+    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, *given, out)}
     grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
     grads["x"] = x.grad.clone()
+    grads.update({name: t.grad.clone() for name, t in inputs.items() if isinstance(t, torch.Tensor) and t.grad is not None})
     return {k: t for k, t in saved.items() if k not in left_out}, grads
 
 

@@ -105,16 +105,16 @@ def variant(records_text_edits: dict[str, str]):
 
 
 NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"
-ATTENTION_FORMULA = "    when: n_linrec == 0 and n_attMM != 0 and short_conv == 0\n    formula: micro_factor * s * b * total / (t * cp)\n"
+ATTENTION_FORMULA = "    when: n_linrec == 0 and n_attMM != 0 and short_conv == 0 and cross == 0\n    formula: micro_factor * s * b * total / (t * cp)\n"
 NONLINEAR = {
     # a formula not linear in total, and one comparing total
     NORM_FORMULA: NORM_FORMULA.replace("micro_factor * s * b * total / (t * cp)", "max(micro_factor * s * b * total / (t * cp), 1e6)"),
     ATTENTION_FORMULA: ATTENTION_FORMULA.replace("* total /", "* (total if total > 3 else total ** 2) /"),
     # an element with a conditional on a varying name, a `when` on a varying name
     "      attMM: bc*h*rep + ": "      attMM: (bc*h*rep if cp > 1 else 1.2*bc*h*rep) + ",
-    "  norm:\n    part: norm\n": "  norm:\n    part: norm\n    when: t * cp != 2\n",
+    "  norm:\n    part: norm\n    when: runs == 1\n": "  norm:\n    part: norm\n    when: runs == 1 and t * cp != 2\n",
     # full recompute with a conditional on a varying name
-    "full: micro_factor * bytes_compute * s * b * h / (cp * sp)": "full: micro_factor * bytes_compute * s * b * h / (cp * (t if sp > 1 else 1))",
+    "full: runs * micro_factor * bytes_compute * s * b * h / (cp * sp)": "full: runs * micro_factor * bytes_compute * s * b * h / (cp * (t if sp > 1 else 1))",
     # a derived name that is not elementwise over varying names
     "  f32: 4 ": "  f32: 4 + (1 if t % 2 else 0) ",
 }

@@ -25,6 +25,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
     assert {s.name: s.part for s in records.slots} == {
         "attention": "attention", "linear": "attention", "mamba": "attention", "mamba2": "attention", "short_conv": "attention",
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
+        "cross": "attention", "cross_kv": "attention", "cross_gate": "ffn", "cross_norm": "norm", "cross_kv_norm": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
@@ -132,7 +133,7 @@ NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n
         ("  dc_q: 0", "  dc_qq: 0", "unknown_name", "defaults.dc_qq"),
         ("  bc: bytes_compute", "  h: bytes_compute", "bad_value", "names.h"),
         ("switches: [", "lable: v1\nswitches: [", "unknown_key", "lable"),
-        ("full: micro_factor", "fulll: micro_factor", "unknown_key", "fulll"),
+        ("full: runs * micro_factor", "fulll: runs * micro_factor", "unknown_key", "fulll"),
     ],
 )
 def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reason, key):

@@ -118,3 +118,25 @@ def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reaso
         load_settings(bad)
     assert err.value.reason == reason
     assert f"settings.yaml: {key}:" in str(err.value)
+
+
+def test_a_fixed_setting_is_one_value_outside_the_grid_rows_and_their_ids(grid, tmp_path):
+    """encoder_tokens (settings.yaml `fixed`): no grid row states it, so no id changes with it; a
+    setting built with another value states it and hashes it into its id; a fixed setting holds
+    one value, and only the fixed settings pricing reads are allowed."""
+    assert tuple(grid.fixed) == ("encoder_tokens",) and grid.fixed["encoder_tokens"].values == (0,)
+    assert all(set(s) == {"setting_id", *FIELDS} for s in grid.settings)
+    assert grid.setting({"encoder_tokens": 0}) == grid.setting({}) == grid.settings[0]
+    other = grid.setting({"encoder_tokens": 1601})
+    blob = json.dumps({k: other[k] for k in (*FIELDS, "encoder_tokens")}, sort_keys=True, separators=(",", ":")).encode()
+    assert other["encoder_tokens"] == 1601 and other["setting_id"] == hashlib.sha256(blob).hexdigest()[:16]
+    with pytest.raises(SettingsError) as err:
+        grid.setting({"encoder_tokens": -1})
+    assert err.value.reason == "bad_value"
+    fixed = "encoder_tokens: {type: int, min: 0, values: [0]}"
+    for edited, reason in ((fixed.replace("[0]", "[0, 1601]"), "bad_value"), (fixed.replace("encoder_tokens", "decoder_tokens"), "unknown_field")):
+        copy = tmp_path / "settings.yaml"
+        copy.write_text(SETTINGS_PATH.read_text().replace(fixed, edited))
+        with pytest.raises(SettingsError) as err:
+            load_settings(copy)
+        assert err.value.reason == reason

@@ -23,17 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.records.settings import fixed_default
 from speccat.catalogue.vocabulary import KIND_DIMS, OPS, VARIANTS
 
 # Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
     "megatron", "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "fa",
-    "bytes_compute", "param_casts", "ulysses", "micro_factor",
+    "bytes_compute", "param_casts", "ulysses", "micro_factor", "se",
 )  # fmt: skip
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "cross", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -164,6 +165,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values["dh"] = spec.get("v_head_dim", spec.get("head_dim", h / a))
     values["ssm"] = {"mamba": 1, "mamba2": 2}.get(mixer, 0)
     values["short_conv"] = 1 if mixer == "short_conv" else 0
+    values["cross"] = 1 if mixer == "cross" else 0  # attention to encoder states
     ssm_fields = {
         "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
         "mamba2": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("mh", "ssm_num_heads"), ("ng", "ssm_n_groups")),
@@ -242,6 +244,9 @@ def setting_values(setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str
     if dtype not in dtype_bytes:
         raise PricingError("bad_value", f"setting dtype {dtype!r} has no byte width; known: {sorted(dtype_bytes)}")
     values["bytes_compute"] = dtype_bytes[dtype]
+    # encoder tokens per sequence: a fixed setting (settings.yaml `fixed`), stated by a setting
+    # built with another value than the grid's
+    values["se"] = setting.get("encoder_tokens", fixed_default("encoder_tokens"))
     values["fa"] = setting["flash_attention"]
     return _floats(values)
 

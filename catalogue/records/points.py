@@ -40,7 +40,8 @@ def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid)
     points = points_of(spec)
     if not points:
         return []
-    chosen = [grid.setting({k: p[k] for k in ("stack", "seq_length", "tp", "cp", "sequence_parallel")} | {"micro_batch": 1}) for p in points]
+    # a cross-attention kind's points state the encoder tokens it was given (the fixed setting encoder_tokens)
+    chosen = [grid.setting({k: p[k] for k in ("stack", "seq_length", "tp", "cp", "sequence_parallel", "encoder_tokens") if k in p} | {"micro_batch": 1}) for p in points]
     settings = {setting["setting_id"]: setting for setting in chosen}  # points sharing a setting price it once
     column = {setting_id: i for i, setting_id in enumerate(settings)}
     prices = price_layers(spec, defaults, records, grid.with_settings(settings.values()))

@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field as dataclass_field, replace
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -31,6 +31,9 @@ FIELDS = (
     "stack", "seq_length", "micro_batch", "tp", "cp", "sequence_parallel", "flash_attention", "cp_algo",
     "dtype", "in_flight", "param_casts", "grouped_gemm", "dropless_tok_factor", "capacity_factor",
 )  # fmt: skip
+# Settings of one value for the whole grid (the file's `fixed`), outside its combinations: no
+# column of the catalogue's settings table, and part of a setting's id only at another value.
+FIXED = ("encoder_tokens",)
 TYPES = ("int", "number", "bool", "choice", "dtype")
 FIELD_KEYS = ("type", "min", "choices", "values")
 
@@ -101,17 +104,23 @@ class Grid:
     settings: tuple[Mapping[str, Any], ...]
     dtype_bytes: Mapping[str, int]
     schema: Mapping[str, Field]  # each field's type, bounds and values
+    fixed: Mapping[str, Field] = dataclass_field(default_factory=lambda: MappingProxyType({}))  # the fixed settings: one value each
 
     def setting(self, overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-        """One setting: each field's default, with `overrides` (validated) on top."""
+        """One setting: each field's default, with `overrides` (validated) on top. A fixed
+        setting (`encoder_tokens`) may be overridden too: at another value than the grid's it is
+        part of the setting (and its id), at the grid's it is left out, as in every grid row."""
         overrides = dict(overrides or {})
-        unknown = sorted(set(overrides) - set(self.fields))
+        unknown = sorted(set(overrides) - set(self.fields) - set(self.fixed))
         if unknown:
-            raise SettingsError("unknown_field", f"unknown setting field(s) {unknown}; fields: {', '.join(self.fields)}")
+            raise SettingsError("unknown_field", f"unknown setting field(s) {unknown}; fields: {', '.join((*self.fields, *self.fixed))}")
         values = {}
         for name in self.fields:
             field = self.schema[name]
             values[name] = field.check(overrides[name], f"setting {name}") if name in overrides else field.default
+        for name, field in self.fixed.items():
+            if name in overrides and (value := field.check(overrides[name], f"setting {name}")) != field.default:
+                values[name] = value
         return _freeze(values)
 
     def with_settings(self, settings: Iterable[Mapping[str, Any]]) -> Grid:
@@ -158,15 +167,20 @@ class _Loader(Loader):
         return replace(field, values=checked)
 
     def load(self, data: Any) -> Grid:
-        data = self.mapping("", data, ("dtypes", "fields"), ("dtypes", "fields"))
+        data = self.mapping("", data, ("dtypes", "fields", "fixed"), ("dtypes", "fields"))
         dtypes = self.dtypes(data["dtypes"])
         raw = self.mapping("fields", data["fields"], FIELDS, FIELDS, what="field", unknown="unknown_field")
         fields = {name: self.field(name, body, dtypes) for name, body in raw.items()}
+        raw_fixed = self.mapping("fixed", data.get("fixed", {}), FIXED, what="field", unknown="unknown_field")
+        fixed = {name: self.field(name, body, dtypes) for name, body in raw_fixed.items()}
+        for name, field in fixed.items():
+            if len(field.values) != 1:
+                raise self.fail("bad_value", f"fixed.{name}.values", "a fixed setting has one value")
         names = tuple(fields)
         settings = tuple(
             _freeze(dict(zip(names, combo))) for combo in itertools.product(*(f.values for f in fields.values()))
         )
-        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields))
+        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields), MappingProxyType(fixed))
 
 
 def parse_settings(data: Any, source: str = "<settings>") -> Grid:
@@ -179,6 +193,12 @@ def default_setting() -> Mapping[str, Any]:
     """The shipped grid's default setting (each field at its first value): what a command, a
     query or a census uses for a field nobody chose."""
     return load_settings().setting({})
+
+
+@cache
+def fixed_default(name: str) -> Any:
+    """The shipped grid's value of a fixed setting: what a setting that does not state it stands for."""
+    return load_settings().fixed[name].default
 
 
 def load_settings(path: str | Path | None = None) -> Grid:
