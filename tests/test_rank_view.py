@@ -115,3 +115,17 @@ def test_a_budget_and_a_recipe_are_variables(con):
         con.execute("RESET VARIABLE budget_gib")
     assert rows and all(g == w for g, w, *_ in rows)  # the ZeRO paper's mixed precision: 2 bytes of gradient as of weight
     assert all(b == 40 * 2**30 and f == (t <= b) for _, _, b, f, t in rows)
+
+
+def test_the_repo_id_variable_reads_one_repo_and_changes_none_of_its_rows(con):
+    for name, value in dict(dp=2, pp=2, ep=1, zero=1, vpp=1).items():
+        con.execute(f"SET VARIABLE {name} = {value}")
+    query = "SELECT * FROM rank_fits WHERE repo_id = 'Qwen/Qwen3-0.6B' ORDER BY setting_id, mask"
+    every = con.execute(query).fetchall()
+    con.execute("SET VARIABLE repo_id = 'Qwen/Qwen3-0.6B'")
+    try:
+        one = con.execute(query).fetchall()
+        repos = {r for (r,) in con.execute("SELECT DISTINCT repo_id FROM rank_fits").fetchall()}
+    finally:
+        con.execute("RESET VARIABLE repo_id")
+    assert every and one == every and repos == {"Qwen/Qwen3-0.6B"}
