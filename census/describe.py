@@ -350,6 +350,25 @@ class LayerView:
             for n, m in self.module(child).named_children()
         )
 
+    def qk_norm_weightless(self) -> bool:
+        """A norm with no parameters ran in the attention on rows one head wide, casting a half
+        input to fp32 first (llama4's L2 norm of q and k): it keeps that fp32 copy and a
+        statistic per head, and no weighted product."""
+        import torch
+
+        kernels = self.attention_kernels()
+        if not kernels:
+            return False
+        head_dim = kernels[0].q[3]
+        for path, seen in self.probe.norm_ops.items():
+            module = self.module(path)
+            if path.split(".", 1)[0] not in self.attention_children or any(True for _ in module.parameters()):
+                continue
+            upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in (torch.bfloat16, torch.float16) for op in seen)
+            if upcast and any(op.out_last == head_dim for op in seen):
+                return True
+        return False
+
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
         children = {k.child for k in self.probe.kernels if k.child and k.kind in ("attention", "delta_rule")}  # a Mamba mixer or short conv has no q, k, v
@@ -427,6 +446,7 @@ class LayerView:
             "routing_weights_fp32": self.probe.routing_weights_dtype == torch.float32,
             "experts_dense": self.experts_dense(),
             "qk_norm_per_head": self.qk_norm_per_head(),
+            "qk_norm_weightless": self.qk_norm_weightless(),
             "scan_apart": self.scan_apart(),
             "scan_norms": self.scan_norms(),
             "gated_norm": any(
