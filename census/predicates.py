@@ -86,12 +86,11 @@ def is_experts_interface(module: nn.Module) -> bool:
     return hasattr(module, "num_experts") and hasattr(module, "has_gate") and hasattr(module, "is_concatenated")
 
 
-def is_stacked_experts(module: nn.Module) -> bool:
-    """Routed experts outside the experts interface, told by structure: every parameter of the
-    module's own carries one leading expert dimension (3-D weights, 2-D biases, the same first
-    size, at least two experts) and no child holds parameters (llama4's Llama4TextExperts).
-    How they run (every expert over every token, or only the chosen slots) is measured by the
-    probe, not read from the class."""
+def has_expert_dimension(module: nn.Module) -> bool:
+    """Every parameter of the module's own carries one leading expert dimension (3-D weights,
+    2-D biases, the same first size, at least two experts), and no child holds parameters: the
+    shape of routed experts outside the experts interface (llama4's Llama4TextExperts), or of
+    shared experts stacked alike."""
     if is_experts_interface(module) or isinstance(module, nn.modules.conv._ConvNd) or any(True for c in module.children() for _ in c.parameters()):
         return False
     own = list(module.parameters(recurse=False))
@@ -100,6 +99,28 @@ def is_stacked_experts(module: nn.Module) -> bool:
         return False
     leading = {int(p.shape[0]) for p in own}
     return len(leading) == 1 and min(leading) >= 2
+
+
+_STACKED = "_speccat_stacked_experts"  # set on the built layer's module by mark_stacked_experts
+
+
+def mark_stacked_experts(layer: nn.Module) -> None:
+    """Mark the layer's stacked experts, told by structure: a module with an expert dimension
+    (has_expert_dimension) in a block that holds no experts of the interface and a router, a
+    projection with one output per expert (router_of). How they run (every expert over every
+    token, or only the chosen slots) is measured by the probe, never read from the class. The
+    mark is an attribute of this built module only."""
+    for name, module in layer.named_modules():
+        if not name or not has_expert_dimension(module):
+            continue
+        block = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
+        if not any(is_experts_interface(m) for m in block.modules()) and router_of(block, module) is not None:
+            object.__setattr__(module, _STACKED, True)
+
+
+def is_stacked_experts(module: nn.Module) -> bool:
+    """Routed experts outside the experts interface, as mark_stacked_experts found them."""
+    return bool(getattr(module, _STACKED, False))
 
 
 def is_experts(module: nn.Module) -> bool:

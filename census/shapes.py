@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_experts_interface, is_projection, is_stacked_experts, router_of, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
+from speccat.census.predicates import is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -65,12 +65,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
             continue
         if is_state_space_mixer(name, module):
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
-        if is_stacked_experts(module):
-            parent = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
-            if router_of(parent, module) is None:
-                raise SpecError("unsupported_layer", f"layer {index}: {name} holds weights with an expert dimension but no router beside it scores its experts")
-            ffn = "moe"
-        elif is_experts(module):
+        if is_experts(module):
             ffn = "moe"
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
@@ -126,6 +121,7 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
     shapes: dict[tuple, Shape] = {}
     stack = []
     for index, layer in enumerate(layers):
+        mark_stacked_experts(layer)
         sig = signature(index, layer)
         shape = shapes.get(sig)
         if shape is None:
@@ -161,8 +157,7 @@ def layer_config_values(config: Any, total: int) -> list[tuple]:
     indices (strictly increasing, each below the stack's length: llama4's `moe_layers`) read as
     whether the layer is one of them. Keys in sorted order, so a layer's values are one tuple."""
     values: list[list] = [[] for _ in range(total)]
-    for key in sorted(vars(config)):
-        value = getattr(config, key, None)
+    for key, value in sorted(vars(config).items()):  # as stored: a heterogeneous config refuses some reads
         if key.startswith("_") or not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, _SCALAR) for v in value):
             continue
         ints = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
