@@ -3,9 +3,11 @@
 
 Each decoder layer gets a signature: its class, its attention flavour (linear when a gated delta
 rule runs, full when transformers' attention interface does, `eager` when its code calls neither
-and what runs decides), its ffn flavour (moe when it holds routed experts) and its parameters'
-paths, shapes and dtypes. Equal signatures are one distinct shape, probed once; census/kinds.py
-names each shape's kind.
+and what runs decides), its ffn flavour (moe when it holds routed experts: the experts interface, or stacked experts
+beside a router) and its parameters' paths, shapes and dtypes. Equal signatures are one distinct
+shape. A shape whose layers the config's per-layer lists tell apart is split into candidates,
+one probed each, and merged back where their bytes agree (split_by_layer_config,
+merge_alike); census/kinds.py names each final shape's kind.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ class Shape:
 
 def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
-    no family prices: state-space mixers, unfused experts, cross-attention-only layers.
+    no family prices: state-space mixers, experts that are neither the interface nor stacked
+    beside a router (a list of expert MLPs), cross-attention-only layers.
 
     attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
     the attention interface does, `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
-    when the layer holds routed experts, none when no child beside the mixer holds projections.
+    when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
     attention, ffn = "none", "dense"
     scan_children, mixer_children = set(), set()
