@@ -83,6 +83,16 @@ def test_scout_is_priced_within_the_tolerance_at_every_point(scout, records, gri
     assert abs(_priced_within_tolerance(scout, records, grid) - 1) < 0.001
 
 
+def test_the_fast_path_prices_dense_dispatch_as_the_direct_evaluator(scout, records, grid):
+    """Every setting of the grid and every mask, bit for bit: the routed slot's dense-dispatch
+    terms and the weightless QK-norm are evaluated alike by both (docs/pricing.md)."""
+    from speccat.catalogue.records.pricing import price_layers
+
+    defaults = family_for(scout["arch"]).pricing_defaults()
+    fast = price_layers(scout, defaults, records, grid, "fast")
+    assert fast.same_bits(price_layers(scout, defaults, records, grid, "direct"))
+
+
 def test_a_tiny_llama4_books_what_its_real_graph_holds(records, grid):
     """Each kind's census bytes equal what a real CPU forward of one of its layers keeps."""
     from transformers import AutoConfig, AutoModelForCausalLM
