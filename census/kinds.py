@@ -11,8 +11,9 @@ shapes and dtypes). Its name is derived from its facts:
 - when two shapes would share that name, the facts that tell them apart are added, in this
   order, until the names differ: the config's layer type for the mixer when all of a
   full-attention shape's layers are of one type that is not full attention and the clashing
-  shapes' types differ (`sliding` for sliding-window layers, `chunked` for llama4's chunked
-  attention: `chunked_moe` beside `full_moe`); the
+  shapes' types differ: `sliding` for sliding-window layers first, then, for shapes that
+  still clash, another type (`chunked` for llama4's chunked attention: `chunked_moe` beside
+  `full_moe`); the
   layer's class (`full_dense_glm4_moe_mtp_layer`); finally the shape's ordinal in stack
   order (`full_dense_2`).
 
@@ -84,13 +85,17 @@ def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
         return {n: idx for n, idx in groups.items() if len(idx) > 1}
 
     # 1. the config's own layer types, where each clashing shape's layers are all of one type
-    #    and the types differ: a full-attention shape of sliding (or chunked) layers is named so
-    for indices in clashing().values():
-        types = [_layer_type(config, shapes[i].layers) for i in indices]
-        if len(set(types)) > 1:
-            for i, layer_type in zip(indices, types):
-                if layer_type is not None and shapes[i].attention == "full" and not layer_type.startswith("full"):
-                    names[i] = base_name(_type_word(layer_type), shapes[i].ffn)
+    #    and the types differ: a full-attention shape of sliding layers is named so; then,
+    #    where shapes still clash, one of another type that is not full attention (chunked)
+    for sliding_only in (True, False):
+        for indices in clashing().values():
+            types = [_layer_type(config, shapes[i].layers) for i in indices]
+            if len(set(types)) > 1:
+                for i, layer_type in zip(indices, types):
+                    if layer_type is None or shapes[i].attention != "full" or layer_type.startswith("full"):
+                        continue
+                    if ("sliding" in layer_type) == sliding_only:
+                        names[i] = base_name(_type_word(layer_type), shapes[i].ffn)
     # 2. the layer's class, when the clashing shapes are of different classes
     for indices in clashing().values():
         classes = [shapes[i].signature[0] for i in indices]
