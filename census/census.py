@@ -48,8 +48,10 @@ POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max
 
 
 def _same_measurement(a, b) -> bool:
-    """Two probed layers of one shape kept the same bytes, op by op (the layer's own input too)."""
-    return a.saved_bytes == b.saved_bytes and a.input_bytes == b.input_bytes
+    """Two probed layers of one shape kept the same bytes, op by op. (Not the share of them
+    that is the layer's own input: the first layer's input is the embedding's output, and it
+    is told apart from the others' there, whatever the layers do.)"""
+    return a.saved_bytes == b.saved_bytes
 
 
 def _kinds(family: Family, shapes: list[Shape], config) -> tuple[dict[int, str], bool]:

@@ -351,9 +351,10 @@ class LayerView:
         )
 
     def qk_norm_weightless(self) -> bool:
-        """A norm with no parameters ran in the attention on rows one head wide, casting a half
-        input to fp32 first (llama4's L2 norm of q and k): it keeps that fp32 copy and a
-        statistic per head, and no weighted product."""
+        """A norm with no parameters ran in the attention twice per attention kernel call (on q
+        and on k) on rows one head wide, casting a half input to fp32 first (llama4's L2 norm of
+        q and k): it keeps that fp32 copy and a statistic per head, and no weighted product.
+        (gemma-4's weightless v_norm runs once per call, on v.)"""
         import torch
 
         kernels = self.attention_kernels()
@@ -363,6 +364,8 @@ class LayerView:
         for path, seen in self.probe.norm_ops.items():
             module = self.module(path)
             if path.split(".", 1)[0] not in self.attention_children or any(True for _ in module.parameters()):
+                continue
+            if self.probe.norm_calls[path] != 2 * len(kernels):
                 continue
             upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in (torch.bfloat16, torch.float16) for op in seen)
             if upcast and any(op.out_last == head_dim for op in seen):

@@ -168,6 +168,7 @@ class LayerProbe:
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
+    norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
     norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
@@ -422,6 +423,8 @@ class Watcher:
             self.path.append((name, module))
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
+                probe.norm_calls[name] += 1
             if is_norm(module) and self._on_stream(name, module, args, depth_one):
                 probe.stream_norms.append((name, _storage_key(args[0])))
             if is_experts_interface(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
