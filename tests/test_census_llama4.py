@@ -120,3 +120,22 @@ def test_a_tiny_llama4_books_what_its_real_graph_holds(records, grid):
         real = sum(t.untyped_storage().nbytes() for key, t in _saved_by_graph(out).items() if key not in left_out)
         assert sum(spec["measured"][kind]["bytes_per_token"].values()) * seq == real, kind
     assert abs(_priced_within_tolerance(spec, records, grid) - 1) < records.tolerance
+
+
+def test_per_layer_lists_are_read_as_each_layers_values():
+    """Lists as long as the stack give each layer its value; a strictly increasing list of layer
+    indices gives membership; other lists (token ids, shorter lists) give nothing."""
+    from types import SimpleNamespace
+
+    from speccat.census.shapes import layer_config_values
+
+    config = SimpleNamespace(
+        no_rope_layers=[1, 1, 1, 0], moe_layers=[1, 3], layer_types=["a", "a", "b", "b"],
+        eos_token_id=[200001, 200007], architectures=["X"], _private=[0, 0, 0, 1],
+    )  # fmt: skip
+    values = layer_config_values(config, 4)
+    assert values[0] == (("layer_types", "a"), ("moe_layers", False), ("no_rope_layers", 1))
+    assert values[3] == (("layer_types", "b"), ("moe_layers", True), ("no_rope_layers", 0))
+    assert len(set(values)) == 4
+    # every layer an index ([0, 1, 2, 3]) is membership, the same for all: no split
+    assert len(set(layer_config_values(SimpleNamespace(moe_layers=[0, 1, 2, 3]), 4))) == 1
