@@ -30,7 +30,7 @@ from speccat.census.build import build
 from speccat.census.describe import EXPERTS_IMPL, LayerView
 from speccat.census.probe import LayerProbe, probe_layers
 from speccat.census.recompute import probe_recomputed
-from speccat.census.shapes import Shape, classify
+from speccat.census.shapes import Shape, classify, uses_experts_interface
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +153,14 @@ def _rank_probes(top: Any, text: Any, t: int, shapes: list[Shape], seq_length: i
         if configs is None:
             return None
         built = build(*configs)
-        rank_shapes = list(dict.fromkeys(shape for _, shape in classify(built.layers)))
-        if [s.first for s in rank_shapes] != [s.first for s in shapes]:
+        rank_of = dict(classify(built.layers))
+        # the rank's layers must be built alike where the model's are: each kind's layers one
+        # shape on the rank too (a kind may be part of a shape split by per-layer config values)
+        if any(len({id(rank_of[i]) for i in s.layers}) != 1 for s in shapes) or len({id(rank_of[s.first]) for s in shapes}) != len({s.signature for s in shapes}):
             return None
-        if any(s.ffn == "moe" for s in rank_shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
+        if uses_experts_interface(built.layers) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
             built.model.set_experts_implementation(EXPERTS_IMPL)
-        probes = probe_layers(built, [s.first for s in rank_shapes], seq_length, backward=False)
+        probes = probe_layers(built, [s.first for s in shapes], seq_length, backward=False)
     except MemoryError:  # the census's budget, not the rank's shape: the whole census is too large
         raise
     except Exception as err:  # a rank transformers cannot build or run is not measured

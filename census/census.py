@@ -38,13 +38,20 @@ from speccat.census import remote
 from speccat.census.predicates import is_norm
 from speccat.census.probe import LayerProbe, encoder_input, probe_layers
 from speccat.census.resolve import resolve_config
-from speccat.census.shapes import Shape, classify, layer_groups
+from speccat.census.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, uses_experts_interface
 from speccat.census.spec import ModelSpec, SpecError
 
 log = logging.getLogger(__name__)
 
 # Config fields that bound the sequence a model can run (learned positions, ALiBi tables).
 POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length")
+
+
+def _same_measurement(a, b) -> bool:
+    """Two probed layers of one shape kept the same bytes, op by op. (Not the share of them
+    that is the layer's own input: the first layer's input is the embedding's output, and it
+    is told apart from the others' there, whatever the layers do.)"""
+    return a.saved_bytes == b.saved_bytes
 
 
 def _kinds(family: Family, shapes: list[Shape], config) -> tuple[dict[int, str], bool]:
@@ -126,12 +133,16 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     family = family_for(arch)
     built = build(top, text)
     check_stack_length(language_config(resolved), text, len(built.layers), nested=nested)
-    stack = classify(built.layers)
-    shapes = list(dict.fromkeys(shape for _, shape in stack))
-    if any(shape.ffn == "moe" for shape in shapes) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
+    if uses_experts_interface(built.layers) and built.decoder.config._experts_implementation != EXPERTS_IMPL:
         built.model.set_experts_implementation(EXPERTS_IMPL)
     seq_length = _runnable_length(built, seq_length)
-    probes = probe_layers(built, [shape.first for shape in shapes], seq_length)
+    # layers built alike that the config's per-layer lists may tell to run differently are
+    # probed apart, and kept apart only where what they keep differs
+    stack = split_by_layer_config(classify(built.layers), built.config)
+    candidates = list(dict.fromkeys(shape for _, shape in stack))
+    probes = probe_layers(built, [shape.first for shape in candidates], seq_length)
+    stack = merge_alike(stack, lambda a, b: _same_measurement(probes[a.first], probes[b.first]))
+    shapes = list(dict.fromkeys(shape for _, shape in stack))
     # the layers' width, read from the hidden states they were called with: it differs from the
     # embedding's where the model projects its embeddings (electra, rembert)
     hidden = next((p.hidden_width for p in probes.values() if p.ran), 0) or int(built.embedding.weight.shape[1])
@@ -166,7 +177,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
             "bytes_per_token": plain.bytes_per_token(seq_length),
         }
         if view.shape.ffn == "moe":
-            measured["experts_impl"] = EXPERTS_IMPL
+            measured["experts_impl"] = view.experts_impl()
         spec["measured"][kind] = measured
     spec["params"] = {**built.params, "kinds": kind_params}
     if across:

@@ -17,7 +17,7 @@ from torch import nn
 from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
-from speccat.census.predicates import QK_NORM_NAME, is_activation_region, is_experts, is_layer_norm, is_norm, is_projection
+from speccat.census.predicates import QK_NORM_NAME, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
 from speccat.census.spec import SpecError
@@ -197,14 +197,40 @@ class LayerView:
         experts = self.experts
         if experts is None:
             return None
-        return int(getattr(experts, "intermediate_dim", None) or experts.intermediate_size)
+        return expert_width(experts, self.hidden)
+
+    def experts_impl(self) -> str:
+        """How the routed experts ran: grouped_mm (the experts interface), or their own code over
+        every token (`dense`) or over the chosen slots (`stacked`)."""
+        if self.experts is not None and is_experts_interface(self.experts):
+            return EXPERTS_IMPL
+        return "dense" if self.experts_dense() else "stacked"
+
+    def top_k(self) -> int:
+        """The experts each token goes to: the last dim of the index the experts are called with
+        (the experts interface), else the k of the router's top-k (stacked experts, called with
+        the token slots alone)."""
+        if self.probe.experts_top_k:
+            return self.probe.experts_top_k
+        router = [op for child in self.ffn_children for op in self.probe.router_ops.get(child, [])]
+        return next((op.out_last for op in router if op.name == "topk"), 0)
+
+    def experts_dense(self) -> bool:
+        """The routed experts ran over every token once per expert (llama4's dense dispatch: the
+        scores scale a copy of the input per expert), not over the chosen slots: measured as the
+        token slots they ran over per token."""
+        experts = self.experts
+        if experts is None or not self.probe.tokens:
+            return False
+        count = expert_count(experts)
+        return self.probe.experts_rows == count * self.probe.tokens and count > self.top_k()
 
     def ff_matmuls(self) -> int:
         """The layer's feed-forward weights over one h×width projection's (one expert's for MoE)."""
         experts = self.experts
         if experts is not None:
             width = self.expert_width()
-            weights = sum(p.numel() // experts.num_experts for p in experts.parameters(recurse=False) if p.dim() == 3)
+            weights = sum(p.numel() // expert_count(experts) for p in experts.parameters(recurse=False) if p.dim() == 3)
         else:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
@@ -325,6 +351,28 @@ class LayerView:
             for n, m in self.module(child).named_children()
         )
 
+    def qk_norm_weightless(self) -> bool:
+        """A norm with no parameters ran in the attention twice per attention kernel call (on q
+        and on k) on rows one head wide, casting a half input to fp32 first (llama4's L2 norm of
+        q and k): it keeps that fp32 copy and a statistic per head, and no weighted product.
+        (gemma-4's weightless v_norm runs once per call, on v.)"""
+        import torch
+
+        kernels = self.attention_kernels()
+        if not kernels:
+            return False
+        head_dim = kernels[0].q[3]
+        for path, seen in self.probe.norm_ops.items():
+            module = self.module(path)
+            if path.split(".", 1)[0] not in self.attention_children or any(True for _ in module.parameters()):
+                continue
+            if self.probe.norm_calls[path] != 2 * len(kernels):
+                continue
+            upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in (torch.bfloat16, torch.float16) for op in seen)
+            if upcast and any(op.out_last == head_dim for op in seen):
+                return True
+        return False
+
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
         children = {k.child for k in self.probe.kernels if k.child and k.kind in ("attention", "delta_rule")}  # a Mamba mixer or short conv has no q, k, v
@@ -334,7 +382,7 @@ class LayerView:
         return any(_bias(self.module(n)) for n in self.probe.output_projections)
 
     def mlp_bias(self) -> bool:
-        if self.experts is not None and self.experts.has_bias:
+        if self.experts is not None and experts_bias(self.experts):
             return True
         dense = self.ffn_children if not self.experts_path else set()
         shared = [m for _, child in self.shared_children() for m in child.modules()]
@@ -376,7 +424,7 @@ class LayerView:
         kernels = self.attention_kernels()
         router = [op for child in self.ffn_children for op in self.probe.router_ops.get(child, [])]
         experts = self.experts
-        n_exp = int(experts.num_experts) if experts is not None else -1
+        n_exp = expert_count(experts) if experts is not None else -1
         dense = self.dense_width()
         return {
             "norm_upcast": upcast,
@@ -400,7 +448,9 @@ class LayerView:
             "router_scores_all": any(op.name in ("softmax", "_softmax", "sigmoid") and op.out_last == n_exp for op in router),
             "router_renorm": num_experts_per_tok is not None and any(op.name in ("div", "div_") and op.out_last == num_experts_per_tok for op in router),
             "routing_weights_fp32": self.probe.routing_weights_dtype == torch.float32,
+            "experts_dense": self.experts_dense(),
             "qk_norm_per_head": self.qk_norm_per_head(),
+            "qk_norm_weightless": self.qk_norm_weightless(),
             "scan_apart": self.scan_apart(),
             "scan_norms": self.scan_norms(),
             "gated_norm": any(
@@ -504,11 +554,12 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     moe = next((v for v in views if v.experts_path), None)
     if moe is not None:
         experts = moe.experts
-        facts["num_experts"] = int(experts.num_experts)
+        facts["num_experts"] = expert_count(experts)
         facts["moe_intermediate_size"] = moe.expert_width()
-        if not moe.probe.experts_top_k:
-            raise SpecError("unsupported_layer", f"layer {moe.index}: its experts were called with no index of the experts each token goes to")
-        facts["num_experts_per_tok"] = moe.probe.experts_top_k
+        top_k = moe.top_k()
+        if not top_k:
+            raise SpecError("unsupported_layer", f"layer {moe.index}: its experts were called with no index of the experts each token goes to, and its router chose none by top-k")
+        facts["num_experts_per_tok"] = top_k
         shared = moe.shared_widths()
         if shared:
             total = sum(shared)

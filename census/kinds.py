@@ -9,8 +9,11 @@ shapes and dtypes). Its name is derived from its facts:
   `linear_moe`, `short_conv_dense`, `full` and `mamba2` (mixer-only blocks), `moe` (an
   MoE-only block);
 - when two shapes would share that name, the facts that tell them apart are added, in this
-  order, until the names differ: `sliding` for the mixer when all of the shape's layers are
-  sliding-window layers by the config's `layer_types` (and the other shape's are not); the
+  order, until the names differ: the config's layer type for the mixer when all of a
+  full-attention shape's layers are of one type that is not full attention and the clashing
+  shapes' types differ: `sliding` for sliding-window layers first, then, for shapes that
+  still clash, another type (`chunked` for llama4's chunked attention: `chunked_moe` beside
+  `full_moe`); the
   layer's class (`full_dense_glm4_moe_mtp_layer`); finally the shape's ordinal in stack
   order (`full_dense_2`).
 
@@ -57,9 +60,18 @@ def _layer_types(config: Any, layers: Sequence[int]) -> set[str] | None:
     return {types[i] for i in layers}
 
 
-def _sliding(config: Any, layers: Sequence[int]) -> bool:
+def _layer_type(config: Any, layers: Sequence[int]) -> str | None:
+    """The layer type all these layers have by the config's `layer_types`, else None."""
     types = _layer_types(config, layers)
-    return bool(types) and all("sliding" in t for t in types)
+    return next(iter(types)) if types and len(types) == 1 else None
+
+
+def _type_word(layer_type: str) -> str:
+    """sliding_attention → sliding, chunked_attention → chunked."""
+    if "sliding" in layer_type:
+        return "sliding"
+    word = snake(layer_type).removesuffix("_attention")
+    return word or snake(layer_type)
 
 
 def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
@@ -72,13 +84,18 @@ def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
             groups.setdefault(name, []).append(i)
         return {n: idx for n, idx in groups.items() if len(idx) > 1}
 
-    # 1. sliding-window layers, by the config's own layer types
-    for indices in clashing().values():
-        sliding = [_sliding(config, shapes[i].layers) for i in indices]
-        if any(sliding) and not all(sliding):
-            for i, is_sliding in zip(indices, sliding):
-                if is_sliding and shapes[i].attention == "full":
-                    names[i] = base_name("sliding", shapes[i].ffn)
+    # 1. the config's own layer types, where each clashing shape's layers are all of one type
+    #    and the types differ: a full-attention shape of sliding layers is named so; then,
+    #    where shapes still clash, one of another type that is not full attention (chunked)
+    for sliding_only in (True, False):
+        for indices in clashing().values():
+            types = [_layer_type(config, shapes[i].layers) for i in indices]
+            if len(set(types)) > 1:
+                for i, layer_type in zip(indices, types):
+                    if layer_type is None or shapes[i].attention != "full" or layer_type.startswith("full"):
+                        continue
+                    if ("sliding" in layer_type) == sliding_only:
+                        names[i] = base_name(_type_word(layer_type), shapes[i].ffn)
     # 2. the layer's class, when the clashing shapes are of different classes
     for indices in clashing().values():
         classes = [shapes[i].signature[0] for i in indices]

@@ -80,9 +80,87 @@ def is_projection(module: nn.Module) -> bool:
     )
 
 
-def is_experts(module: nn.Module) -> bool:
-    """Routed experts built with transformers' experts interface (fused 3-D weights)."""
+def is_experts_interface(module: nn.Module) -> bool:
+    """Routed experts built with transformers' experts interface (fused 3-D weights, run by
+    grouped_mm over the token slots the router chose)."""
     return hasattr(module, "num_experts") and hasattr(module, "has_gate") and hasattr(module, "is_concatenated")
+
+
+def has_expert_dimension(module: nn.Module) -> bool:
+    """Every parameter of the module's own carries one leading expert dimension (3-D weights,
+    2-D biases, the same first size, at least two experts), and no child holds parameters: the
+    shape of routed experts outside the experts interface (llama4's Llama4TextExperts), or of
+    shared experts stacked alike."""
+    if is_experts_interface(module) or isinstance(module, nn.modules.conv._ConvNd) or any(True for c in module.children() for _ in c.parameters()):
+        return False
+    own = list(module.parameters(recurse=False))
+    weights = [p for p in own if p.dim() == 3]
+    if not weights or any(p.dim() not in (2, 3) for p in own):
+        return False
+    leading = {int(p.shape[0]) for p in own}
+    return len(leading) == 1 and min(leading) >= 2
+
+
+_STACKED = "_speccat_stacked_experts"  # set on the built layer's module by mark_stacked_experts
+
+
+def mark_stacked_experts(layer: nn.Module) -> None:
+    """Mark the layer's stacked experts, told by structure: a module with an expert dimension
+    (has_expert_dimension) in a block that holds no experts of the interface and a router, a
+    projection with one output per expert (router_of). How they run (every expert over every
+    token, or only the chosen slots) is measured by the probe, never read from the class. The
+    mark is an attribute of this built module only."""
+    for name, module in layer.named_modules():
+        if not name or not has_expert_dimension(module):
+            continue
+        block = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
+        if not any(is_experts_interface(m) for m in block.modules()) and router_of(block, module) is not None:
+            object.__setattr__(module, _STACKED, True)
+
+
+def is_stacked_experts(module: nn.Module) -> bool:
+    """Routed experts outside the experts interface, as mark_stacked_experts found them."""
+    return bool(getattr(module, _STACKED, False))
+
+
+def is_experts(module: nn.Module) -> bool:
+    """Routed experts: transformers' experts interface, or experts with a leading expert dimension."""
+    return is_experts_interface(module) or is_stacked_experts(module)
+
+
+def expert_count(module: nn.Module) -> int:
+    """The routed experts a module holds (the leading dimension of its weights)."""
+    if is_experts_interface(module):
+        return int(module.num_experts)
+    return int(next(p for p in module.parameters(recurse=False) if p.dim() == 3).shape[0])
+
+
+def expert_width(module: nn.Module, hidden: int) -> int:
+    """One expert's width: the interface's intermediate size; for stacked experts, the input
+    width of the last weight that maps back to the hidden size ((experts, width, hidden), as
+    bmm multiplies), else the output width of one read from it ((experts, hidden, width))."""
+    if is_experts_interface(module):
+        return int(getattr(module, "intermediate_dim", None) or module.intermediate_size)
+    weights = [p for p in module.parameters(recurse=False) if p.dim() == 3]
+    back = [p for p in weights if int(p.shape[2]) == hidden]
+    if back:
+        return int(back[-1].shape[1])
+    return int(next(p for p in weights if int(p.shape[1]) == hidden).shape[2])
+
+
+def router_of(block: nn.Module, experts: nn.Module) -> nn.Module | None:
+    """The router of stacked experts: a projection beside them in their block (at any depth
+    outside them) with one output per expert."""
+    inside = set(map(id, experts.modules()))
+    count = expert_count(experts)
+    return next((m for m in block.modules() if id(m) not in inside and is_projection(m) and int(m.weight.shape[0]) == count), None)
+
+
+def experts_bias(module: nn.Module) -> bool:
+    """The experts' projections carry biases."""
+    if is_experts_interface(module):
+        return bool(module.has_bias)
+    return any(p.dim() == 2 for p in module.parameters(recurse=False))
 
 
 def is_state_space_mixer(name: str, module: nn.Module) -> bool:

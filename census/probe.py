@@ -49,7 +49,9 @@ from speccat.census.predicates import (
     is_activation,
     is_activation_region,
     is_experts,
+    is_experts_interface,
     is_norm,
+    is_stacked_experts,
     is_projection,
     mamba_inner_names,
     QK_NORM_NAME,
@@ -168,10 +170,12 @@ class LayerProbe:
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
+    norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
     norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
     experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with
+    experts_rows: int = 0  # token slots the routed experts ran over (the chosen ones, or every expert for every token)
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
     kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
     booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
@@ -179,6 +183,7 @@ class LayerProbe:
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
+    tokens: int = 0  # the tokens of the hidden states the layer was called with
 
 
 class Made(NamedTuple):
@@ -401,6 +406,7 @@ class Watcher:
             hidden_key = _storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
             if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
                 self.current.hidden_width = int(hidden.shape[-1])
+                self.current.tokens = hidden.numel() // max(int(hidden.shape[-1]), 1)
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
 
         return hook
@@ -425,11 +431,16 @@ class Watcher:
             self.path.append((name, module))
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
+                probe.norm_calls[name] += 1
             if is_norm(module) and self._on_stream(name, module, args, depth_one):
                 probe.stream_norms.append((name, _storage_key(args[0])))
-            if is_experts(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
+            if is_experts_interface(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
                 probe.routing_weights_dtype = args[2].dtype
                 probe.experts_top_k = int(args[1].shape[-1])
+                probe.experts_rows += int(args[1].numel())
+            elif is_stacked_experts(module) and args and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
+                probe.experts_rows += int(args[0].numel()) // int(args[0].shape[-1])  # the token slots the experts ran over
             if is_projection(module):
                 child = name.split(".", 1)[0]
                 probe.projection_order.setdefault(child, []).append(name)
@@ -501,7 +512,7 @@ def _mark_inline_activations(layer: nn.Module) -> None:
     The wrapper is an instance attribute of this fake layer only; the class is untouched.
     """
     for module in layer.modules():
-        if is_experts(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
+        if is_experts_interface(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
             module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
             object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
 

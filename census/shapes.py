@@ -3,18 +3,22 @@
 
 Each decoder layer gets a signature: its class, its attention flavour (linear when a gated delta
 rule runs, full when transformers' attention interface does, `eager` when its code calls neither
-and what runs decides), its ffn flavour (moe when it holds routed experts) and its parameters'
-paths, shapes and dtypes. Equal signatures are one distinct shape, probed once; census/kinds.py
-names each shape's kind.
+and what runs decides), its ffn flavour (moe when it holds routed experts: the experts interface, or stacked experts
+beside a router) and its parameters' paths, shapes and dtypes. Equal signatures are one distinct
+shape. A shape whose layers the config's per-layer lists tell apart is split into candidates,
+one probed each, and merged back where their bytes agree (split_by_layer_config,
+merge_alike); census/kinds.py names each final shape's kind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_projection, is_state_space_mixer, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
+from speccat.census.predicates import is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -34,14 +38,15 @@ class Shape:
 
 def signature(index: int, layer: nn.Module) -> tuple:
     """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
-    no family prices: state-space mixers, unfused experts. A cross-attention layer is told by
-    what runs (census/census.py: the decoder skips it without encoder states).
+    no family prices: state-space mixers, experts that are neither the interface nor stacked
+    beside a router (a list of expert MLPs). A cross-attention layer is told by what runs
+    (census/census.py: the decoder skips it without encoder states).
 
     attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
     the attention interface does, `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
-    when the layer holds routed experts, none when no child beside the mixer holds projections.
+    when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
     attention, ffn = "none", "dense"
     scan_children, mixer_children = set(), set()
@@ -100,6 +105,7 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
     shapes: dict[tuple, Shape] = {}
     stack = []
     for index, layer in enumerate(layers):
+        mark_stacked_experts(layer)
         sig = signature(index, layer)
         shape = shapes.get(sig)
         if shape is None:
@@ -119,3 +125,71 @@ def layer_groups(stack: list[tuple[int, Shape]], kind_of: dict[int, str]) -> lis
         else:
             groups.append({"kind": kind, "count": 1})
     return groups
+
+
+def uses_experts_interface(layers: nn.ModuleList) -> bool:
+    """Some layer holds experts built with transformers' experts interface (run with grouped_mm)."""
+    return any(is_experts_interface(m) for layer in layers for m in layer.modules())
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def layer_config_values(config: Any, total: int) -> list[tuple]:
+    """Each layer's values of the config's per-layer lists, in stack order: every list as long as
+    the stack of scalars (`layer_types`, llama4's `no_rope_layers`), and every list of layer
+    indices (strictly increasing, each below the stack's length: llama4's `moe_layers`) read as
+    whether the layer is one of them. Keys in sorted order, so a layer's values are one tuple."""
+    values: list[list] = [[] for _ in range(total)]
+    for key, value in sorted(vars(config).items()):  # as stored: a heterogeneous config refuses some reads
+        if key.startswith("_") or not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, _SCALAR) for v in value):
+            continue
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if ints and all(0 <= v < total for v in value) and all(a < b for a, b in zip(value, value[1:])):
+            members = set(value)
+            for i in range(total):
+                values[i].append((key, i in members))
+        elif len(value) == total:
+            for i in range(total):
+                values[i].append((key, value[i]))
+    return [tuple(v) for v in values]
+
+
+def split_by_layer_config(stack: list[tuple[int, Shape]], config: Any) -> list[tuple[int, Shape]]:
+    """The stack with each distinct shape split by its layers' per-layer config values
+    (layer_config_values): layers built alike that the config tells to run differently (llama4's
+    NoPE layers) get a candidate shape of their own, to be probed apart. Candidates keep their
+    shape's signature; a shape whose layers all share their values is kept as it is."""
+    values = layer_config_values(config, len(stack))
+    groups: dict[tuple[int, tuple], Shape] = {}
+    out = []
+    for index, shape in stack:
+        key = (id(shape), values[index])
+        part = groups.get(key)
+        if part is None:
+            part = groups[key] = Shape(shape.attention, shape.ffn, shape.signature)
+        part.layers.append(index)
+        out.append((index, part))
+    return out
+
+
+def merge_alike(stack: list[tuple[int, Shape]], alike: Callable[[Shape, Shape], bool]) -> list[tuple[int, Shape]]:
+    """Candidate shapes of one signature merged where `alike` says their probes measured the same,
+    each into the first earlier candidate it matches (stack order of first layers)."""
+    shapes = list(dict.fromkeys(shape for _, shape in stack))
+    into: dict[int, Shape] = {}
+    kept: list[Shape] = []
+    for shape in shapes:
+        target = next((k for k in kept if k.signature == shape.signature and alike(k, shape)), None)
+        if target is None:
+            kept.append(shape)
+            into[id(shape)] = shape
+        else:
+            into[id(shape)] = target
+    merged = {id(k): Shape(k.attention, k.ffn, k.signature) for k in kept}
+    out = []
+    for index, shape in stack:
+        target = merged[id(into[id(shape)])]
+        target.layers.append(index)
+        out.append((index, target))
+    return out

@@ -9,7 +9,6 @@ REFUSED = {
     "MiniMaxAI/MiniMax-M1-80k": ("remote_code", "minimax_m1 with auto_map; MiniMaxM1ForCausalLM is no class transformers ships, no alias"),
     "databricks/dbrx-instruct": ("bad_value", "transformers 5.24 cannot build it: its attn_config states no rope_theta the class reads"),
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": ("unsupported_layer", "latent MoE (moe_latent_size 1024): its experts run in a latent width, not a whole number of hidden-size projections"),
-    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("unsupported_layer", "experts outside transformers' experts interface (one bmm over all experts)"),
 }
 
 
@@ -17,6 +16,7 @@ REFUSED = {
 OWN_TESTS = {
     "ArthurZ/mamba-130m": "tests/test_census_mamba.py",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "tests/test_census_mamba2.py",
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": "tests/test_census_llama4.py",
 }
 
 
