@@ -77,22 +77,29 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     """What each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
     (`hidden_width`: the layers' width, which the stack's output has): {"bytes_per_token": per
     end, "logit_saved" and "logit_saved_fp32": the tensors over the vocabulary the head's
-    forward and loss keep in the compute dtype and in fp32}; None for a model with no output head or no final norm
-    beside its layers, whose ends head.yaml does not describe, or whose causal LM's forward
-    cannot run on a stand-in decoder."""
+    forward and loss keep in the compute dtype and in fp32}; None for a model with no output
+    head or no final norm beside its layers, whose ends head.yaml does not describe, or whose
+    causal LM's forward cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
     norms = [m for m in built.decoder.children() if is_norm(m)]
     if head is None or not norms:
         return None
     norm = norms[-1]
     fake = fake_mode_of(built.decoder) or FakeTensorMode(allow_non_fake_inputs=True)  # the layers' probes made the decoder fake already
-    inside = set(built.decoder.modules())
-    ends = [*built.embedding.modules(), *norm.modules(), *(m for m in built.model.modules() if m not in inside)]  # the head, and what else the forward may run
+    params: set[int] = set()  # the storages of the parameters of every module the ends run
+
+    def make_fake(module: torch.nn.Module, *_) -> None:
+        if not all(isinstance(t, FakeTensor) for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
+            module.to_empty(device="cpu", recurse=False)
+        params.update(p.untyped_storage()._cdata for p in module.parameters(recurse=False))
+
     with fake:
-        for module in ends:
-            if not all(isinstance(t, FakeTensor) for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
-                module.to_empty(device="cpu", recurse=False)
-    params = {p.untyped_storage()._cdata for m in ends for p in m.parameters()}
+        for module in (*built.embedding.modules(), *norm.modules(), *head.modules()):
+            make_fake(module)
+    # what else the causal LM's forward runs outside its decoder is made fake as it is called:
+    # a multimodal model's vision tower, which a text-only forward never calls, stays on meta
+    inside = set(built.decoder.modules())
+    hooks = [m.register_forward_pre_hook(make_fake) for m in built.model.modules() if m not in inside]
     # part -> storage -> (the tensor, kept alive so a storage's identity cannot be reused; its bytes)
     booked: dict[str, dict[int, tuple[torch.Tensor, int]]] = {name: {} for name in END_PARTS}
     part = ["embedding"]
@@ -112,8 +119,12 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
         part[0] = "final_norm"
         normed = norm(hidden)
         part[0] = "logits"
-        if not _run_logits(built, normed, ids):
-            return None
+        try:
+            if not _run_logits(built, normed, ids):
+                return None
+        finally:
+            for hook in hooks:
+                hook.remove()
     vocabulary = head.weight.shape[0]
     wide = [t.dtype for t, _ in booked["logits"].values() if t.dim() > 0 and t.shape[-1] == vocabulary]
     return {
