@@ -14,8 +14,9 @@ and counted by dtype as tensors over the vocabulary: Gemma 2's final-logit softc
 tanh's output (one more in the compute dtype, `logit_saved`); the loss keeps its
 log-probabilities in fp32 where it upcasts the logits first (`logit_saved_fp32`, transformers'
 causal-LM loss) and in the compute dtype where it does not (bart's and whisper's
-CrossEntropyLoss on the bf16 logits). A model whose forward cannot run that way (none of transformers' registry
-today) has no measured ends: head.yaml prices them unchecked, as for a model with no final norm.
+CrossEntropyLoss on the bf16 logits). A model whose forward cannot run that way (none of
+transformers' registry today) has no measured ends: head.yaml prices them unchecked, as for a
+model with no final norm.
 """
 
 from __future__ import annotations
@@ -96,10 +97,6 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     with fake:
         for module in (*built.embedding.modules(), *norm.modules(), *head.modules()):
             make_fake(module)
-    # what else the causal LM's forward runs outside its decoder is made fake as it is called:
-    # a multimodal model's vision tower, which a text-only forward never calls, stays on meta
-    inside = set(built.decoder.modules())
-    hooks = [m.register_forward_pre_hook(make_fake) for m in built.model.modules() if m not in inside]
     # part -> storage -> (the tensor, kept alive so a storage's identity cannot be reused; its bytes)
     booked: dict[str, dict[int, tuple[torch.Tensor, int]]] = {name: {} for name in END_PARTS}
     part = ["embedding"]
@@ -119,6 +116,10 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
         part[0] = "final_norm"
         normed = norm(hidden)
         part[0] = "logits"
+        # what else the causal LM's forward runs outside its decoder is made fake as it is called:
+        # a multimodal model's vision tower, which a text-only forward never calls, stays on meta
+        inside = set(built.decoder.modules())
+        hooks = [m.register_forward_pre_hook(make_fake) for m in built.model.modules() if m not in inside]
         try:
             if not _run_logits(built, normed, ids):
                 return None
