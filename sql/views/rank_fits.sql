@@ -109,23 +109,24 @@ priced AS (  -- the settings each spec is priced at (micro-batches in flight: th
 ),
 stage_states AS (  -- each stage's weights, gradients and optimizer states at each setting
     SELECT p.config_hash, p.setting_id, s.stage,
-           sum(p2.params * r.bytes_per_param / r.divisor / CASE WHEN l.zero >= r.sharded_from THEN r.data ELSE 1 END)
-               FILTER (WHERE r.state = 'weight') AS weight,
-           sum(p2.params * r.bytes_per_param / r.divisor / CASE WHEN l.zero >= r.sharded_from THEN r.data ELSE 1 END)
-               FILTER (WHERE r.state = 'grad') AS grad,
-           sum(p2.params * r.bytes_per_param / r.divisor / CASE WHEN l.zero >= r.sharded_from THEN r.data ELSE 1 END)
-               FILTER (WHERE r.state = 'optimizer') AS optimizer
+           sum(p2.params * r.held) FILTER (WHERE r.state = 'weight') AS weight,
+           sum(p2.params * r.held) FILTER (WHERE r.state = 'grad') AS grad,
+           sum(p2.params * r.held) FILTER (WHERE r.state = 'optimizer') AS optimizer
     FROM priced AS p
     JOIN stages AS s USING (config_hash)
     JOIN stage_params AS p2 ON p2.config_hash = p.config_hash AND p2.stage = s.stage
-    CROSS JOIN layout AS l
-    JOIN (SELECT x.*, pow(g.tp, x.model_t) * pow(g.cp, x.model_cp) * pow(l.dp, x.model_dp) * pow(l.ep, x.model_ep)
-                      * pow(coalesce(l.etp, g.tp), x.model_etp) AS divisor,
-                 pow(g.tp, x.data_t) * pow(g.cp, x.data_cp) * pow(l.dp, x.data_dp) * pow(l.ep, x.data_ep)
-                      * pow(coalesce(l.etp, g.tp), x.data_etp) AS data, g.tp AS s_tp, g.cp AS s_cp
+    JOIN (  -- bytes one rank holds per parameter of a group, per state, at each (tp, cp)
+          SELECT x."group", x.state, g.tp, g.cp,
+                 x.bytes_per_param
+                 / (pow(g.tp, x.model_t) * pow(g.cp, x.model_cp) * pow(l.dp, x.model_dp) * pow(l.ep, x.model_ep)
+                    * pow(coalesce(l.etp, g.tp), x.model_etp))
+                 / CASE WHEN l.zero >= x.sharded_from  -- a state the ZeRO stage partitions over the data group
+                        THEN pow(g.tp, x.data_t) * pow(g.cp, x.data_cp) * pow(l.dp, x.data_dp) * pow(l.ep, x.data_ep)
+                             * pow(coalesce(l.etp, g.tp), x.data_etp)
+                        ELSE 1 END AS held
           FROM state_sharding AS x, layout AS l, (SELECT DISTINCT tp, cp FROM settings) AS g
           WHERE x.recipe = l.recipe) AS r
-      ON r."group" = p2."group" AND r.s_tp = p.tp AND r.s_cp = p.cp
+      ON r."group" = p2."group" AND r.tp = p.tp AND r.cp = p.cp
     GROUP BY ALL
 ),
 points AS (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1)
