@@ -238,15 +238,10 @@ class NightData:
             ),
         }
         tables["layer_prices"], tables["full_prices"], tables["switch_costs"] = self._price_tables()
-        tables["infeasible_settings"] = _table(
-            [
-                {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
-                for h, rows in sorted(self.infeasible.items())
-                for row in rows
-            ],
-            ("config_hash", "census_version", "records_version") + INFEASIBLE_FIELDS,
-        )
-        for name, per_config, fields in (("point_prices", self.point_prices, POINT_PRICE_FIELDS), ("end_prices", self.end_prices, END_PRICE_FIELDS)):
+        for name, per_config, fields in (
+            ("infeasible_settings", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
+            ("end_prices", self.end_prices, END_PRICE_FIELDS),
+        ):  # the rows of each config, keyed by it and tonight's versions
             tables[name] = _table(
                 [
                     {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
