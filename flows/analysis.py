@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel 
 from speccat.catalogue.records import layouts
 from speccat.catalogue.records.head import end_prices, load_head
 from speccat.catalogue.records.points import check_prices, price_ends, price_points
-from speccat.catalogue.records.cost import load_costs
+from speccat.catalogue.records.cost import load_costs, op_costs
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
@@ -44,10 +44,11 @@ pricing_inputs()
 
 def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
     """Census `config` (measured across settings too) and price its spec. Returns {"spec": JSON
-    text, "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows}: no prices at a setting
-    where a kind cannot be laid out, a row per such kind instead (catalogue/records/layouts.py);
-    the price at each setting the census measured at (catalogue/records/points.py); the ends'
-    prices at every setting priced (catalogue/records/head.py).
+    text, "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows,
+    "op_costs": rows}: no prices at a setting where a kind cannot be laid out, a row per such kind
+    instead (catalogue/records/layouts.py); the price at each setting the census measured at
+    (catalogue/records/points.py); the ends' prices at every setting priced
+    (catalogue/records/head.py); each op's recompute cost there (catalogue/records/cost.py).
 
     With `spec_json` (a spec the catalogue already holds, under records it has not been
     priced with) the census is skipped and the spec is only priced. A census refusal raises
@@ -67,7 +68,10 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         infeasible = layouts.infeasible(spec, defaults, records, grid)
         points = price_points(spec, defaults, records, grid)
         check_prices(spec, points + price_ends(spec, defaults, records, grid, head), records)
-        ends = end_prices(spec, defaults, records, grid, head, frozenset(row["setting_id"] for row in infeasible))
+        skip = frozenset(row["setting_id"] for row in infeasible)
+        ends = end_prices(spec, defaults, records, grid, head, skip)
+        ops = op_costs(spec, defaults, records, grid, costs).rows(skip)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
-    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends}
+    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends,
+            "op_costs": ops}

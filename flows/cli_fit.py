@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         fit.add_argument(f"--{name}", type=int, help=f"hold the {what}-parallel size at this value")
     fit.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="hold the ZeRO stage (default: try 0 to 3)")
     fit.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B; default 1)")
-    fit.add_argument("--accelerator", default="H100-SXM", help="a name of catalogue/records/accelerators.yaml (default H100-SXM); "
+    fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=int, default=20, help="rows to print (default 20; 0: all)")
     _catalogue_options(fit)
@@ -95,6 +95,8 @@ def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
 
     data = planning_data()
     accelerators = data["accelerators"]
+    if args.accelerator is None:
+        args.accelerator = next(name for name, a in accelerators.items() if a.default)
     if args.accelerator not in accelerators:
         from speccat.catalogue.errors import InputError
 

@@ -241,12 +241,14 @@ def night_data(
     reason: str | None = None, message: str | None = None,
 ):
     """The night as the store ingests it: only tonight's new specs and prices."""
+    from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, switch_op_rows
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.states import load_states, state_sharding_rows
     from speccat.catalogue.store.night import NightData
     from speccat.catalogue.records.settings import load_settings
 
     grid = load_settings()
+    records = load_records()
     repos = []
     for listing in night.listings:
         fetched = night.fetched.get(listing.repo_id)
@@ -274,6 +276,7 @@ def night_data(
     infeasible = {h: list(a.infeasible) for h, a in night.analyses.items() if a.prices is not None and a.infeasible}
     point_prices = {h: list(a.point_prices) for h, a in night.analyses.items() if a.prices is not None and a.point_prices}
     end_prices = {h: list(a.end_prices) for h, a in night.analyses.items() if a.prices is not None and a.end_prices}
+    op_costs = {h: list(a.op_costs) for h, a in night.analyses.items() if a.prices is not None and a.op_costs}
     return NightData(
         run_id=run_id,
         started=started,
@@ -283,7 +286,7 @@ def night_data(
         versions=versions,
         settings=grid.settings,
         setting_defaults=dict(grid.setting({})),
-        switches=load_records().switches,
+        switches=records.switches,
         repos=repos,
         configs=configs,
         specs=specs,
@@ -291,7 +294,10 @@ def night_data(
         infeasible=infeasible,
         point_prices=point_prices,
         end_prices=end_prices,
+        op_costs=op_costs,
         state_sharding=state_sharding_rows(load_states()),
+        switch_ops=switch_op_rows(records, load_costs(records)),
+        accelerators=accelerator_rows(load_accelerators()),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         reason=reason,
         message=message,

@@ -83,6 +83,7 @@ class Analysis:
     infeasible: tuple = ()
     point_prices: tuple = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
     end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/head.py rows)
+    op_costs: tuple = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
 
 
 class AnalysisError(ReasonError):
@@ -198,4 +199,4 @@ def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: flo
         reason, message = value["price_error"]
         return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
     return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]), point_prices=tuple(value["point_prices"]),
-                    end_prices=tuple(value["end_prices"]))
+                    end_prices=tuple(value["end_prices"]), op_costs=tuple(value["op_costs"]))

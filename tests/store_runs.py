@@ -19,7 +19,7 @@ from typing import Any
 
 from conftest import load_shipped
 
-from speccat.catalogue.records.cost import load_costs
+from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
 from speccat.catalogue.records.head import end_prices, load_head
 from speccat.catalogue.records.states import load_states, state_sharding_rows
 from speccat.catalogue.records.points import price_points
@@ -50,6 +50,7 @@ class Censused:
     prices: PriceTables
     point_prices: tuple = ()  # the records' price at each point the census measured
     end_prices: tuple = ()  # the ends' price at every setting of the grid
+    op_costs: tuple = ()  # each op's recompute cost at every setting of the grid
 
 
 @cache
@@ -78,7 +79,8 @@ def censused(repo_id: str) -> Censused:
     prices = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
     points = tuple(price_points(spec, defaults, records(), grid()))
     ends = tuple(end_prices(spec, defaults, records(), grid(), load_head(records())))
-    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends)
+    costs = tuple(op_costs(spec, defaults, records(), grid(), load_costs(records())).rows())
+    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, costs)
 
 
 def versions(**overrides: str) -> dict[str, str]:
@@ -132,7 +134,10 @@ def make_run(
         prices={h: by_hash[h].prices for h in sorted(fresh)},
         point_prices={h: list(by_hash[h].point_prices) for h in sorted(fresh)},
         end_prices={h: list(by_hash[h].end_prices) for h in sorted(fresh)},
+        op_costs={h: list(by_hash[h].op_costs) for h in sorted(fresh)},
         state_sharding=state_sharding_rows(load_states()),
+        switch_ops=switch_op_rows(records(), load_costs(records())),
+        accelerators=accelerator_rows(load_accelerators()),
         failures=list(failures),
     )
 
@@ -154,6 +159,7 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
                     prices=item.prices,
                     point_prices=item.point_prices,
                     end_prices=item.end_prices,
+                    op_costs=item.op_costs,
                 )
             )
     return out

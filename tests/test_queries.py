@@ -37,7 +37,7 @@ def con():
 
 def query(con, name: str, **params):
     con.execute("RESET VARIABLE repo_id")  # variables persist per connection; start clean
-    for variable in ("stack", "seq_length", "micro_batch", "tp", "cp", "switches", "budget_gib", "run_id", "model_type", "at_least_pct"):
+    for variable in ("stack", "seq_length", "micro_batch", "tp", "cp", "switches", "budget_gib", "run_id", "model_type", "at_least_pct", "accelerator"):
         con.execute(f"RESET VARIABLE {variable}")
     result = present.run(con, present.resolve_query(name), params)
     return [dict(zip(result.columns, row)) for row in result.rows]
@@ -219,10 +219,10 @@ def test_masks_ranked(con):
 )
 def test_cheapest_saving_is_the_frontiers_cheapest_set(con, repo, at_least, seq_length, tp):
     """The SQL answer equals frontier.cheapest_saving computed here from the spec, ranked by
-    recompute FLOPs then bytes moved (a dense rank of the pair stands for the seconds)."""
+    the estimated seconds on MI300X (cost.py, op by op)."""
     import numpy as np
 
-    from speccat.catalogue.records.cost import load_costs
+    from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs
     from speccat.catalogue.records.frontier import FULL, cheapest_saving
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.switchcosts import spec_frontier
@@ -236,12 +236,9 @@ def test_cheapest_saving_is_the_frontiers_cheapest_set(con, repo, at_least, seq_
     defaults = family_for(item.spec["arch"]).pricing_defaults()
     prices = price_layers(item.spec, defaults, runs.records(), sub)
     front, _ = spec_frontier(item.spec, defaults, runs.records(), sub, prices, load_costs(runs.records()))
-    pairs = np.stack([front.flops, front.moved], axis=-1)
-    seconds = np.zeros(front.flops.shape)
-    for k in range(seconds.shape[0]):
-        for i in range(seconds.shape[1]):
-            _, rank = np.unique(pairs[k, i], axis=0, return_inverse=True)
-            seconds[k, i] = rank.reshape(-1)
+    oc = op_costs(item.spec, defaults, runs.records(), sub, load_costs(runs.records()))
+    mi300x = load_accelerators()["MI300X"]
+    seconds = np.concatenate([oc.seconds(mi300x, runs.records()), oc.seconds(mi300x).sum(axis=2)[..., None]], axis=2)
     best = cheapest_saving(front, seconds, at_least / 100)
     expected = {}
     for k, kind in enumerate(prices.kinds):
@@ -249,9 +246,13 @@ def test_cheapest_saving_is_the_frontiers_cheapest_set(con, repo, at_least, seq_
             if best[k, i] != -2:
                 p = front.n_masks if best[k, i] == FULL else best[k, i]
                 expected[(sid, kind)] = (int(best[k, i]), front.kept[k, i, p], front.flops[k, i, p])
-    rows = query(con, "cheapest_saving", repo_id=repo, at_least_pct=at_least, seq_length=seq_length, tp=tp)
+    rows = query(con, "cheapest_saving", repo_id=repo, at_least_pct=at_least, seq_length=seq_length, tp=tp, accelerator="MI300X")
     got = {(r["setting_id"], r["kind"]): (r["mask"], r["kept_bytes"], r["recompute_flops"]) for r in rows}
     assert got == expected
+    for r in rows:
+        point = front.n_masks if r["mask"] == FULL else r["mask"]
+        want = seconds[prices.kinds.index(r["kind"]), prices.setting_ids.index(r["setting_id"]), point]
+        assert r["accelerator"] == "MI300X" and r["recompute_s"] == pytest.approx(want, rel=1e-9)
     assert expected  # something saves that much
     for r in rows:
         assert r["saved_pct"] >= at_least

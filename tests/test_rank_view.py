@@ -1,7 +1,8 @@
 """The view rank_fits (whole-rank memory for every model at once, in SQL) against what
 `speccat fit` computes in Python for the same layout (catalogue/records/rank.py, states.py,
-head.py): every stage's activations, ends and model states, the fullest stage, for a dense
-model, an MoE one under expert parallelism and a tied small one, over several layouts."""
+head.py, cost.py): every stage's activations, ends and model states, the fullest stage, for a
+dense model, an MoE one under expert parallelism and a tied small one, over several layouts,
+and the first stage's recompute time on a named accelerator."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import contextlib
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import store_runs as runs
 
+from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs, recomputed
 from speccat.catalogue.records.head import load_head, price_head
 from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.rank import in_flight
+from speccat.catalogue.records.rank import fits, in_flight
 from speccat.catalogue.records.states import Layout, load_states, rank_states, stage_kinds
 from speccat.catalogue.store.file import open_readonly, publish
 from speccat.census.family import family_for
@@ -129,3 +132,68 @@ def test_the_repo_id_variable_reads_one_repo_and_changes_none_of_its_rows(con):
     finally:
         con.execute("RESET VARIABLE repo_id")
     assert every and one == every and repos == {"Qwen/Qwen3-0.6B"}
+
+
+def recompute_by_hand(item, pp: int, mask: int, accelerator) -> tuple[float, float]:
+    """The first stage's recompute seconds per micro-batch of `mask` at (SEQ, TP) and its share
+    of the same layers' step, from cost.py's per-op costs: each op max(FLOPs/peak, bytes/bandwidth)."""
+    spec, records, grid = item.spec, runs.records(), runs.grid()
+    defaults = family_for(spec["arch"]).pricing_defaults()
+    sub = grid.with_settings([grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})])
+    costs = load_costs(records)
+    oc = op_costs(spec, defaults, records, sub, costs)
+    per_op = accelerator.seconds(oc.flops, oc.moved)[:, 0, :]  # [kind, op]
+    chosen = np.ones(len(oc.ops), dtype=bool) if mask == -1 else recomputed(records, oc.ops)[mask]
+    first = stage_kinds(spec, pp)[0]
+    seconds = sum(n * per_op[oc.kinds.index(k)][chosen].sum() for k, n in first.items())
+    step = costs.step_factor * sum(n * per_op[oc.kinds.index(k)].sum() for k, n in first.items())
+    return float(seconds), float(seconds / step)
+
+
+@pytest.mark.parametrize("accelerator", ("H100-SXM", "MI300X"))
+def test_the_views_recompute_time_is_the_first_stages_op_by_op(con, accelerator):
+    """recompute_s, overhead_pct and recompute_s_per_seq against cost.py's op costs on the
+    named accelerator (the default one when the variable is unset), for masks that re-run
+    matmuls only, element-wise ops only, both, and full recompute."""
+    lay = dict(dp=2, pp=4, ep=1, zero=1, vpp=2)
+    for name, value in lay.items():
+        con.execute(f"SET VARIABLE {name} = {value}")
+    accelerators = load_accelerators()
+    if accelerators[accelerator].default:
+        con.execute("RESET VARIABLE accelerator")
+    else:
+        con.execute(f"SET VARIABLE accelerator = '{accelerator}'")
+    try:
+        rows = con.execute(
+            "SELECT repo_id, mask, accelerator, recompute_s, overhead_pct, recompute_s_per_seq FROM rank_fits "
+            "WHERE stack = 'transformers' AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1 AND mask IN ?",
+            [SEQ, TP, list(MASKS)],
+        ).fetchall()
+    finally:
+        con.execute("RESET VARIABLE accelerator")
+    assert {r[0] for r in rows} == set(REPOS)
+    for repo, mask, name, seconds, overhead, per_seq in rows:
+        want, share = recompute_by_hand(runs.censused(repo), lay["pp"], mask, accelerators[accelerator])
+        assert name == accelerator
+        assert (seconds, overhead, per_seq) == pytest.approx((want, 100 * share, want / lay["dp"]), rel=1e-9), (repo, mask)
+        assert (seconds > 0) == (mask != 0)  # mask 0 re-runs nothing
+
+
+def test_the_view_ranks_as_speccat_fit_does(con):
+    """Every (layout, set) `speccat fit` lists for Llama-3.1-8B on 8 GPUs at one layout has the
+    view's total and recompute time at that layout."""
+    item = runs.censused("meta-llama/Llama-3.1-8B-Instruct")
+    spec, records, grid = item.spec, runs.records(), runs.grid()
+    accelerator = next(a for a in load_accelerators().values() if a.default)
+    listed = fits(spec, family_for(spec["arch"]).pricing_defaults(), records, grid, load_costs(records), load_states(),
+                  load_head(records), accelerator, gpus=8, seq=SEQ, budget=80 * 2**30,
+                  fixed={"dp": 2, "tp": TP, "pp": 2, "cp": 1, "ep": 1}, zeros=(1,))  # fmt: skip
+    assert listed
+    for name, value in dict(dp=2, pp=2, ep=1, zero=1, vpp=1).items():
+        con.execute(f"SET VARIABLE {name} = {value}")
+    for f in listed:
+        total, seconds, per_seq = con.execute(
+            "SELECT total_bytes, recompute_s, recompute_s_per_seq FROM rank_fits WHERE repo_id = ? AND mask = ? AND stack = 'transformers' "
+            "AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1", [item.repo_id, f.mask, SEQ, TP]
+        ).fetchone()  # fmt: skip
+        assert (total, seconds, per_seq) == pytest.approx((f.total, f.recompute_s, f.recompute_s_per_seq), rel=1e-9), f.switch_set

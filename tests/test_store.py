@@ -236,10 +236,14 @@ def test_stored_tells_the_flow_what_to_skip(night1):
     assert stored(night1[0], run.census_version, run.records_version, grid + ["new-setting"]).priced == frozenset()
 
 
-def ends_at(run, settings) -> dict:
-    """A run's end_prices cut down to some settings, as at_settings cuts its prices."""
+def rows_at(run, settings) -> dict:
+    """A run's end_prices and op_costs cut down to some settings, as at_settings cuts its prices
+    (keyword arguments of dataclasses.replace)."""
     ids = set(setting_ids(settings))
-    return {h: [row for row in rows if row["setting_id"] in ids] for h, rows in run.end_prices.items()}
+    return {
+        name: {h: [row for row in rows if row["setting_id"] in ids] for h, rows in getattr(run, name).items()}
+        for name in ("end_prices", "op_costs")
+    }
 
 
 def at_settings(tables, settings):
@@ -265,7 +269,7 @@ def test_a_new_grid_prices_stored_specs_again_and_keeps_the_old_prices(tmp_path)
     new = [s for s in grid if s["seq_length"] in (8192, 32768)]
     assert old and new and {s["seq_length"] for s in grid} == {4096, 8192, 32768}
     first = runs.first_run()
-    night1 = dataclasses.replace(first, settings=old, prices={h: at_settings(t, old) for h, t in first.prices.items()}, end_prices=ends_at(first, old))
+    night1 = dataclasses.replace(first, settings=old, prices={h: at_settings(t, old) for h, t in first.prices.items()}, **rows_at(first, old))
     path = tmp_path / "catalogue.duckdb"
     publish(path, night1)
     cv, rv = first.census_version, first.records_version
@@ -278,7 +282,7 @@ def test_a_new_grid_prices_stored_specs_again_and_keeps_the_old_prices(tmp_path)
         runs.make_run("night-2", items, day=2, new=()),
         settings=new,
         prices={h: at_settings(t, new) for h, t in first.prices.items()},
-        end_prices=ends_at(first, new),
+        **rows_at(first, new),
     )
     publish(path, night2)
     assert stored(path, cv, rv, setting_ids(new)).priced == frozenset(first.specs)

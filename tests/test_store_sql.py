@@ -12,7 +12,7 @@ from speccat import sql
 from speccat.catalogue.store.file import create_schema, create_views
 
 # The units a view's header may give a column (docs/catalogue.md, Views).
-UNITS = {"bytes", "bytes/token", "tokens", "count", "ratio", "percent", "flops", "id", "version", "code", "text", "flag", "time", "list"}
+UNITS = {"bytes", "bytes/token", "tokens", "count", "ratio", "percent", "flops", "id", "version", "code", "text", "flag", "time", "seconds", "list"}
 COLUMN_LINE = re.compile(r"^ {2}(?P<column>\w+) +(?P<unit>\S+) +(?P<meaning>\S.*)$")
 
 

@@ -51,6 +51,7 @@ class Accelerator:
     bandwidth: float
     memory: float
     node: int  # GPUs of one node
+    default: bool = False  # the one estimated on when none is named
 
     def seconds(self, flops: Any, moved: Any) -> Any:
         """max(flops / peak, bytes / bandwidth), element for element."""
@@ -98,10 +99,13 @@ def stored_version(records: Records, costs: Costs, head: Any) -> str:
 
 
 def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:
+    """Read `accelerators.yaml`: name -> Accelerator, the file's `default` flagged."""
     path = Path(path) if path is not None else ACCELERATORS_PATH
     loader = _Loader(path.name)
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
-    top = loader.mapping("", data, ("accelerators",), ("accelerators",))
+    top = loader.mapping("", data, ("default", "accelerators"), ("default", "accelerators"))
+    if top["default"] not in top["accelerators"]:
+        raise loader.fail("bad_value", "default", f"names no accelerator of the file: {top['default']!r}")
     out = {}
     for name, body in top["accelerators"].items():
         fields = ("peak_flops", "bandwidth", "memory", "node")
@@ -109,8 +113,17 @@ def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:
         values = [body[k] for k in fields]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values) or not isinstance(body["node"], int):
             raise loader.fail("bad_value", f"accelerators.{name}", "peak_flops, bandwidth, memory must be > 0 and node a positive integer")
-        out[name] = Accelerator(name, float(values[0]), float(values[1]), float(values[2]), int(values[3]))
+        out[name] = Accelerator(name, float(values[0]), float(values[1]), float(values[2]), int(values[3]), name == top["default"])
     return out
+
+
+def accelerator_rows(accelerators: Mapping[str, Accelerator]) -> list[dict[str, Any]]:
+    """The catalogue's `accelerators` rows (docs/catalogue.md), one per named accelerator."""
+    return [
+        {"accelerator": a.name, "default_accelerator": a.default, "peak_flops_per_s": a.peak_flops,
+         "bandwidth_bytes_per_s": a.bandwidth, "memory_bytes": a.memory, "node_gpus": a.node}
+        for a in accelerators.values()
+    ]  # fmt: skip
 
 
 def recomputed(records: Records, ops: tuple[str, ...]) -> np.ndarray:
@@ -122,6 +135,15 @@ def recomputed(records: Records, ops: tuple[str, ...]) -> np.ndarray:
             record = records.ops.get(op) or records.parts[op]
             out[mask, j] = record.switch is not None and op not in kept
     return out
+
+
+def switch_op_rows(records: Records, costs: Costs) -> list[dict[str, Any]]:
+    """The catalogue's `switch_ops` rows: (mask, op) for every op a switch set recomputes, and
+    (-1, op) for every op: full recompute re-runs them all."""
+    ops = tuple(costs.ops)
+    table = recomputed(records, ops)
+    rows = [{"mask": int(mask), "op": ops[j]} for mask, j in zip(*np.nonzero(table))]
+    return rows + [{"mask": -1, "op": op} for op in ops]
 
 
 @dataclass(frozen=True)
@@ -149,6 +171,15 @@ class OpCosts:
         if records is None:
             return per_op
         return per_op @ recomputed(records, self.ops).astype(float).T
+
+    def rows(self, skip: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+        """The catalogue's `op_costs` rows: per (kind, setting, op), settings in `skip` left out."""
+        return [
+            {"kind": kind, "setting_id": sid, "op": op, "recompute_flops": float(self.flops[k, i, j]), "recompute_bytes": float(self.moved[k, i, j])}
+            for k, kind in enumerate(self.kinds)
+            for i, sid in enumerate(self.setting_ids) if sid not in skip
+            for j, op in enumerate(self.ops)
+        ]  # fmt: skip
 
 
 def _param_names(spec: Mapping, kind: str) -> dict[str, float]:

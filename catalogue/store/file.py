@@ -61,11 +61,13 @@ TABLES: tuple[str, ...] = (
     "infeasible_settings",
     "point_prices",
     "end_prices",
+    "op_costs",
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
-# (filled before the schema runs), the grid's default setting and states.yaml's sharding (sql/schema/).
-REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", "state_sharding")
+# (filled before the schema runs), the grid's default setting, states.yaml's sharding, the ops
+# each switch set re-runs and accelerators.yaml (sql/schema/).
+REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", "state_sharding", "switch_ops", "accelerators")
 # switch_sets columns that are not a switch.
 SWITCH_SET_FIXED = ("mask", "n_recomputed", "switches", "name")
 # The in-memory catalog tonight's rows are staged in; sql/steps/*.sql read it by this name.

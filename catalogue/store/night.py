@@ -49,6 +49,7 @@ FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token")
 END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
+OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops", "recompute_bytes")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
 SWITCH_COST_COLUMNS: tuple[str, ...] = (
@@ -105,7 +106,11 @@ class NightData:
         setting its spec was measured at (catalogue/records/points.py).
     end_prices: config_hash -> rows with END_PRICE_FIELDS: the bytes the model's ends keep at
         each setting it is priced at (catalogue/records/head.py `end_prices`).
+    op_costs: config_hash -> rows with OP_COST_FIELDS: each op's recompute cost per kind at each
+        setting it is priced at (catalogue/records/cost.py `OpCosts.rows`).
     state_sharding: states.yaml as rows (catalogue/records/states.py `state_sharding_rows`).
+    switch_ops: (mask, op) rows, the ops each switch set recomputes (cost.py `switch_op_rows`).
+    accelerators: accelerators.yaml as rows (cost.py `accelerator_rows`).
     failures: mappings with FAILURE_FIELDS; stage and reason are codes of
         catalogue/vocabulary.yaml (`stage`, and a `census` or `fetch` reason).
     reason, message: why a `failed` night failed (a `census` or `fetch` reason and one line);
@@ -129,7 +134,10 @@ class NightData:
     infeasible: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     point_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     end_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    op_costs: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     state_sharding: Sequence[Mapping[str, Any]] = ()
+    switch_ops: Sequence[Mapping[str, Any]] = ()
+    accelerators: Sequence[Mapping[str, Any]] = ()
     reason: str | None = None
     message: str | None = None
 
@@ -179,15 +187,19 @@ class NightData:
         for config_hash, spec in self.specs.items():
             if not isinstance(spec, Mapping) or "layers" not in spec:
                 _bad(f"specs[{config_hash!r}]", "must be a ModelSpec mapping")
-        for name, per_config, fields in (
-            ("infeasible", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
-            ("end_prices", self.end_prices, END_PRICE_FIELDS),
-        ):  # fmt: skip
+        for name, per_config, fields in self._per_config_rows():
             for config_hash, rows in per_config.items():
                 if config_hash not in self.prices:
                     _bad(f"{name}[{config_hash!r}]", "names a config without prices tonight")
                 for i, row in enumerate(rows):
                     _check_row(f"{name}[{config_hash!r}][{i}]", row, fields, required=fields)
+
+    def _per_config_rows(self) -> tuple[tuple[str, Mapping[str, Sequence[Mapping[str, Any]]], tuple[str, ...]], ...]:
+        """(table, config_hash -> rows, fields) of the tables whose rows the night states per config."""
+        return (
+            ("infeasible_settings", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
+            ("end_prices", self.end_prices, END_PRICE_FIELDS), ("op_costs", self.op_costs, OP_COST_FIELDS),
+        )  # fmt: skip
 
     def arrow_tables(self) -> dict[str, pa.Table]:
         """The run as Arrow tables named like the `incoming` staging tables of the store."""
@@ -238,10 +250,7 @@ class NightData:
             ),
         }
         tables["layer_prices"], tables["full_prices"], tables["switch_costs"] = self._price_tables()
-        for name, per_config, fields in (
-            ("infeasible_settings", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
-            ("end_prices", self.end_prices, END_PRICE_FIELDS),
-        ):  # the rows of each config, keyed by it and tonight's versions
+        for name, per_config, fields in self._per_config_rows():  # keyed by the config and tonight's versions
             tables[name] = _table(
                 [
                     {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
@@ -250,8 +259,10 @@ class NightData:
                 ],
                 ("config_hash", "census_version", "records_version") + fields,
             )
-        if self.state_sharding:  # a run that states none (a failed night) leaves the stored rows as they are
-            tables["state_sharding"] = pa.Table.from_pylist([dict(row) for row in self.state_sharding])
+        for name in ("state_sharding", "switch_ops", "accelerators"):
+            rows = getattr(self, name)
+            if rows:  # a run that states none (a failed night) leaves the stored rows as they are
+                tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
         priced = {(h, s) for h, s in zip(tables["full_prices"]["config_hash"].to_pylist(), tables["full_prices"]["setting_id"].to_pylist())}
         both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in rows} & priced)
         if both:
@@ -280,6 +291,10 @@ class NightData:
             ends = [row["setting_id"] for row in self.end_prices.get(config_hash, ())]
             if ends and sorted(ends) != sorted(set(parts["full_prices"]["setting_id"].to_pylist())):
                 _bad(f"end_prices[{config_hash!r}]", "must price the ends once at each setting the config is priced at")
+            costs = [(row["kind"], row["setting_id"], row["op"]) for row in self.op_costs.get(config_hash, ())]
+            priced_at = set(zip(parts["full_prices"]["kind"].to_pylist(), parts["full_prices"]["setting_id"].to_pylist()))
+            if costs and (len(set(costs)) != len(costs) or {c[:2] for c in costs} != priced_at):
+                _bad(f"op_costs[{config_hash!r}]", "must cost each op once for each kind and setting the config is priced at")
             for part, _ in _PRICE_PARTS:
                 table, n = parts[part], parts[part].num_rows
                 keys = {

@@ -58,6 +58,16 @@ LEFT JOIN (SELECT config_hash, census_version, records_version, count(DISTINCT s
            FROM full_prices GROUP BY ALL) AS p USING (config_hash, census_version, records_version)
 WHERE e IS DISTINCT FROM f OR d IS DISTINCT FROM f
 UNION ALL
+-- (nor the op costs: a config priced before the catalogue kept them has none)
+SELECT 'op_costs: each op once per kind and setting priced',
+       format('{} @ {} / {}: {} cost rows, {} (kind, setting) priced', config_hash, census_version, records_version, c, f)
+FROM (SELECT config_hash, census_version, records_version, count(*) AS c,
+             count(DISTINCT (kind, setting_id)) AS d, count(DISTINCT op) AS o
+      FROM op_costs GROUP BY ALL) AS n
+LEFT JOIN (SELECT config_hash, census_version, records_version, count(*) AS f
+           FROM full_prices GROUP BY ALL) AS p USING (config_hash, census_version, records_version)
+WHERE d IS DISTINCT FROM f OR c <> d * o
+UNION ALL
 SELECT 'switch_sets complete',
        format('{} masks for {} switches', count(*), any_value(len(switches)))
 FROM switch_sets

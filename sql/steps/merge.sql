@@ -133,6 +133,14 @@ WHERE NOT EXISTS (SELECT 1 FROM end_prices AS o WHERE o.config_hash = n.config_h
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, setting_id;
 
+-- Each op's recompute cost at each setting priced, added as the ends' prices are.
+INSERT INTO op_costs BY NAME
+SELECT * FROM incoming.op_costs AS n
+WHERE NOT EXISTS (SELECT 1 FROM op_costs AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id)
+ORDER BY config_hash, kind, setting_id, op;
+
 -- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
 -- earlier night stored (a new description, a new default). Only rows that differ are touched.
 
@@ -153,6 +161,20 @@ WHERE EXISTS (SELECT 1 FROM incoming.state_sharding)  -- a run that states none 
 INSERT INTO state_sharding BY NAME
 SELECT * FROM (SELECT * FROM incoming.state_sharding EXCEPT SELECT * FROM state_sharding)
 ORDER BY recipe, "group", state;
+
+DELETE FROM switch_ops
+WHERE EXISTS (SELECT 1 FROM incoming.switch_ops)
+  AND (mask, op) NOT IN (SELECT (mask, op) FROM incoming.switch_ops);
+INSERT INTO switch_ops BY NAME
+SELECT * FROM (SELECT * FROM incoming.switch_ops EXCEPT SELECT * FROM switch_ops)
+ORDER BY mask, op;
+
+DELETE FROM accelerators
+WHERE EXISTS (SELECT 1 FROM incoming.accelerators)
+  AND accelerator IN (SELECT accelerator FROM (SELECT * FROM accelerators EXCEPT SELECT * FROM incoming.accelerators));
+INSERT INTO accelerators BY NAME
+SELECT * FROM (SELECT * FROM incoming.accelerators EXCEPT SELECT * FROM accelerators)
+ORDER BY accelerator;
 
 -- Run-scoped tables: tonight's rows replace whatever an earlier store of the same run left.
 -- Only rows that differ are deleted and inserted.

@@ -5,8 +5,8 @@
 -- is priced at the grid when all of the grid's settings appear among its rows; one priced under
 -- an older grid that lacks some of them is not, and the flow prices its stored spec again. A
 -- setting the config cannot be laid out at (infeasible_settings) counts as priced: it has no prices.
--- A price without its switch_costs row (stored before the catalogue had costs) is not priced:
--- the flow prices it again and the store adds the costs (sql/steps/merge.sql).
+-- A price without its switch_costs row or its op_costs rows (stored before the catalogue had
+-- them) is not priced: the flow prices it again and the store adds them (sql/steps/merge.sql).
 SELECT 'spec' AS held, config_hash FROM specs WHERE census_version = $census
 UNION ALL
 SELECT 'priced', config_hash
@@ -14,6 +14,9 @@ FROM (SELECT config_hash, census_version, records_version, setting_id FROM full_
       WHERE EXISTS (SELECT 1 FROM switch_costs AS c WHERE c.mask = -1 AND c.config_hash = p.config_hash
                     AND c.census_version = p.census_version AND c.records_version = p.records_version
                     AND c.setting_id = p.setting_id AND c.kind = p.kind)
+        AND EXISTS (SELECT 1 FROM op_costs AS o WHERE o.config_hash = p.config_hash
+                    AND o.census_version = p.census_version AND o.records_version = p.records_version
+                    AND o.setting_id = p.setting_id AND o.kind = p.kind)
       UNION ALL
       SELECT config_hash, census_version, records_version, setting_id FROM infeasible_settings)
 WHERE census_version = $census AND records_version = $records AND list_contains($grid::VARCHAR[], setting_id)

@@ -2,8 +2,9 @@
 -- setting and switch set (full recompute included), what the fullest pipeline stage's rank
 -- holds, against a budget. The layout is set by variables, each with its default: dp [1],
 -- pp [1], ep [1], zero [0] (the ZeRO stage), vpp [1] (virtual stages per rank), etp [the
--- setting's tp], recipe [states.yaml's default] and budget_gib [80]
--- (SET VARIABLE pp = 4); tp, cp, the sequence length and the micro-batch are the setting's.
+-- setting's tp], recipe [states.yaml's default], budget_gib [80] and accelerator [the
+-- accelerators table's default] (SET VARIABLE pp = 4); tp, cp, the sequence length and the
+-- micro-batch are the setting's.
 -- A rank of stage i of pp holds its layers' activations and its ends' (the embedding on the
 -- first stage, the final norm and the logits on the last), each for the micro-batches in
 -- flight: pp - i in 1F1B, times 1 + (pp - 1)/(pp vpp) with vpp > 1 virtual stages; and its
@@ -12,6 +13,11 @@
 -- group). Its layers are the stack in order, split as evenly as it goes (earlier stages one
 -- more); the last stage of pp > 1 holds a copy of a tied word embedding. `speccat fit` ranks
 -- the same totals for one repo over every layout (docs/planning.md); a test keeps the two equal.
+-- The recompute a switch set costs is the first stage's (the pipeline's critical path), per
+-- micro-batch: its layers' ops the set re-runs (switch_ops, op_costs), each estimated on the
+-- accelerator as max(FLOPs / peak, bytes / bandwidth); per sequence it is that over dp · the
+-- micro-batch, as the dp pipelines run side by side. ORDER BY recompute_s_per_seq, total_bytes
+-- ranks the sets that fit as `speccat fit` does.
 -- Layouts with pp beyond the layers, or ep not dividing both the routed experts and dp·cp, have
 -- no rows. For one repo, SET VARIABLE repo_id: the view then reads that repo's rows only (about
 -- 0.4 s at 1,000 configs, where WHERE repo_id = ... evaluates every repo first); across the
@@ -46,6 +52,12 @@
 --   budget_bytes           bytes    the budget: budget_gib GiB
 --   fits                   flag     total_bytes <= budget_bytes
 --   headroom_bytes         bytes    budget_bytes - total_bytes (negative: over budget)
+--   accelerator            code     the accelerator the time is estimated on (variable accelerator)
+--   recompute_flops        flops    forward FLOPs the set re-runs on the first stage, per micro-batch
+--   recompute_bytes        bytes    bytes its element-wise ops read and write there
+--   recompute_s            seconds  its estimated time on the accelerator, op by op the slower of compute and memory
+--   overhead_pct           percent  recompute_s over the same layers' forward + backward time, in per cent
+--   recompute_s_per_seq    seconds  recompute_s over the sequences the dp pipelines take per micro-batch (dp · micro-batch)
 CREATE OR REPLACE VIEW rank_fits AS
 WITH layout AS (
     SELECT coalesce(getvariable('dp'), 1) AS dp, coalesce(getvariable('pp'), 1) AS pp,
@@ -53,6 +65,10 @@ WITH layout AS (
            coalesce(getvariable('vpp'), 1) AS vpp, getvariable('etp') AS etp,
            coalesce(getvariable('recipe'), (SELECT any_value(recipe) FROM state_sharding WHERE default_recipe)) AS recipe,
            coalesce(getvariable('budget_gib'), 80) * 2 ** 30 AS budget
+),
+accelerator AS (
+    SELECT * FROM accelerators
+    WHERE accelerator = coalesce(getvariable('accelerator'), (SELECT accelerator FROM accelerators WHERE default_accelerator))
 ),
 model AS (  -- the latest specs of the repos asked for, where the layout applies to them
     SELECT s.config_hash, s.census_version, v.records_version, s.num_hidden_layers AS n_layers, s.spec,
@@ -152,6 +168,29 @@ stage_totals AS (
                         AND e.records_version = m.records_version AND e.setting_id = a.setting_id
     CROSS JOIN layout AS l
 ),
+point_costs AS (  -- one layer of each kind at each setting: what each point re-runs, and its time
+    SELECT o.config_hash, o.kind, o.setting_id, w.mask, sum(o.recompute_flops) AS flops, sum(o.recompute_bytes) AS moved,
+           sum(greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s)) AS seconds
+    FROM op_costs AS o JOIN model USING (config_hash, census_version, records_version)
+    JOIN switch_ops AS w USING (op), accelerator AS a
+    GROUP BY ALL
+),
+step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
+    SELECT c.config_hash, c.kind, c.setting_id, c.step_flops / nullif(c.recompute_flops, 0) AS forwards
+    FROM switch_costs AS c JOIN model USING (config_hash, census_version, records_version)
+    WHERE c.mask = -1
+),
+first_costs AS (  -- the first stage's layers, per micro-batch: each point's recompute and the step's time
+    SELECT k.config_hash, p.setting_id, p.mask, sum(k.layers * coalesce(c.flops, 0)) AS flops,
+           sum(k.layers * coalesce(c.moved, 0)) AS moved, sum(k.layers * coalesce(c.seconds, 0)) AS seconds,
+           sum(k.layers * f.seconds * s.forwards) AS step_seconds
+    FROM stage_kinds AS k JOIN points AS p USING (config_hash, kind)
+    LEFT JOIN point_costs AS c ON c.config_hash = p.config_hash AND c.kind = p.kind AND c.setting_id = p.setting_id AND c.mask = p.mask
+    JOIN point_costs AS f ON f.config_hash = p.config_hash AND f.kind = p.kind AND f.setting_id = p.setting_id AND f.mask = -1
+    JOIN step_forwards AS s ON s.config_hash = p.config_hash AND s.kind = p.kind AND s.setting_id = p.setting_id
+    WHERE k.stage = 0
+    GROUP BY ALL
+),
 fullest AS (
     SELECT config_hash, setting_id, mask,
            arg_max(stage_totals, activations + ends + weight + grad + optimizer) AS f
@@ -166,9 +205,14 @@ SELECT r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length AS seq_leng
        x.f.activations + x.f.ends + x.f.weight + x.f.grad + x.f.optimizer AS total_bytes,
        l.budget AS budget_bytes,
        x.f.activations + x.f.ends + x.f.weight + x.f.grad + x.f.optimizer <= l.budget AS fits,
-       l.budget - (x.f.activations + x.f.ends + x.f.weight + x.f.grad + x.f.optimizer) AS headroom_bytes
+       l.budget - (x.f.activations + x.f.ends + x.f.weight + x.f.grad + x.f.optimizer) AS headroom_bytes,
+       a.accelerator, c.flops AS recompute_flops, c.moved AS recompute_bytes, c.seconds AS recompute_s,
+       100 * c.seconds / nullif(c.step_seconds, 0) AS overhead_pct,
+       c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq
 FROM fullest AS x
 JOIN repos AS r ON r.config_hash = x.config_hash
 JOIN settings AS g ON g.setting_id = x.setting_id
 LEFT JOIN switch_sets AS w ON w.mask = x.mask
-CROSS JOIN layout AS l;
+LEFT JOIN first_costs AS c ON c.config_hash = x.config_hash AND c.setting_id = x.setting_id AND c.mask = x.mask
+CROSS JOIN layout AS l
+CROSS JOIN accelerator AS a;
