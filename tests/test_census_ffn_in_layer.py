@@ -15,9 +15,8 @@ from speccat.census.family import family_for
 
 BF16, FP32 = 2, 4
 
-# transformers builds bart's causal LM from the decoder text config, whose decoder_* fields fall
-# back to the class defaults (16 heads, ffn 4096; see docs/census.md): the tiny layer states them
-# as those defaults, so the real model below is the same layer the census builds.
+# the tiny layer states bart's decoder sizes (the census builds the causal LM at the decoder_*
+# fields the config states: docs/census.md), so the real model below is the layer the census builds.
 H, HEADS, W, SEQ = 64, 16, 4096, 32
 TINY_BART = {
     "model_type": "bart", "d_model": H, "decoder_attention_heads": HEADS, "decoder_ffn_dim": W,
