@@ -8,7 +8,7 @@ builds, and a decoder sized apart from the encoder is built and censused at its 
 from __future__ import annotations
 
 import torch
-from test_census_saved import _saved_by_graph
+from test_census_saved import saved_by_layer
 
 from speccat.census import run_census
 
@@ -50,12 +50,8 @@ def test_the_decoder_layer_books_what_its_real_graph_holds():
     torch.manual_seed(0)
     model = MarianForCausalLM(config).to(torch.bfloat16)
     assert len(model.model.decoder.layers) == LAYERS and model.model.decoder.embed_tokens.num_embeddings == VOCAB
-    layer = model.model.decoder.layers[0]
-    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
     x = torch.randn(1, SEQ, H, dtype=torch.bfloat16, requires_grad=True)
-    out = layer(x, attention_mask=None)
-    out = out[0] if isinstance(out, tuple) else out
-    real = {key: t for key, t in _saved_by_graph(out).items() if key not in fixed | {out.untyped_storage()._cdata}}
+    real = saved_by_layer(model, model.model.decoder.layers[0], x)
     stats = [t for t in real.values() if t.shape == (1, SEQ, 1)]  # the CPU keeps LayerNorm statistics in bf16
     assert len(stats) == 4
     cpu = sum(t.untyped_storage().nbytes() for t in real.values())
