@@ -30,9 +30,23 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_size(field: str, value: Any, where: str = "") -> None:
+def _check_size(field: str, value: Any, where: str = "", layers: Any = None) -> None:
+    """A size within its bounds; for a per-layer size (census/limits.yaml `per_layer_sizes`),
+    also a non-empty list of them, as long as the stack where `layers` states its length."""
     low, high = LIMITS.sizes[field]
     label = f"{where}{field}"
+    if field in LIMITS.per_layer_sizes and isinstance(value, (list, tuple)):
+        if not value:
+            raise SpecError("bad_value", f"{label}: a per-layer list must name a size for every layer, got an empty list")
+        if _is_int(layers) and len(value) != layers:
+            raise SpecError("bad_value", f"{label}: {len(value)} entries, but num_hidden_layers is {layers}")
+        for index, entry in enumerate(value):
+            _check_entry(f"{label}[{index}]", entry, low, high)
+        return
+    _check_entry(label, value, low, high)
+
+
+def _check_entry(label: str, value: Any, low: int, high: int) -> None:
     if not _is_int(value):
         raise SpecError("bad_value", f"{label}: must be an integer, got {type(value).__name__} {value!r}")
     if value < low:
@@ -108,7 +122,7 @@ def check_model_type(language: Mapping) -> None:
 def check_sizes(language: Mapping) -> None:
     for field in LIMITS.sizes:
         if language.get(field) is not None:
-            _check_size(field, language[field])
+            _check_size(field, language[field], layers=language.get("num_hidden_layers"))
 
 
 def check_layer_types(language: Mapping) -> None:
@@ -220,7 +234,7 @@ def check_resolved_sizes(language: Mapping, cfg: Any, *, nested: bool) -> None:
     view = {field: _resolved(cfg, field) for field in LIMITS.sizes}
     for field, value in view.items():
         if value is not None:
-            _check_size(field, value, "resolved ")
+            _check_size(field, value, "resolved ", view["num_hidden_layers"])
     check_heads_divide(view)
     check_top_k(view)
     layer_types = _resolved(cfg, "layer_types")

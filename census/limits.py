@@ -10,7 +10,7 @@ from typing import Mapping
 import yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
-KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "stack_length", "sizes", "finite")
+KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "stack_length", "sizes", "per_layer_sizes", "finite")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Limits:
     required: tuple[str, ...]
     stack_length: str  # the required field a stated field equal to the built stack's length may stand for
     sizes: Mapping[str, tuple[int, int]]  # field -> (min, max)
+    per_layer_sizes: frozenset[str]  # sizes a config may state as a list, one per layer
     finite: frozenset[str]  # fields that must be finite numbers (never Infinity)
 
 
@@ -36,12 +37,15 @@ def load_limits(path: Path = LIMITS_PATH) -> Limits:
         sizes[field] = (bounds[0], bounds[1])
     if data["stack_length"] not in data["required"]:
         raise ValueError(f"{path.name}: stack_length: must name a required field, got {data['stack_length']!r}")
+    unbounded = sorted(set(data["per_layer_sizes"]) - set(sizes))
+    if unbounded:
+        raise ValueError(f"{path.name}: per_layer_sizes: {unbounded} have no bounds in sizes")
     for key in ("max_config_bytes", "max_config_depth", "census_memory_mib"):
         if not (isinstance(data.get(key), int) and data[key] > 0):
             raise ValueError(f"{path.name}: {key}: must be a positive integer, got {data.get(key)!r}")
     return Limits(
         data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), data["stack_length"], MappingProxyType(sizes),
-        frozenset(data["finite"]),
+        frozenset(data["per_layer_sizes"]), frozenset(data["finite"]),
     )
 
 

@@ -48,9 +48,22 @@ def _config_objects(config: Mapping) -> tuple[Any, Any, bool]:
     except Exception as err:  # building a config object only parses it: any failure is the config's
         raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None
     nested = text is not top
+    if nested and type(text) is type(top):
+        _keep_decoder_fields(top, text)
     if nested and "tie_word_embeddings" in config:
         text.tie_word_embeddings = top.tie_word_embeddings  # the composite model ties by its own config
     return top, text, nested
+
+
+def _keep_decoder_fields(top: Any, text: Any) -> None:
+    """A flat encoder-decoder config (bart, marian: no sub-config) has for its decoder text config
+    a copy of itself whose `decoder_*` fields transformers moved to their plain names and deleted,
+    so reading one gives the class default. The causal LM reads the `decoder_*` fields (bart's
+    `decoder_layers`, marian's `decoder_vocab_size`, whose class default is None): the copy keeps
+    them too, at the config's values, as transformers' causal LM built from the config reads them."""
+    for key in top.to_dict():
+        if key.startswith("decoder_") and getattr(text, key, None) != getattr(top, key):
+            setattr(text, key, getattr(top, key))
 
 
 def _transformers_version() -> str:

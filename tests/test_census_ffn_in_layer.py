@@ -7,7 +7,7 @@ activation call, books what the activation keeps to ffAct, and the records price
 from __future__ import annotations
 
 import torch
-from test_census_saved import _saved_by_graph
+from test_census_saved import saved_by_layer
 
 from speccat.catalogue.records.points import measured_per_token, price_points
 from speccat.census import run_census
@@ -15,9 +15,8 @@ from speccat.census.family import family_for
 
 BF16, FP32 = 2, 4
 
-# transformers builds bart's causal LM from the decoder text config, whose decoder_* fields fall
-# back to the class defaults (16 heads, ffn 4096; see docs/census.md): the tiny layer states them
-# as those defaults, so the real model below is the same layer the census builds.
+# the tiny layer states bart's decoder sizes (the census builds the causal LM at the decoder_*
+# fields the config states: docs/census.md), so the real model below is the layer the census builds.
 H, HEADS, W, SEQ = 64, 16, 4096, 32
 TINY_BART = {
     "model_type": "bart", "d_model": H, "decoder_attention_heads": HEADS, "decoder_ffn_dim": W,
@@ -61,12 +60,8 @@ def test_a_feed_forward_of_the_layers_own_children_is_counted_and_booked():
     config._attn_implementation = ATTENTION_IMPL
     torch.manual_seed(0)
     model = BartForCausalLM(config).to(torch.bfloat16)
-    layer = model.model.decoder.layers[0]
-    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
     x = torch.randn(1, SEQ, H, dtype=torch.bfloat16, requires_grad=True)
-    out = layer(x, attention_mask=None)
-    out = out[0] if isinstance(out, tuple) else out
-    real = {key: t for key, t in _saved_by_graph(out).items() if key not in fixed | {out.untyped_storage()._cdata}}
+    real = saved_by_layer(model, model.model.decoder.layers[0], x)
     wide = [t for t in real.values() if t.shape[-1] == W]
     assert len(wide) == 2 and all(t.untyped_storage().nbytes() == BF16 * W * SEQ for t in wide)  # GELU's input, fc2's input
     stats = [t for t in real.values() if t.shape == (1, SEQ, 1)]

@@ -49,6 +49,15 @@ def _saved_by_graph(root: torch.Tensor) -> dict[int, torch.Tensor]:
     return found
 
 
+def saved_by_layer(model: torch.nn.Module, layer: torch.nn.Module, x: torch.Tensor) -> dict[int, torch.Tensor]:
+    """What the real graph of `layer` called on `x` (no mask) holds for backward, by storage:
+    not the model's parameters and buffers, nor the layer's output."""
+    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    out = layer(x, attention_mask=None)
+    out = out[0] if isinstance(out, tuple) else out
+    return {key: t for key, t in _saved_by_graph(out).items() if key not in fixed | {out.untyped_storage()._cdata}}
+
+
 @pytest.mark.parametrize("seq", [32])
 def test_each_layer_books_what_its_real_graph_holds(seq):
     """Tiny DeepSeek-V3 (MLA, group-limited router, shared expert): census bytes == a real CPU graph's."""
