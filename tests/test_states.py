@@ -7,7 +7,7 @@ import pytest
 from conftest import load_shipped
 
 from speccat.catalogue.records.states import (
-    Layout, StatesError, active_params, group_divisors, load_states, rank_states, share_rows, stage_kinds, stage_params,
+    Layout, StatesError, active_params, layout_shares, load_states, rank_states, stage_kinds, stage_params,
     stage_states, total_params,
 )
 
@@ -125,7 +125,7 @@ def test_an_unknown_recipe_or_zero_stage_is_refused(states):
 
 
 def test_the_batched_stage_states_are_rank_states_bit_for_bit(states):
-    """`speccat fit` sums every layout's states at once (stage_states over share_rows); each
+    """`speccat fit` sums every layout's states at once (stage_states over layout_shares); each
     figure must be rank_states' own, bit for bit, for dense and MoE models under every ZeRO stage."""
     import numpy as np
 
@@ -134,15 +134,14 @@ def test_the_batched_stage_states_are_rank_states_bit_for_bit(states):
         groups = [stage_params(spec, pp, i) for i in range(pp)]
         names = list(groups[0])
         counts = np.array([[g[n] for n in names] for g in groups])
-        memo: dict = {}
         layouts = [Layout(dp=dp, tp=tp, pp=pp, ep=ep, zero=zero) for dp, tp, ep in ((1, 8, 1), (16, 4, 1), (8, 1, 8), (32, 2, 4)) for zero in (0, 1, 2, 3)]
-        rows = np.stack([share_rows(states, lay.zero, group_divisors(lay, states, memo), names) for lay in layouts])
+        rows = layout_shares(states, layouts, names)
         batched = stage_states(counts, rows)  # [layout, stage, (weight, grad, optimizer, total)]
         for lay, got in zip(layouts, batched):
             for i, want in enumerate(rank_states(spec, lay, states, stage=None)):
                 assert list(got[i]) == [want["weight"], want["grad"], want["optimizer"], want["total"]], (lay, i)
     with pytest.raises(StatesError):
-        share_rows(states, 4, group_divisors(Layout(), states), ["attention"])
+        layout_shares(states, [Layout(), Layout(zero=4)], ["attention"])
 
 
 def test_the_catalogues_sharding_rows_read_each_divisor_as_powers_of_the_layout(tmp_path):

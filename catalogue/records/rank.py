@@ -24,7 +24,7 @@ from speccat.catalogue.records.layouts import infeasible
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
-from speccat.catalogue.records.states import Layout, States, group_divisors, share_rows, stage_kinds, stage_params, stage_states
+from speccat.catalogue.records.states import Layout, States, layout_shares, stage_kinds, stage_params, stage_states
 
 FULL = -1  # full recompute, beside the masks
 
@@ -140,15 +140,12 @@ def fits(
     stage_weights: dict[int, list[np.ndarray]] = {}  # pp -> layers per kind on each stage
     stage_groups: dict[int, list[dict[str, float]]] = {}  # pp -> parameters per group on each stage
     activations: dict[tuple[int, int, int], tuple[np.ndarray, list[float], float, np.ndarray, float]] = {}
-    divisors: dict[tuple, dict] = {}  # group_divisors by everything but pp and the ZeRO stage
-    shares_by: dict[tuple, np.ndarray] = {}  # share_rows [group, state] by everything but pp
-    memo: dict = {}  # the group expressions' values (group_divisors)
     stage_counts: dict[int, np.ndarray] = {}  # pp -> [stage, group] parameters
     group_names = list(stage_params(spec, 1, 0))  # every stage's parameter groups, in one order
     set_names: dict[int, str] = {}
     column = {key: j for j, key in enumerate(keys)}
     # First what the layouts share: per pp the stages' layers and parameters, per (tp, cp, pp,
-    # vpp) the stages' activations, per (dp, tp, cp, ep, etp, zero) the states' bytes per parameter.
+    # vpp) the stages' activations.
     for lay in candidates:
         j = column[(lay.tp, lay.cp)]
         if lay.pp not in stage_weights:
@@ -169,13 +166,8 @@ def fits(
                    for i in range(lay.pp)]  # fmt: skip
             first = stage_weights[lay.pp][0]
             activations[key] = (act + np.asarray(end)[:, None], end, costs.step_factor * float(first @ fwd_seconds[:, j]), first @ p_seconds[:, j, :], 0.0)
-        split_key = (lay.dp, lay.tp, lay.cp, lay.ep, lay.etp)
-        if split_key not in divisors:
-            divisors[split_key] = group_divisors(lay, states, memo)
-        share_key = (*split_key, lay.zero)
-        if share_key not in shares_by:
-            shares_by[share_key] = share_rows(states, lay.zero, divisors[split_key], group_names, recipe)
     # Each layout's states per stage [stage, (weight, grad, optimizer, total)], all layouts of a pp at once.
+    shares = layout_shares(states, candidates, group_names, recipe)  # [layout, group, state]
     layout_states: list[np.ndarray] = [np.empty(0)] * len(candidates)
     by_pp: dict[int, list[int]] = {}
     by_key: dict[tuple[int, int, int], list[int]] = {}
@@ -183,8 +175,7 @@ def fits(
         by_pp.setdefault(lay.pp, []).append(idx)
         by_key.setdefault((column[(lay.tp, lay.cp)], lay.pp, lay.vpp), []).append(idx)
     for pp, idxs in by_pp.items():
-        shares_of = np.stack([shares_by[(c.dp, c.tp, c.cp, c.ep, c.etp, c.zero)] for c in (candidates[i] for i in idxs)])
-        for idx, st in zip(idxs, stage_states(stage_counts[pp], shares_of)):
+        for idx, st in zip(idxs, stage_states(stage_counts[pp], shares[idxs])):
             layout_states[idx] = st
     # Which layouts fit under any switch set: the fullest stage's bytes, all layouts of an activation key at once.
     fits_any = np.zeros(len(candidates), dtype=bool)

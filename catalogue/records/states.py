@@ -178,23 +178,6 @@ def stage_params(spec: Mapping, pp: int, stage: int) -> dict[str, float]:
     return groups
 
 
-def group_divisors(layout: Layout, states: States, memo: dict | None = None) -> dict[str, tuple[float, float]]:
-    """Per parameter group, (model, data): the shards a rank holds one of and the size of the
-    group its ZeRO-partitioned states divide over (neither pp nor the ZeRO stage changes them).
-    `memo` (a dict kept across calls) holds each expression's value by the names it reads."""
-    names = layout.names()
-
-    def value(expr: Expr) -> float:
-        if memo is None:
-            return expr(names)
-        key = (id(expr), tuple(names[k] for k in sorted(expr.names)))
-        if key not in memo:
-            memo[key] = expr(names)
-        return memo[key]
-
-    return {name: (value(group.model), value(group.data)) for name, group in states.groups.items()}
-
-
 # The columns of the catalogue's `state_sharding` rows, after (recipe, group, state).
 SHARDING_NAMES = tuple(sorted(LAYOUT_NAMES))
 _PROBE = {"t": 3.0, "cp": 5.0, "dp": 7.0, "ep": 11.0, "etp": 13.0}  # distinct primes: a check point
@@ -219,10 +202,7 @@ def state_sharding_rows(states: States) -> list[dict[str, Any]]:
     that partitions the state over the group's data-parallel ranks (None: none does), and the
     powers of each layout size in the group's model and data divisors: states.yaml as rows a
     view can join."""
-    divisors = {
-        name: {side: _powers(getattr(group, side), f"groups.{name}.{side}") for side in ("model", "data")}
-        for name, group in states.groups.items()
-    }
+    divisors = sharding_powers(states)
     rows = []
     for recipe, per_param in states.recipes.items():
         for name in states.groups:
@@ -238,29 +218,49 @@ def state_sharding_rows(states: States) -> list[dict[str, Any]]:
     return rows
 
 
-def share_rows(
-    states: States, zero: int, divisors: Mapping[str, tuple[float, float]], groups: list[str], recipe: str | None = None
-) -> np.ndarray:
-    """[group, state]: the bytes per parameter of each state (STATES order) one rank holds, for
-    the parameter groups `groups` in that order: the recipe's bytes over the model shards, and
-    over the data-parallel group for the states ZeRO stage `zero` partitions."""
-    if zero not in states.zero:
-        raise StatesError("bad_value", f"zero={zero}; stages: {sorted(states.zero)}")
+def sharding_powers(states: States) -> Mapping[str, Mapping[str, Mapping[str, int]]]:
+    """group -> {"model", "data"} -> layout size -> its power in that divisor (`_powers`), read
+    once per States: the form both the planner and the catalogue's SQL evaluate."""
+    if id(states) not in _POWERS:
+        powers = {
+            name: {side: _powers(getattr(group, side), f"groups.{name}.{side}") for side in ("model", "data")}
+            for name, group in states.groups.items()
+        }
+        _POWERS[id(states)] = (states, powers)  # the States kept alive, so its id is not reused
+    return _POWERS[id(states)][1]
+
+
+_POWERS: dict[int, tuple[States, dict]] = {}
+
+
+def layout_shares(states: States, layouts: list[Layout], groups: list[str], recipe: str | None = None) -> np.ndarray:
+    """[layout, group, state]: the bytes per parameter of each state (STATES order) one rank of
+    each layout holds, for the parameter groups `groups` in that order: the recipe's bytes over
+    the model shards, and over the data-parallel group for the states the layout's ZeRO stage
+    partitions. Each divisor is its sizes with positive powers over those with negative ones
+    (whole numbers, so both products are exact: one rounding, as the expression's own)."""
+    unknown = sorted({lay.zero for lay in layouts} - set(states.zero))
+    if unknown:
+        raise StatesError("bad_value", f"zero={unknown[0]}; stages: {sorted(states.zero)}")
     per_param = states.bytes_per_param(recipe)
-    sharded = np.array([state in states.zero[zero] for state in STATES])
-    model = np.array([divisors[g][0] for g in groups], dtype=float)
-    data = np.array([divisors[g][1] for g in groups], dtype=float)
-    return np.array([per_param[state] for state in STATES], dtype=float)[None, :] / model[:, None] / np.where(sharded[None, :], data[:, None], 1.0)
+    powers = sharding_powers(states)
+    sizes = np.array([[names[n] for n in SHARDING_NAMES] for names in (lay.names() for lay in layouts)], dtype=float)[:, None, :]  # [L, 1, N]
+
+    def divisor(side: str) -> np.ndarray:  # [L, G]
+        p = np.array([[powers[g][side][n] for n in SHARDING_NAMES] for g in groups], dtype=float)[None]  # [1, G, N]
+        return np.prod(sizes ** np.maximum(p, 0), axis=-1) / np.prod(sizes ** np.maximum(-p, 0), axis=-1)
+
+    by_stage = {zero: [state in sharded for state in STATES] for zero, sharded in states.zero.items()}
+    sharded = np.array([by_stage[lay.zero] for lay in layouts], dtype=bool).reshape(len(layouts), len(STATES))  # [L, S]
+    bytes_ = np.array([per_param[state] for state in STATES], dtype=float)
+    return bytes_[None, None, :] / divisor("model")[:, :, None] / np.where(sharded[:, None, :], divisor("data")[:, :, None], 1.0)
 
 
-def state_shares(
-    layout: Layout, states: States, recipe: str | None = None, divisors: Mapping[str, tuple[float, float]] | None = None
-) -> dict[str, dict[str, float]]:
+def state_shares(layout: Layout, states: States, recipe: str | None = None) -> dict[str, dict[str, float]]:
     """Per parameter group, the bytes per parameter of each state one rank of `layout` holds
-    (the pipeline size does not change them); `divisors` may give group_divisors(layout)."""
-    divisors = divisors if divisors is not None else group_divisors(layout, states)
+    (the pipeline size does not change them)."""
     groups = list(states.groups)
-    rows = share_rows(states, layout.zero, divisors, groups, recipe)
+    rows = layout_shares(states, [layout], groups, recipe)[0]
     return {name: {state: float(rows[g, s]) for s, state in enumerate(STATES)} for g, name in enumerate(groups)}
 
 
