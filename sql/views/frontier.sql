@@ -42,15 +42,13 @@ WITH front AS (
     JOIN latest_run AS v ON c.census_version = v.census_version AND c.records_version = v.records_version
     WHERE c.on_frontier AND c.representative = c.mask
 ),
-classes AS (
+classes AS (  -- the members of a class are equal points, so each is on the frontier when its representative is
     SELECT e.config_hash, e.census_version, e.records_version, e.kind, e.setting_id, e.representative AS mask,
            count(*) AS n_equivalent, list(w.name ORDER BY w.n_recomputed, w.mask) AS equivalents
     FROM switch_costs AS e
-    JOIN front AS f ON f.config_hash = e.config_hash AND f.census_version = e.census_version
-                   AND f.records_version = e.records_version AND f.kind = e.kind
-                   AND f.setting_id = e.setting_id AND f.mask = e.representative
+    JOIN latest_run AS v ON e.census_version = v.census_version AND e.records_version = v.records_version
     JOIN switch_sets AS w ON w.mask = e.mask
-    WHERE e.mask >= 0
+    WHERE e.on_frontier AND e.mask >= 0
     GROUP BY ALL
 ),
 kept AS (
