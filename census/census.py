@@ -140,7 +140,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     # probed apart, and kept apart only where what they keep differs
     stack = split_by_layer_config(classify(built.layers), built.config)
     candidates = list(dict.fromkeys(shape for _, shape in stack))
-    probes = probe_layers(built, [shape.first for shape in candidates], seq_length)
+    probes = probe_layers(built, [shape.first for shape in candidates], seq_length, flops=True)
     stack = merge_alike(stack, lambda a, b: _same_measurement(probes[a.first], probes[b.first]))
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     # the layers' width, read from the hidden states they were called with: it differs from the
@@ -175,6 +175,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
             "seq_length": seq_length,
             "attention_impl": view.mixer_op(),
             "bytes_per_token": plain.bytes_per_token(seq_length),
+            "forward_flops": plain.probe.forward_flops,
         }
         if view.shape.ffn == "moe":
             measured["experts_impl"] = view.experts_impl()

@@ -43,6 +43,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census import attention
 from speccat.census.build import Built
 from speccat.census.checks import LAYER_INDEX_LISTS
+from speccat.census.flops import LayerFlops
 from speccat.census.predicates import (
     causal_conv1d_names,
     delta_rule_names,
@@ -184,6 +185,7 @@ class LayerProbe:
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
     tokens: int = 0  # the tokens of the hidden states the layer was called with
+    forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/flops.py), when asked
 
 
 class Made(NamedTuple):
@@ -596,7 +598,13 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
 
 
 def probe_layers(
-    built: Built, indices: list[int], seq_length: int, fake_mode: FakeTensorMode | None = None, backward: bool = True, encoder_tokens: int = 0
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    fake_mode: FakeTensorMode | None = None,
+    backward: bool = True,
+    encoder_tokens: int = 0,
+    flops: bool = False,
 ) -> dict[int, LayerProbe]:
     """Probe the layers `indices`: the decoder forward and backward with only them in its stack, on fake tensors.
 
@@ -604,9 +612,10 @@ def probe_layers(
     is given: then the model was built under that mode and is fake already. Without
     `backward`, the saved bytes are booked after the forward alone (a second measurement of
     layers whose backward the census has run). With `encoder_tokens`, the decoder is also given
-    encoder states of that many tokens (encoder_input names its argument).
+    encoder states of that many tokens (encoder_input names its argument). With `flops`, each
+    probe's `forward_flops` is counted in the same forward (census/flops.py).
     """
-    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward, encoder_tokens=encoder_tokens).probes
+    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward, encoder_tokens=encoder_tokens, flops=flops).probes
 
 
 # The names under which a decoder's forward takes encoder states (mllama's text model:
@@ -632,12 +641,15 @@ def run_layers(
     fake_mode: FakeTensorMode | None = None,
     backward: bool = True,
     encoder_tokens: int = 0,
+    flops: bool = False,
 ) -> Watcher:
     """Run the decoder with only the layers `indices` in its stack, watched by `make_watcher(...)`.
 
     Plain probing (no `around`) books what backward can reach after the forward and runs the
     backward; with `around` (a context wrapping the layers' forwards, census/recompute.py) the
-    forward alone runs and the watcher counts.
+    forward alone runs and the watcher counts. With `flops`, FlopCounterMode counts the forward
+    (below the watcher's dispatch mode, so the watcher sees the ops as they were called) and
+    each probe gets its layer's FLOPs.
     """
     decoder = built.decoder
     config = built.config
@@ -674,9 +686,13 @@ def run_layers(
                 if name is None:
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
-            with _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
+            counted = LayerFlops(decoder) if flops else None
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
                 output = decoder(inputs_embeds=embeds, use_cache=False, **extra)
             watcher.forward_done = True
+            if counted:
+                for index, layer in kept.items():
+                    watcher.probes[index].forward_flops = counted.of(layer)
             hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
             del output
             gc.collect()  # graph nodes no output reaches are freed now, with what they saved

@@ -66,7 +66,7 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         records, grid, costs, head = pricing_inputs()
         prices = price_spec(spec, defaults, records, grid, costs=costs)
         infeasible = layouts.infeasible(spec, defaults, records, grid)
-        points = price_points(spec, defaults, records, grid)
+        points = price_points(spec, defaults, records, grid, costs)
         check_prices(spec, points + price_ends(spec, defaults, records, grid, head), records)
         skip = frozenset(row["setting_id"] for row in infeasible)
         ends = end_prices(spec, defaults, records, grid, head, skip)

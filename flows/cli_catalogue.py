@@ -172,7 +172,7 @@ def show_command(args: argparse.Namespace) -> int:
     print(present.render(kinds, units=args.units))
     print("setting " + ", ".join(f"{k} {v}" for k, v in setting.items()))
     print(present.render(prices, units=args.units))
-    print("priced against measured (bytes per token, one layer, no recompute)")
+    print("priced against measured (bytes per token, one layer, no recompute; forward FLOPs, one layer, one sequence)")
     print(present.render(measured, units=args.units))
     return 0
 

@@ -99,7 +99,7 @@ def _fmt(value) -> str:
 
 
 def summary(spec) -> str:
-    """A readable account of a ModelSpec: dims, flags, stack, and per kind the ops, params and measured bytes."""
+    """A readable account of a ModelSpec: dims, flags, stack, and per kind the ops, params, measured bytes and forward FLOPs."""
     data = spec.to_dict()
     structure = {"name", "arch", "layers", "ops", "flavours", "params", "measured"}
     lines = [f"{data['name']}  ({data['arch']})"]
@@ -121,4 +121,6 @@ def summary(spec) -> str:
         total = sum(per_op.values())
         lines.append(f"    saved bytes/token at s={measured['seq_length']} ({impls}): {_fmt(total)}")
         lines.append("      " + " ".join(f"{op}={_fmt(per_op[op])}" for op in OPS + UNPRICED_OPS if per_op[op]))
+        if "forward_flops" in measured:
+            lines.append(f"    forward FLOPs of one layer at s={measured['seq_length']}: {measured['forward_flops']:,}")
     return "\n".join(lines)

@@ -42,6 +42,9 @@ def test_census_summary_is_readable(capsys):
     assert "stack: decoder×32" in out
     assert "ops:    attMM=4 attBMM=2 ffMM=3 softmax=1 dropout=0 normOp=2 gather=4 headCast=1 ffAct=1 linrec=0" in out
     assert "(speccat::flash_attention, grouped_mm)" in out
+    # q, k, v, o, both products of the core, the router and 2 of 8 experts (h 4096, 32 heads of
+    # 128, 8 kv heads, intermediate 14336): 2·s·h·(32 + 16)·128 + 2·s·4096·h + 4·s²·4096 + 2·s·h·8 + 2·3·2·s·h·14336
+    assert "forward FLOPs of one layer at s=4096: 3,504,961,748,992" in out
 
 
 def test_census_of_a_missing_file_is_one_error_line(capsys, tmp_path):

@@ -209,6 +209,16 @@ def test_measured_bytes_must_be_finite_numbers_for_every_op():
     refused(data, "missing_field", "other")
 
 
+def test_measured_forward_flops_are_a_count_and_may_be_absent():
+    """Absent in specs of census version 8 and before, which the catalogue prices again."""
+    data = deepseek_v3_shaped()
+    data["measured"]["moe"]["forward_flops"] = 12_345_678_901_234
+    assert ModelSpec(data)["measured"]["moe"]["forward_flops"] == 12_345_678_901_234
+    for bad in (-1, 1.5e12, "1e12"):
+        data["measured"]["moe"]["forward_flops"] = bad
+        refused(data, "bad_value", "measured.moe.forward_flops")
+
+
 def test_params_parts_are_fixed():
     data = deepseek_v3_shaped()
     data["params"]["kinds"]["moe"]["experts"] = 1

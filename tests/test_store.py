@@ -126,6 +126,41 @@ def test_switch_costs_are_the_pricing_cost_tables(night1):
                 assert group[0][3] == 0 and group[-1][6] == -1
 
 
+def test_forward_flops_round_trip_into_measured_point_prices_and_the_view(night1):
+    """The census's count stored on its kind's census rows of `measured`, costs.yaml's price on
+    each point_prices row; the view sets them side by side, and the price at the census point is
+    the full-recompute FLOPs that switch_costs holds for the same setting (priced apart, by
+    price_spec)."""
+    path, _ = night1
+    run = runs.first_run()
+    with contextlib.closing(open_readonly(path)) as con:
+        for config_hash, spec in run.specs.items():
+            stored = con.execute(
+                "SELECT kind, point, forward_flops FROM measured WHERE config_hash = ? GROUP BY ALL ORDER BY ALL", [config_hash]
+            ).fetchall()
+            census = {(kind, flops) for kind, point, flops in stored if point == "census"}
+            assert census == {(kind, m["forward_flops"]) for kind, m in spec["measured"].items()}
+            assert all(flops > 0 for _, flops in census)
+            prices = con.execute("SELECT kind, point, forward_flops FROM point_prices WHERE config_hash = ? ORDER BY ALL", [config_hash]).fetchall()
+            assert prices == sorted((r["kind"], r["point"], r["forward_flops"]) for r in run.point_prices[config_hash])
+            view = con.execute(
+                "SELECT kind, seq_length, priced_forward_flops, measured_forward_flops, forward_flops_ratio FROM priced_vs_measured "
+                "WHERE config_hash = ? AND point = 'census'",
+                [config_hash],
+            ).fetchall()
+            assert len(view) == len(spec["measured"])
+            for kind, seq, priced, counted, ratio in view:
+                # the grid's row at the census's setting (one rank: sequence parallelism changes no FLOP)
+                at = {"stack": "transformers", "seq_length": seq, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": True}
+                setting_id = runs.grid().setting(at)["setting_id"]
+                full = con.execute(
+                    "SELECT recompute_flops FROM switch_costs WHERE config_hash = ? AND kind = ? AND setting_id = ? AND mask = -1",
+                    [config_hash, kind, setting_id],
+                ).fetchone()[0]
+                assert priced == pytest.approx(full, rel=1e-12) and counted == spec["measured"][kind]["forward_flops"]
+                assert ratio == pytest.approx(priced / counted, rel=1e-12)
+
+
 def test_a_catalogue_stored_before_switch_costs_gains_them(tmp_path, night1):
     """Prices stored without costs are not `priced` for the flow; pricing them again adds the costs."""
     path = tmp_path / "catalogue.duckdb"

@@ -7,12 +7,18 @@ length, context- and tensor-parallel ranks, switch sets recomputed). Each become
 the grid's fields (the census measures the `transformers` stack, one micro-batch) and one mask,
 and is priced with the records, never from the measured bytes. The night stores the rows in
 `point_prices`; the view `priced_vs_measured` sets them beside the measured bytes.
+
+Each row also prices the layer's forward FLOPs at the point's setting from costs.yaml (what full
+recompute re-runs, cost.OpCosts.forward), set beside the FLOPs the census counted at its own
+point (the spec's `measured` `forward_flops`, census/flops.py). A FLOP count off the census's is
+shown by the view, not refused: the bytes alone decide whether a spec is priced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from speccat.catalogue.records.cost import Costs, load_costs, op_costs
 from speccat.catalogue.records.head import Head, price_head
 from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.oprecords import Records
@@ -22,7 +28,7 @@ from speccat.catalogue.vocabulary import CACHED, END_PARTS
 
 CENSUS_POINT = "census"  # the census's own measurement (the spec's `measured`)
 END_KIND = "end:"  # check_prices' rows for the model's ends: `end:embedding`, ...
-POINT_FIELDS = ("kind", "point", "priced_per_token")
+POINT_FIELDS = ("kind", "point", "priced_per_token", "forward_flops")
 
 
 def points_of(spec: Mapping) -> list[Mapping]:
@@ -35,8 +41,10 @@ def points_of(spec: Mapping) -> list[Mapping]:
     return points + [dict(p, stack="transformers") for p in spec.get("measured_at", [])]
 
 
-def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> list[dict]:
-    """One row per (kind, point): the records' bytes per token of one layer at the point's setting and mask."""
+def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs | None = None) -> list[dict]:
+    """One row per (kind, point): the records' bytes per token of one layer at the point's setting
+    and mask, and costs.yaml's FLOPs of its forward at that setting (`costs`, read from
+    costs.yaml when not given)."""
     points = points_of(spec)
     if not points:
         return []
@@ -44,12 +52,16 @@ def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid)
     chosen = [grid.setting({k: p[k] for k in ("stack", "seq_length", "tp", "cp", "sequence_parallel", "encoder_tokens") if k in p} | {"micro_batch": 1}) for p in points]
     settings = {setting["setting_id"]: setting for setting in chosen}  # points sharing a setting price it once
     column = {setting_id: i for i, setting_id in enumerate(settings)}
-    prices = price_layers(spec, defaults, records, grid.with_settings(settings.values()))
+    at = grid.with_settings(settings.values())
+    prices = price_layers(spec, defaults, records, at)
+    priced = op_costs(spec, defaults, records, at, costs or load_costs(records))
+    forward = dict(zip(priced.kinds, priced.forward()[0]))  # kind -> [setting]
     rows = []
     for point, setting in zip(points, chosen):
         i, mask = column[setting["setting_id"]], records.mask_of(point["recompute"])
         for k, kind in enumerate(prices.kinds):
-            rows.append({"kind": kind, "point": point["point"], "priced_per_token": float(prices.total[k, i, mask]) / point["seq_length"]})
+            per_token = float(prices.total[k, i, mask]) / point["seq_length"]
+            rows.append({"kind": kind, "point": point["point"], "priced_per_token": per_token, "forward_flops": float(forward[kind][i])})
     return rows
 
 

@@ -47,7 +47,7 @@ REPO_FIELDS: tuple[str, ...] = (
 )
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
-POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token")
+POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token", "forward_flops")
 END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
 OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops", "recompute_bytes")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")

@@ -9,6 +9,11 @@
 -- At a switch-set point the measurement runs through torch's selective-checkpoint API, whose
 -- cache holds a saved call's whole output; what it holds beyond plain autograd (the census's
 -- op `cached`) is the API's, not the stack's: it is shown apart and not in measured_per_token.
+-- Beside the bytes, the FLOPs of the layer's forward: costs.yaml's price at the point's setting
+-- (what full recompute re-runs) and, at the point `census`, what torch's FlopCounterMode counted
+-- in the census's forward (census/flops.py); NULL where the census counted none (points across
+-- settings, specs of census version 8 and before). A FLOP ratio more than 2% (the records'
+-- tolerance) from 1 names its cause; it refuses nothing.
 -- Grain: one row per (config_hash, census_version, records_version, kind, point).
 -- Columns:
 --   config_hash             id           the config
@@ -29,6 +34,10 @@
 --   cached_per_token        bytes/token  what the selective-checkpoint cache holds beyond plain autograd (op `cached`)
 --   ratio                   ratio        priced_per_token / measured_per_token
 --   cause                   text         why the ratio is more than 0.5% from 1 (NULL within 0.5%)
+--   priced_forward_flops    flops        costs.yaml's FLOPs of one layer's forward at the point, one sequence
+--   measured_forward_flops  flops        FlopCounterMode's FLOPs of the layer's forward in the census, one sequence (NULL but at `census`)
+--   forward_flops_ratio     ratio        priced_forward_flops / measured_forward_flops
+--   forward_flops_cause     text         why forward_flops_ratio is more than 2% from 1 (NULL within 2%, or with nothing counted)
 CREATE OR REPLACE VIEW priced_vs_measured AS
 WITH m AS (
     SELECT config_hash, census_version, kind, point,
@@ -38,13 +47,17 @@ WITH m AS (
            any_value(experts_impl) AS experts_impl,
            sum(bytes_per_token) FILTER (WHERE op <> 'cached') AS measured_per_token,
            sum(bytes_per_token) FILTER (WHERE op = 'other') AS unattributed_per_token,
-           sum(bytes_per_token) FILTER (WHERE op = 'cached') AS cached_per_token
+           sum(bytes_per_token) FILTER (WHERE op = 'cached') AS cached_per_token,
+           any_value(forward_flops) AS measured_forward_flops
     FROM measured GROUP BY config_hash, census_version, kind, point
 ),
 r AS (
     SELECT m.*, p.records_version, p.priced_per_token,
            p.priced_per_token / nullif(m.measured_per_token, 0) AS ratio,
-           coalesce(s.num_key_value_heads, s.num_attention_heads) AS kv_heads
+           p.forward_flops AS priced_forward_flops,
+           p.forward_flops / nullif(m.measured_forward_flops, 0) AS forward_flops_ratio,
+           coalesce(s.num_key_value_heads, s.num_attention_heads) AS kv_heads,
+           s.spec -> 'variants' -> m.kind ->> 'index_topk' AS index_topk
     FROM m
     JOIN point_prices AS p USING (config_hash, census_version, kind, point)
     JOIN specs AS s USING (config_hash, census_version)
@@ -58,5 +71,11 @@ SELECT config_hash, census_version, records_version, kind, point, seq_length, tp
                 THEN 'census: bytes no op claims (op other)'
             WHEN tp > kv_heads THEN 'tp > n_kv: kv heads replicated'
             ELSE 'records: no formula of this records version accounts for the difference'
-       END AS cause
+       END AS cause,
+       priced_forward_flops, measured_forward_flops, forward_flops_ratio,
+       CASE WHEN measured_forward_flops IS NULL OR abs(forward_flops_ratio - 1) <= 0.02 THEN NULL
+            WHEN measured_forward_flops = 0 THEN 'census: nothing ran at its setting'
+            WHEN coalesce(index_topk, '0') <> '0' THEN 'records: the sparse-attention indexer''s scores are not priced'
+            ELSE 'records: no formula of this costs version accounts for the difference'
+       END AS forward_flops_cause
 FROM r;

@@ -4,7 +4,9 @@
 -- besides (census/across.yaml: a second sequence length, cp and tp ranks, switch sets
 -- recomputed through torch's selective-checkpoint API). Bytes are per token of the point's
 -- sequence (a cp rank's bytes over the whole sequence's tokens). Bytes no op claims are booked
--- to op `other`. Key: (config_hash, census_version, kind, point, op).
+-- to op `other`. The FLOPs of the layer's forward, as torch's FlopCounterMode counts them in the
+-- census's own forward (census/flops.py), are the kind's, repeated on each of its op rows at
+-- the point `census`. Key: (config_hash, census_version, kind, point, op).
 CREATE TABLE IF NOT EXISTS measured (
     config_hash       VARCHAR NOT NULL,
     census_version    VARCHAR NOT NULL,
@@ -19,5 +21,7 @@ CREATE TABLE IF NOT EXISTS measured (
     cp                INTEGER NOT NULL DEFAULT 1,
     sequence_parallel BOOLEAN NOT NULL DEFAULT false,
     recompute         VARCHAR[] NOT NULL DEFAULT [],  -- the switches recomputed
+    forward_flops     DOUBLE,  -- FLOPs of one layer's forward at the point, one sequence (NULL at points
+                               -- across settings, and in specs of census version 8 and before)
     PRIMARY KEY (config_hash, census_version, kind, point, op)
 );

@@ -2,7 +2,8 @@
 -- but what the point names, at each setting the census measured the kind at (the `point`s of
 -- the table measured): the census's own, a second sequence length, context- and
 -- tensor-parallel ranks, switch sets recomputed (catalogue/records/points.py). Priced from the
--- spec's dimensions and stated facts, never from the measured bytes. Key: (config_hash,
+-- spec's dimensions and stated facts, never from the measured bytes; with the FLOPs of the
+-- layer's forward at the same setting as costs.yaml prices them. Key: (config_hash,
 -- census_version, records_version, kind, point).
 CREATE TABLE IF NOT EXISTS point_prices (
     config_hash      VARCHAR NOT NULL,
@@ -11,5 +12,7 @@ CREATE TABLE IF NOT EXISTS point_prices (
     kind             VARCHAR NOT NULL,
     point            VARCHAR NOT NULL,
     priced_per_token DOUBLE NOT NULL,  -- bytes per token of the setting's sequence
+    forward_flops    DOUBLE,           -- FLOPs of one layer's forward, one sequence (costs.yaml, full recompute;
+                                       -- NULL in rows stored before it was priced)
     PRIMARY KEY (config_hash, census_version, records_version, kind, point)
 );
