@@ -16,8 +16,9 @@
 -- The recompute a switch set costs is the first stage's (the pipeline's critical path), per
 -- micro-batch: its layers' ops the set re-runs (switch_ops, op_costs), each estimated on the
 -- accelerator as max(FLOPs / peak, bytes / bandwidth); per sequence it is that over dp · the
--- micro-batch, as the dp pipelines run side by side. ORDER BY recompute_s_per_seq, total_bytes
--- ranks the sets that fit as `speccat fit` does.
+-- micro-batch, as the dp pipelines run side by side. ORDER BY recompute_s_per_seq, total_bytes,
+-- mask = -1, mask ranks the sets that fit as `speccat fit` does (which lists, of sets equal in
+-- both, the lowest mask only: here they all have rows).
 -- Layouts with pp beyond the layers, or ep not dividing both the routed experts and dp·cp, have
 -- no rows. For one repo, SET VARIABLE repo_id: the view then reads that repo's rows only (about
 -- 0.4 s at 1,000 configs, where WHERE repo_id = ... evaluates every repo first); across the
