@@ -5,7 +5,7 @@ the census's own setting (docs/census.md, "Measured across settings").
 - a context-parallel rank: the layer run at s/cp tokens;
 - a tensor-parallel rank: the model rebuilt with its heads and widths divided by t;
 - selective recompute of each switch, and of all of them, through torch's selective-checkpoint
-  API (census/recompute.py).
+  API (census/recompute.py), every switch set counted from one forward.
 
 Each point is one mapping of the spec's `measured_at` list: its name, the setting it stands
 for (seq_length, tp, cp, sequence_parallel, recompute), and per kind the bytes per op per token
