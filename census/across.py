@@ -5,7 +5,7 @@ the census's own setting (docs/census.md, "Measured across settings").
 - a context-parallel rank: the layer run at s/cp tokens;
 - a tensor-parallel rank: the model rebuilt with its heads and widths divided by t;
 - selective recompute of each switch, and of all of them, through torch's selective-checkpoint
-  API (census/recompute.py).
+  API (census/recompute.py), every switch set counted from one forward.
 
 Each point is one mapping of the spec's `measured_at` list: its name, the setting it stands
 for (seq_length, tp, cp, sequence_parallel, recompute), and per kind the bytes per op per token
@@ -73,11 +73,19 @@ def encoder_points(
         points.append(_point(f"encoder {tokens}", seq_length, measure(probes, seq_length)) | {"encoder_tokens": counts[i]})
     if across:
         tokens = counts[0]
+        by_policy = _recomputed(built, indices, seq_length, probed, measure, encoder_tokens=tokens)
         for name, chosen, ops in _switch_sets(probed):
-            recomputed = probe_recomputed(built, indices, seq_length, probed, ops, encoder_tokens=tokens)
-            point = _point(f"encoder {tokens} recompute {name}", seq_length, measure(recomputed, seq_length), recompute=chosen)
+            point = _point(f"encoder {tokens} recompute {name}", seq_length, by_policy[ops], recompute=chosen)
             points.append(point | {"encoder_tokens": tokens})
     return points
+
+
+def _recomputed(built, indices: list[int], seq_length: int, plain: dict[int, LayerProbe], measure: Measure, encoder_tokens: int = 0) -> dict[frozenset[str], dict]:
+    """Each switch set's ops -> the layers' bytes per kind with them recomputed. Switch sets
+    whose ops keep nothing in these layers give the same policy; all policies from one forward."""
+    policies = list(dict.fromkeys(ops for _, _, ops in _switch_sets(plain)))
+    recomputed = probe_recomputed(built, indices, seq_length, plain, policies, encoder_tokens=encoder_tokens)
+    return {ops: measure(probes, seq_length) for ops, probes in zip(policies, recomputed)}
 
 
 def _switch_sets(plain: dict[int, LayerProbe]) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:
@@ -193,11 +201,8 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
         if rank is not None and rank[1]:
             rank_measure = _per_kind(rank[0], shapes, kind_of, hidden)
             points.append(_point(f"tp {t}", seq_length, rank_measure(rank[1], seq_length), tp=t))
-    by_policy: dict[frozenset[str], dict] = {}
+    by_policy = _recomputed(built, indices, seq_length, plain, measure)
     for name, chosen, ops in _switch_sets(plain):
-        # Switches whose ops keep nothing in these layers give the same policy: run it once.
-        if ops not in by_policy:
-            by_policy[ops] = measure(probe_recomputed(built, indices, seq_length, plain, ops), seq_length)
         points.append(_point(f"recompute {name}", seq_length, by_policy[ops], recompute=chosen))
     return points
 

@@ -197,7 +197,7 @@ def run_census(config: Mapping, *, name: str, seq_length: int | None = None, acr
     grid's default sequence length, so the measurement has a setting to be priced at).
 
     With `across`, every kind is also measured at the points of census/across.yaml (the
-    spec's `measured_at`, census/across.py): about ten more probes, so the night asks for it
+    spec's `measured_at`, census/across.py): four more probes, so the night asks for it
     and a quick census does not.
 
     Raises SpecError with a reason code for every refusal; any other exception is wrapped as

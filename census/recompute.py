@@ -19,11 +19,17 @@ also keeps the layer's inputs, at every point alike; that copy is left out, and 
 autograd kept of the layer's own input (a LayerNorm's input) counts while its op is not
 recomputed, as the records price it. The calls are matched to the
 plain probe's by position and checked op by op; a layer whose ops differ is not measured.
+
+Every switch set is measured from one forward: it runs the policy of the ops all the sets
+recompute, which saves every call any set saves, and each set's cache is then that cache less
+the calls the set recomputes. What is saved changes nothing the forward computes, and a saved
+call's storages stay alive to the end, held by the cache, whichever set is counted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from collections import Counter
 from collections.abc import Iterator
@@ -42,13 +48,16 @@ class Recomputing(Watcher):
     """A Watcher that also decides, call by call, what the selective-checkpoint policy saves,
     and notes the storages of the saved calls."""
 
-    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int], plain: dict[int, LayerProbe], ops: frozenset[str]):
+    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int], plain: dict[int, LayerProbe], policies: list[frozenset[str]]):
         super().__init__(layers, excluded_storages)
         self.plain = plain
-        self.ops = ops
+        self.policies = policies
+        self.ops = frozenset.intersection(*policies)  # what every policy recomputes: the run's own policy
         self.position: Counter = Counter()  # layer index -> calls the policy has seen
-        self.cached: list[tuple[StorageWeakRef, int, int, LayerProbe, str]] = []  # (storage, its key, bytes, probe, op)
+        # (storage, its key, bytes, probe, op, what plain autograd kept of the call's storages)
+        self.cached: list[tuple[StorageWeakRef, int, int, LayerProbe, str, set[str]]] = []
         self.mismatch: set[int] = set()  # layers whose calls differ from the plain probe's
+        self.counted: list[dict[int, LayerProbe]] = []
 
     def policy(self, ctx, func, *args, **kwargs) -> CheckpointPolicy:
         """Called by the selective-checkpoint mode after each op ran (its output: ctx.op_output)."""
@@ -70,26 +79,38 @@ class Recomputing(Watcher):
         for tensor in tree_leaves(ctx.op_output):
             if isinstance(tensor, torch.Tensor):
                 storage = tensor.untyped_storage()
-                self.cached.append((StorageWeakRef(storage), storage._cdata, storage.nbytes(), probe, op))
+                self.cached.append((StorageWeakRef(storage), storage._cdata, storage.nbytes(), probe, op, booked))
         return CheckpointPolicy.MUST_SAVE
 
     def count(self) -> None:
-        """Book what the cache still holds after the forward (and gc) to each probe's saved bytes."""
+        """Per policy (`counted`, in the order of `policies`), what the cache would still hold
+        after the forward (and gc), booked to a copy of each probe's saved bytes; the layers
+        whose calls differ are left out.
+
+        The run saved every call some policy saves, so a policy's cache is the run's less the
+        calls it recomputes: the forward is the same whatever is saved, and a cached storage is
+        alive to the end either way (its cache entry holds it), its identity its own.
+        """
+        self.counted = [self._count(ops) for ops in self.policies]
+
+    def _count(self, ops: frozenset[str]) -> dict[int, LayerProbe]:
+        probes = {index: copy.copy(probe) for index, probe in self.probes.items() if index not in self.mismatch}
+        for probe in probes.values():
+            probe.saved_bytes = Counter()
         seen: set[int] = set()
-        for ref, key, nbytes, probe, op in self.cached:
-            if ref.expired() or key in seen or key in self.outputs or probe.index in self.mismatch:
+        for ref, key, nbytes, probe, op, booked in self.cached:
+            if booked <= ops or ref.expired() or key in seen or key in self.outputs or probe.index in self.mismatch:
                 continue
             seen.add(key)
             made = self.creator.get(key)
             if made is not None and made.probe is probe and made.position not in self.plain[probe.index].kept_outputs.get(made.call, ()):
                 op = CACHED  # calls match the plain probe's by position, so (call, output) names the same tensor
-            probe.saved_bytes[op] += self.cuda_nbytes.get(key, nbytes)  # a mask is known as one only once filled
-        for index, probe in self.probes.items():
-            if index in self.mismatch:
-                continue
+            probes[probe.index].saved_bytes[op] += self.cuda_nbytes.get(key, nbytes)  # a mask is known as one only once filled
+        for index, probe in probes.items():
             for op, nbytes in self.plain[index].input_bytes.items():
-                if op not in self.ops:
+                if op not in ops:
                     probe.saved_bytes[op] += nbytes
+        return probes
 
 
 @contextlib.contextmanager
@@ -107,14 +128,16 @@ def checkpointed(layers: dict[int, nn.Module], watcher: Recomputing) -> Iterator
 
 
 def probe_recomputed(
-    built: Built, indices: list[int], seq_length: int, plain: dict[int, LayerProbe], ops: frozenset[str], encoder_tokens: int = 0
-) -> dict[int, LayerProbe]:
-    """What the layers `indices` keep when the ops `ops` are recomputed (their plain probes: `plain`,
-    run with the same `encoder_tokens`).
+    built: Built, indices: list[int], seq_length: int, plain: dict[int, LayerProbe], policies: list[frozenset[str]], encoder_tokens: int = 0
+) -> list[dict[int, LayerProbe]]:
+    """What the layers `indices` keep when the ops of each of `policies` are recomputed (their
+    plain probes: `plain`, run with the same `encoder_tokens`), one forward for all of them.
 
     A layer whose calls differ from its plain probe's is left out.
     """
+    if not policies:
+        return []
     watcher = run_layers(
-        built, indices, seq_length, functools.partial(Recomputing, plain=plain, ops=ops), around=checkpointed, encoder_tokens=encoder_tokens
+        built, indices, seq_length, functools.partial(Recomputing, plain=plain, policies=policies), around=checkpointed, encoder_tokens=encoder_tokens
     )
-    return {index: probe for index, probe in watcher.probes.items() if index not in watcher.mismatch}
+    return watcher.counted

@@ -197,6 +197,30 @@ def test_measured_across_settings_match_the_hand_derivation():
     assert points["recompute all"][0]["recompute"] == list(load_records().switches)
 
 
+def test_the_switch_sets_are_recomputed_in_one_forward_each_as_if_run_alone(monkeypatch):
+    """All switch sets are counted from one selective-checkpoint forward; each set's bytes are
+    what a forward under that set's own policy keeps."""
+    from speccat.census import across, run_census
+    from speccat.census.recompute import probe_recomputed
+
+    runs, compared = [], []
+
+    def spy(built, indices, seq_length, plain, policies, encoder_tokens=0):
+        runs.append(policies)
+        together = probe_recomputed(built, indices, seq_length, plain, policies, encoder_tokens)
+        for ops, probes in zip(policies, together, strict=True):
+            alone = probe_recomputed(built, indices, seq_length, plain, [ops], encoder_tokens)[0]
+            compared.append(({i: dict(p.saved_bytes) for i, p in probes.items()}, {i: dict(p.saved_bytes) for i, p in alone.items()}))
+        return together
+
+    monkeypatch.setattr(across, "probe_recomputed", spy)
+    spec = run_census(TINY_LLAMA, name="tiny-llama", seq_length=S, across=True)
+    assert len(runs) == 1 and len(runs[0]) > 2  # one forward for several distinct policies
+    assert all(together == alone for together, alone in compared)
+    recomputed = {p["point"] for p in spec["measured_at"] if p["recompute"]}
+    assert {"recompute normOp", "recompute attBMM", "recompute all"} <= recomputed
+
+
 def test_running_out_of_memory_in_a_rank_fails_the_census_not_the_rank(monkeypatch):
     """A rank transformers cannot build is skipped; a rank that ran out of memory is not: the
     census's memory budget is spent, and the night must report it as too large."""
