@@ -9,6 +9,7 @@ and a `Layout`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,15 @@ class States:
     groups: Mapping[str, Group]
     active: Mapping[str, Expr]
     version: str = field(default="")
+
+    @functools.cached_property
+    def powers(self) -> Mapping[str, Mapping[str, Mapping[str, int]]]:
+        """group -> {"model", "data"} -> layout size -> its power in that divisor (`_powers`),
+        read once: the form both the planner and the catalogue's SQL evaluate."""
+        return {
+            name: {side: _powers(getattr(group, side), f"groups.{name}.{side}") for side in ("model", "data")}
+            for name, group in self.groups.items()
+        }
 
     def bytes_per_param(self, recipe: str | None = None) -> Mapping[str, float]:
         name = recipe or self.default_recipe
@@ -202,7 +212,7 @@ def state_sharding_rows(states: States) -> list[dict[str, Any]]:
     that partitions the state over the group's data-parallel ranks (None: none does), and the
     powers of each layout size in the group's model and data divisors: states.yaml as rows a
     view can join."""
-    divisors = sharding_powers(states)
+    divisors = states.powers
     rows = []
     for recipe, per_param in states.recipes.items():
         for name in states.groups:
@@ -218,21 +228,6 @@ def state_sharding_rows(states: States) -> list[dict[str, Any]]:
     return rows
 
 
-def sharding_powers(states: States) -> Mapping[str, Mapping[str, Mapping[str, int]]]:
-    """group -> {"model", "data"} -> layout size -> its power in that divisor (`_powers`), read
-    once per States: the form both the planner and the catalogue's SQL evaluate."""
-    if id(states) not in _POWERS:
-        powers = {
-            name: {side: _powers(getattr(group, side), f"groups.{name}.{side}") for side in ("model", "data")}
-            for name, group in states.groups.items()
-        }
-        _POWERS[id(states)] = (states, powers)  # the States kept alive, so its id is not reused
-    return _POWERS[id(states)][1]
-
-
-_POWERS: dict[int, tuple[States, dict]] = {}
-
-
 def layout_shares(states: States, layouts: list[Layout], groups: list[str], recipe: str | None = None) -> np.ndarray:
     """[layout, group, state]: the bytes per parameter of each state (STATES order) one rank of
     each layout holds, for the parameter groups `groups` in that order: the recipe's bytes over
@@ -243,7 +238,7 @@ def layout_shares(states: States, layouts: list[Layout], groups: list[str], reci
     if unknown:
         raise StatesError("bad_value", f"zero={unknown[0]}; stages: {sorted(states.zero)}")
     per_param = states.bytes_per_param(recipe)
-    powers = sharding_powers(states)
+    powers = states.powers
     sizes = np.array([[names[n] for n in SHARDING_NAMES] for names in (lay.names() for lay in layouts)], dtype=float)[:, None, :]  # [L, 1, N]
 
     def divisor(side: str) -> np.ndarray:  # [L, G]
