@@ -4,7 +4,9 @@
 AttentionMaskInterface), as transformers intends custom attention to be plugged in. It calls
 the `speccat::flash_attention` op with K/V heads unexpanded. The gated delta rule wrapper has
 the signature of transformers' `torch_chunk_gated_delta_rule` and calls
-`speccat::chunk_gated_delta_rule`; the census swaps it in only while a layer runs.
+`speccat::chunk_gated_delta_rule`, the Kimi delta attention wrapper transformers'
+`chunk_kimi_delta_attention` and calls `speccat::chunk_kda`; the census swaps them in only while
+a layer runs.
 
 While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule"), so the census
 can tell the tensors a kernel keeps from the rest.
@@ -20,7 +22,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
-from speccat.census import kernels
+from speccat.census import kda, kernels
 
 # The name registered with transformers; it must not contain "flash", "sdpa" or "flex", which
 # transformers reads as requests for its own kernels.
@@ -107,6 +109,31 @@ def speccat_chunk_gated_delta_rule(
     value = value.contiguous()  # flash-linear-attention's input guard: v's own copy, not a view of the conv output
     with _kernel_scope("delta_rule"):
         out = kernels.chunk_gated_delta_rule(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
+    return out, None
+
+
+def speccat_chunk_kda(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    scale: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' chunked Kimi delta attention signature (`chunk_kimi_delta_attention`),
+    computed by `speccat::chunk_kda` (census/kda.py). From an empty state, as the delta rule."""
+    if initial_state is not None or output_final_state:
+        raise ValueError("speccat's Kimi delta attention runs from an empty state and returns no final state")
+    scale = scale if scale is not None else key.shape[-1] ** -0.5
+    # fla's input guard: every input contiguous (v its own copy, not a view of the conv output)
+    query, key, value, g, beta = (t.contiguous() for t in (query, key, value, g, beta))
+    with _kernel_scope("delta_rule"):
+        out = kda.chunk_kda(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
     return out, None
 
 

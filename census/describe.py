@@ -26,6 +26,7 @@ SHARED_NAME = re.compile(r"shared")  # shared_expert, shared_experts, shared_exp
 
 ATTENTION_OP = "speccat::flash_attention"
 DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
+KDA_OP = "speccat::chunk_kda"  # the delta rule gated per key channel (Kimi delta attention)
 # The kernel each mixer flavour runs (a kind's measured `attention_impl`); feed-forward-only blocks run none.
 MIXER_OPS = {
     "full": ATTENTION_OP,
@@ -116,7 +117,48 @@ class LayerView:
 
     def mixer_op(self) -> str:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
-        return SCAN_APART_OP if self.scan_apart() else MIXER_OPS[self.shape.attention]
+        if self.scan_apart():
+            return SCAN_APART_OP
+        return KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[self.shape.attention]
+
+    def delta_gate_kept(self, dtype) -> int:
+        """Tensors of a per-channel delta gate's shape (value heads, key dim) in `dtype` that the
+        mixer's own code keeps outside the kernel: what its gate's chain of ops saves (Kimi's
+        softplus written as exp, log and a where on the fp32 gate: three fp32 and one bool mask)."""
+        kernels = [k for k in self.delta_kernels() if k.gate_channel_bytes]
+        if not kernels:
+            return 0
+        tail = (kernels[0].v[2], kernels[0].k[3])
+        return sum(n for (op, dims, kept), n in self.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in self.attention_children})
+
+    def lowrank_width(self) -> int:
+        """A linear-attention mixer's low-rank projections: the summed input widths of its
+        projections that read neither the layer's hidden width nor the recurrence's output width
+        (Kimi's forget and output gates, each a projection to the head width and one back up);
+        their inputs are kept. 0 for other mixers."""
+        delta = self.delta_kernels()
+        if not delta:
+            return 0
+        out_width = delta[0].v[2] * delta[0].v[3]
+        widths = [int(m.weight.shape[1]) for _, m in self.named(self.attention_children) if is_projection(m)]
+        return sum(w for w in widths if w not in (self.hidden, out_width))
+
+    def gated_norm_sigmoid(self) -> bool:
+        """The attention's output norm multiplies by a sigmoid of its gate in fp32 (fla's
+        FusedRMSNormGated as transformers writes Kimi delta attention's)."""
+        import torch
+
+        return any(
+            op.name == "sigmoid" and op.out_dtype == torch.float32
+            for path, seen in self.probe.norm_ops.items()
+            if path.split(".", 1)[0] in self.attention_children
+            for op in seen
+        )
+
+    def delta_gate_channel_bytes(self) -> int:
+        """The element bytes of a delta rule's gate given per key channel (Kimi delta attention,
+        whose kernel keeps the gate as given); 0 for a gate per head or no delta rule."""
+        return max((k.gate_channel_bytes for k in self.delta_kernels()), default=0)
 
     def scan_apart(self) -> bool:
         return any(k.apart for k in self.scan_kernels())
@@ -453,6 +495,11 @@ class LayerView:
             "qk_norm_weightless": self.qk_norm_weightless(),
             "scan_apart": self.scan_apart(),
             "scan_norms": self.scan_norms(),
+            "delta_gate_channel_bytes": self.delta_gate_channel_bytes(),
+            "delta_gate_fp32": self.delta_gate_kept(torch.float32),
+            "delta_gate_masks": self.delta_gate_kept(torch.bool),
+            "lowrank_width": self.lowrank_width(),
+            "gated_norm_sigmoid": self.gated_norm_sigmoid(),
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),

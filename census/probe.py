@@ -47,6 +47,7 @@ from speccat.census.flops import LayerFlops
 from speccat.census.predicates import (
     causal_conv1d_names,
     delta_rule_names,
+    kda_names,
     is_activation,
     is_activation_region,
     is_experts,
@@ -66,6 +67,7 @@ from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_con
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
+OPS_KDA = torch.ops.speccat.chunk_kda.default
 OPS_SCAN = torch.ops.speccat.mamba_inner.default
 OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
@@ -138,6 +140,7 @@ class KernelCall:
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
 
 
@@ -186,6 +189,9 @@ class LayerProbe:
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
     tokens: int = 0  # the tokens of the hidden states the layer was called with
     forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/flops.py), when asked
+    # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
+    # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
+    kept_tails: Counter = field(default_factory=Counter)
 
 
 class Made(NamedTuple):
@@ -226,6 +232,7 @@ class Watcher:
         self.dropout_storages: set[int] = set()
         self.activation_inputs: set[int] = set()  # inputs of inline activations in an MLP (F.silu in LFM2's)
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
+        self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
         self.excluded_outputs: set[int] = set()
@@ -279,6 +286,7 @@ class Watcher:
         savers = self.seen.setdefault(key, [])
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
+            self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
         op = self._region_op(tensor, key)
         if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
             probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
@@ -346,9 +354,10 @@ class Watcher:
                 )
             )
             self.kernel_count_in_child[self._child()] += 1
-        elif func is OPS_DELTA:
-            q, k, v = args[0], args[1], args[2]
-            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+        elif func is OPS_DELTA or func is OPS_KDA:
+            q, k, v, g = args[0], args[1], args[2], args[3]
+            gate = g.element_size() if func is OPS_KDA else 0  # KDA's gate, one per key channel, is kept as given
+            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gate_channel_bytes=gate))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_SCAN:
             xz, A, dt_w = args[0], args[7], args[4]
@@ -529,6 +538,7 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
         for m in layer.modules()
         for names, kernel in (
             (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
+            (kda_names, attention.speccat_chunk_kda),
             (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
             (mamba_inner_names, speccat_mamba_inner_fn),
             (selective_scan_names, speccat_selective_scan_fn),
@@ -771,6 +781,7 @@ def _book_bytes(watcher: Watcher) -> None:
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
+            probe.kept_tails[(op, *watcher.tails[key])] += 1
             if op == "ffAct":
                 probe.act_kept.add(key)
             made = watcher.creator.get(key)
