@@ -230,7 +230,7 @@ def _chunk_cumsum(x: Tensor, chunk: int) -> Tensor:
     """Cumulative sum along dim 1 restarted at every chunk of `chunk` positions (x is (b, s, h, ...))."""
     b, s, rest = x.shape[0], x.shape[1], x.shape[2:]
     padded = torch.cat([x, x.new_zeros(b, (-s) % chunk, *rest)], dim=1)
-    return padded.view(b, -1, chunk, *rest).cumsum(2).reshape(b, -1, *rest)[:, :s]
+    return padded.view(b, -1, chunk, *rest).cumsum(2).reshape(b, -1, *rest)[:, :s].clone()  # its own storage, s positions
 
 
 def _chunk_uncumsum(g_cum: Tensor, chunk: int) -> Tensor:
@@ -326,7 +326,7 @@ def _chunked(x: Tensor, chunk: int) -> Tensor:
 def _unchunked(x: Tensor, s: int) -> Tensor:
     """(b, n, h, chunk, chunk) → (b, s, h, chunk): one row of its chunk's matrix per position."""
     b, n, heads, chunk, _ = x.shape
-    return x.permute(0, 1, 3, 2, 4).reshape(b, n * chunk, heads, chunk)[:, :s]
+    return x.permute(0, 1, 3, 2, 4).reshape(b, n * chunk, heads, chunk)[:, :s].clone()  # its own storage, s positions
 
 
 def _chunk_scores(x: Tensor, y: Tensor, g_cum: Tensor, heads: int, chunk: int, strict: bool) -> Tensor:
