@@ -17,6 +17,7 @@ import torch
 from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.points import check_prices, measured_per_token, price_points
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
@@ -148,3 +149,17 @@ def test_kda_stacks_are_priced_as_measured(config, seq):
     for i, kind in enumerate(prices.kinds):
         priced, measured = float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())
         assert abs(priced / measured - 1) <= 0.02, (kind, priced, measured)
+
+
+@pytest.mark.parametrize("config", [TINY_KIMI, TINY_BAILING], ids=["kimi_linear", "bailing_hybrid"])
+def test_kda_kinds_are_priced_within_one_percent_at_every_point(config):
+    """Across settings too: the tp ranks divide the KDA heads (census/across.yaml
+    `linear_num_heads`) as the records do; the low-rank gates' head-wide middles stay whole."""
+    spec = run_census(config, name="tiny", seq_length=256, across=True)
+    records, grid = load_records(), load_settings()
+    rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid)
+    measured = measured_per_token(spec)
+    assert {r["point"] for r in rows} >= {"census", "tp 2", "cp 2"}
+    worst = max(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) for r in rows)
+    assert worst < 0.01, worst
+    check_prices(spec, rows, records)
