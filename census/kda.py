@@ -39,20 +39,12 @@ from speccat.census.kernels import (
     _delta_grads,
     _delta_states,
     _fold_heads,
-    _l2norm,
     _l2norm_backward,
+    _normalised,
     _per_head,
     _unchunked,
     _wy_matrix,
 )
-
-
-def _normalised(q: Tensor, k: Tensor, l2norm_qk: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """q and k, l2-normalised when asked, and their fp32 inverse norms (ones when not)."""
-    if l2norm_qk:
-        (qn, q_rstd), (kn, k_rstd) = _l2norm(q), _l2norm(k)
-        return qn, kn, q_rstd, k_rstd
-    return q.clone(), k.clone(), _acc(q.new_ones(q.shape[:-1])), _acc(k.new_ones(k.shape[:-1]))
 
 
 @torch.library.custom_op(f"{LIB}::chunk_kda", mutates_args=())

@@ -226,6 +226,14 @@ def _l2norm_backward(y: Tensor, rstd: Tensor, dy: Tensor) -> Tensor:
     return rstd.unsqueeze(-1) * (dy - y * (dy * y).sum(dim=-1, keepdim=True))
 
 
+def _normalised(q: Tensor, k: Tensor, l2norm_qk: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """q and k, l2-normalised when asked (else copies), and their fp32 inverse norms (ones when not)."""
+    if l2norm_qk:
+        (qn, q_rstd), (kn, k_rstd) = _l2norm(q), _l2norm(k)
+        return qn, kn, q_rstd, k_rstd
+    return q.clone(), k.clone(), _acc(q.new_ones(q.shape[:-1])), _acc(k.new_ones(k.shape[:-1]))
+
+
 def _chunk_cumsum(x: Tensor, chunk: int) -> Tensor:
     """Cumulative sum along dim 1 restarted at every chunk of `chunk` positions (x is (b, s, h, ...))."""
     b, s, rest = x.shape[0], x.shape[1], x.shape[2:]
@@ -360,13 +368,7 @@ def chunk_gated_delta_rule(
     (normalised when `l2norm_qk`), their fp32 inverse norms (b, s, kv_heads), the fp32
     chunk-local cumulative decay and the WY matrix A (b, s, heads, 64) in k's dtype.
     """
-    if l2norm_qk:
-        qn, q_rstd = _l2norm(q)
-        kn, k_rstd = _l2norm(k)
-    else:
-        qn, kn = q.clone(), k.clone()
-        q_rstd = _acc(q.new_ones(q.shape[:-1]))
-        k_rstd = _acc(k.new_ones(k.shape[:-1]))
+    qn, kn, q_rstd, k_rstd = _normalised(q, k, l2norm_qk)
     g_cum = _chunk_cumsum(_acc(g), DELTA_CHUNK)
     out = _delta_states(*_per_head(qn, kn, v, beta, scale)[:3], _acc(g), _acc(beta))[0].to(v.dtype)
     wy = _wy_matrix(kn, g_cum, beta, v.shape[2], DELTA_CHUNK).to(k.dtype)
