@@ -4,11 +4,12 @@
 AttentionMaskInterface), as transformers intends custom attention to be plugged in. It calls
 the `speccat::flash_attention` op with K/V heads unexpanded. The gated delta rule wrapper has
 the signature of transformers' `torch_chunk_gated_delta_rule` and calls
-`speccat::chunk_gated_delta_rule`, the Kimi delta attention wrapper transformers'
-`chunk_kimi_delta_attention` and calls `speccat::chunk_kda`; the census swaps them in only while
-a layer runs.
+`speccat::chunk_gated_delta_rule`; the Kimi delta attention wrapper has the signature of
+transformers' `chunk_kimi_delta_attention` and calls `speccat::chunk_kda`. The census swaps
+them in only while a layer runs.
 
-While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule"), so the census
+While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule", either delta
+rule), so the census
 can tell the tensors a kernel keeps from the rest.
 """
 
