@@ -468,9 +468,11 @@ def _conv_backward(ctx, grad_out):
     x, weight, bias = ctx.saved_tensors
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
-        out = _causal_conv1d_ref(*leaves, ctx.silu)
+        # in the accumulation dtype, as the forward: x and the weights may differ in dtype
+        # (bailing_hybrid's fp32 conv weights on bf16 activations); each gradient in its input's dtype
+        out = _causal_conv1d_ref(*(_acc(t) if t is not None else None for t in leaves), ctx.silu)
         wanted = [t for t in leaves if t is not None]
-        grads = iter(torch.autograd.grad(out, wanted, grad_out))
+        grads = iter(torch.autograd.grad(out, wanted, grad_out.to(out.dtype)))
     return tuple(next(grads) if t is not None else None for t in leaves) + (None,)
 
 

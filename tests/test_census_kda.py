@@ -49,15 +49,16 @@ def kimi():
 
 
 def _run_layer(model, dtype, kernel: bool, monkeypatch):
-    """One real forward and backward of kimi_linear's layer 0 (KDA, dense MLP): (its saves, its
+    """One real forward and backward of the model's layer 0 (KDA, dense MLP): (its saves, its
     gradients), through speccat's KDA and conv ops, or transformers' torch path."""
-    from transformers.models.kimi_linear import modeling_kimi_linear
+    import sys
 
     from speccat.census.attention import speccat_causal_conv1d_fn, speccat_chunk_kda
 
     if kernel:
-        monkeypatch.setattr(modeling_kimi_linear, "chunk_kimi_delta_attention", speccat_chunk_kda)
-        monkeypatch.setattr(modeling_kimi_linear, "causal_conv1d_fn", speccat_causal_conv1d_fn)
+        home = sys.modules[type(model).__module__]  # the modeling module whose globals the layer calls
+        monkeypatch.setattr(home, "chunk_kimi_delta_attention", speccat_chunk_kda)
+        monkeypatch.setattr(home, "causal_conv1d_fn", speccat_causal_conv1d_fn)
     torch.manual_seed(1)
     x = torch.randn(1, S, H, dtype=dtype, requires_grad=True)
     kept, grads = saves_and_grads(model, model.model.layers[0], x)
@@ -128,15 +129,27 @@ def test_kimi_linear_gives_its_kinds_and_facts(kimi):
     assert (ops["attMM"], ops["linrec"], ops["attBMM"], ops["softmax"]) == (4 + 2, 1, 0, 0)
 
 
-def test_bailing_hybrid_keeps_its_bf16_gate():
+def test_bailing_hybrid_keeps_its_bf16_gate(monkeypatch):
     """bailing_hybrid's forget gate is one full projection, a sigmoid of a scaled input (its safe
-    gate), cast back to bf16: the kernel keeps the bf16 gate, the gate's code two fp32 tensors."""
+    gate), cast back to bf16: the kernel keeps the bf16 gate, the gate's code two fp32 tensors;
+    storage by storage against a real CPU run of its layer 0."""
     spec = run_census(TINY_BAILING, name="tiny-bailing-hybrid", seq_length=S)
     assert [g["kind"] for g in spec["layers"]] == ["linear_dense", "linear_moe", "full_moe"]
     facts = spec["variants"]["linear_dense"]
     assert (facts["delta_gate_channel_bytes"], facts["delta_gate_fp32"], facts["delta_gate_masks"], facts["lowrank_width"]) == (BF16, 2, 0, 0)
     booked = spec["measured"]["linear_dense"]["bytes_per_token"]
     assert booked["linrec"] == BF16 * 3 * QKV + FP32 * 2 * HEADS + FP32 * QKV + BF16 * QKV + BF16 * 2 * HEADS * 64
+    kept, _ = _run_layer(tiny_model(TINY_BAILING, torch.bfloat16), torch.bfloat16, True, monkeypatch)
+    real = signature(kept.values())
+    gate = (1, S, HEADS, DK)
+    f32, bf16 = torch.float32, torch.bfloat16
+    # of the gate's shape: the gate's own code keeps the fp32 scaled input (the product's) and
+    # the sigmoid's fp32 output; the kernel q, k and v (bf16), the fp32 cumulative gate and the
+    # bf16 gate as given; the output norm its fp32 input, normalised input, weighted product
+    # and sigmoid output
+    of_gate = [dtype for shape, dtype, _ in real if shape == gate]
+    assert (of_gate.count(f32), of_gate.count(bf16), len(of_gate)) == (2 + 1 + 4, 3 + 1, 11)
+    assert sum(booked.values()) * S == sum(n for _, _, n in real)
 
 
 @pytest.mark.parametrize("config", [TINY_KIMI, TINY_BAILING], ids=["kimi_linear", "bailing_hybrid"])

@@ -256,3 +256,21 @@ def test_causal_conv1d_matches_transformers_and_keeps_only_its_input():
     grad = torch.randn_like(out)
     torch.testing.assert_close(torch.autograd.grad(out, (x, weight), grad), torch.autograd.grad(expected, (x_ref, w_ref), grad))
     assert {t.untyped_storage().data_ptr() for t in kept} == {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}
+
+
+def test_causal_conv1d_takes_fp32_weights_on_half_inputs():
+    """bailing_hybrid builds its conv in fp32 and runs it on bf16 activations: the op computes in
+    fp32 both ways and hands each gradient back in its input's dtype, as the fp32 reference's."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 9, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(6, 4, dtype=torch.float32, requires_grad=True)
+    out = kernels.causal_conv1d(x, weight, None, True)
+    grad = torch.randn(out.shape, dtype=torch.float32)
+    dx, dw = torch.autograd.grad(out, (x, weight), grad.to(out.dtype))
+    assert (out.dtype, dx.dtype, dw.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
+    x_ref, w_ref = x.detach().float().requires_grad_(), weight.detach().clone().requires_grad_()
+    expected = torch.nn.functional.silu(torch.nn.functional.conv1d(x_ref, w_ref.unsqueeze(1), padding=3, groups=6)[..., :9])
+    ref_dx, ref_dw = torch.autograd.grad(expected, (x_ref, w_ref), grad.to(torch.bfloat16).float())
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dx.float(), ref_dx, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dw, ref_dw, rtol=1e-4, atol=1e-4)
