@@ -24,12 +24,16 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
 from speccat.census import kda, kernels
+from speccat.census.spec import SpecError
 
 # The name registered with transformers; it must not contain "flash", "sdpa" or "flex", which
 # transformers reads as requests for its own kernels.
 ATTENTION_IMPL = "speccat"
 
 _KERNEL: ContextVar[str | None] = ContextVar("speccat_kernel", default=None)
+# Tensor inputs a model may pass through the attention interface that change nothing the kernel
+# computes: the positions (already applied to q and k by the rotary embedding).
+POSITIONAL_INPUTS = frozenset({"position_ids"})
 _SEEDS = random.Random(0x5EED)  # dropout seeds, from a generator of our own (no global RNG state touched)
 
 
@@ -68,6 +72,7 @@ def speccat_attention(
     sliding window, softcapping, sinks (`s_aux`) and sparse `indices` are the kernel's own
     arguments, as they are for FlashAttention.
     """
+    _refuse_unknown_inputs(module, kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if is_causal is None and not hasattr(module, "is_causal") and key.shape[2] != query.shape[2]:
         causal = False  # keys of another length and no causal flag stated: a cross-attention to encoder states sees them all
@@ -78,6 +83,19 @@ def speccat_attention(
             query, key, value, s_aux, indices, float(scale), bool(causal), int(sliding_window or 0), float(softcap or 0.0), float(dropout), seed
         )
     return out, None
+
+
+def _refuse_unknown_inputs(module: torch.nn.Module, kwargs: dict) -> None:
+    """A tensor the kernel does not take would be dropped without a word, and the attention
+    computed (and priced) without it: an additive position bias (s×s scores per head, which a
+    flash kernel cannot take: inkling's relative bias) or per-query sinks. Refused instead."""
+    unknown = sorted(name for name, value in kwargs.items() if isinstance(value, torch.Tensor) and name not in POSITIONAL_INPUTS)
+    if unknown:
+        raise SpecError(
+            "unsupported_layer",
+            f"{type(module).__name__}: its attention passes the tensor {', '.join(unknown)}, which speccat's flash kernel does not take "
+            "(an additive score bias or per-query sinks: no flash kernel computes it)",
+        )
 
 
 def speccat_attention_mask(*args, **kwargs):

@@ -121,14 +121,6 @@ def test_gemma4_unified_full_layers_state_their_wider_heads():
     assert _dims(spec, "sliding_dense") == (8, 4, 256, None) and _dims(spec, "full_dense") == (8, 4, 512, None)
 
 
-def test_inkling_sliding_and_full_layers_state_their_own_kv_heads():
-    # defaults: 66 layers, 'hybrid' (full) every 6th: 11 full, 55 sliding, all MoE; full 64 heads,
-    # 8 kv heads; sliding (swa_*) 64 heads, 16 kv heads; both 128 wide
-    spec = _registry_spec("inkling_text")
-    assert _counts(spec) == {"sliding_moe": 55, "full_moe": 11}
-    assert _dims(spec, "sliding_moe") == (64, 16, 128, None) and _dims(spec, "full_moe") == (64, 8, 128, None)
-
-
 def test_dots3_mla_layers_of_two_widths_each_state_their_latent_dims():
     # defaults: 46 layers; indexed (full) at 0, 1 and every 4th from 5 (13 in all), the rest sliding;
     # layer 0 dense. Indexed: 128 heads, kv rank 512, nope 128 + rope 64 = 192, v 128. Sliding
