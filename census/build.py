@@ -41,6 +41,7 @@ class Built:
     embedding: nn.Module
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
     params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
+    way: Any = None  # how the probe runs the decoder (census/inputs.py Way), once a probe has run it
 
 
 def model_class_for(top: Any, text: Any):
