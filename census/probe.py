@@ -577,7 +577,7 @@ def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Ite
 
 
 @contextlib.contextmanager
-def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool = True) -> Iterator[None]:
+def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool) -> Iterator[None]:
     """Make the config's per-layer lists match the kept layers while they run, and its layer
     count too when `probed_count` (census/inputs.py)."""
     originals = {}
