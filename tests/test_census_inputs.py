@@ -138,3 +138,22 @@ def test_a_decoder_that_adds_tokens_of_its_own_is_refused():
     with pytest.raises(SpecError, match=r"hidden states \(1, 20\) .* no dim of the 16 tokens") as err:
         run_census(config, name="cpmant-tiny", seq_length=16)
     assert err.value.reason == "unsupported_layer"
+
+
+@pytest.mark.parametrize("dims", [(1, 16), (16, 1), (16,), (1, 16, 4)])
+def test_hidden_states_with_a_dim_of_the_tokens_given_pass(dims):
+    """Batch-first, sequence-first, flattened tokens, several streams per token (deepseek_v4's
+    hyper-connections): each has a dim of the 16 tokens the decoder was given."""
+    from speccat.census.describe import check_tokens
+    from speccat.census.probe import LayerProbe
+
+    check_tokens({0: LayerProbe(0, ran=True, hidden_dims=dims)}, 16)
+
+
+def test_hidden_states_without_the_tokens_given_are_refused_unless_the_layer_never_ran():
+    from speccat.census.describe import check_tokens
+    from speccat.census.probe import LayerProbe
+
+    check_tokens({0: LayerProbe(0, ran=False)}, 16)  # a cross-attention layer skipped without encoder states
+    with pytest.raises(SpecError, match=r"layer 3: its hidden states \(1, 20\)"):
+        check_tokens({3: LayerProbe(3, ran=True, hidden_dims=(1, 20))}, 16)
