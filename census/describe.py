@@ -532,14 +532,14 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
 
 def check_tokens(probes: Mapping[int, LayerProbe], seq_length: int) -> None:
     """Refuse a decoder that hands its layers another number of tokens than it was given
-    (cpmant's prepends prompt tokens of its own): the census states bytes per token of the
-    sequence, measured at one sequence length."""
+    (cpmant's prepends prompt tokens of its own, prophetnet's appends a stream per predicted
+    token): the census states bytes per token of the sequence, measured at one sequence length."""
     for index, probe in probes.items():
         if probe.ran and probe.hidden_dims and seq_length not in probe.hidden_dims:
             raise SpecError(
                 "unsupported_layer",
                 f"layer {index}: its hidden states {probe.hidden_dims} (before the width) have no dim of the {seq_length} tokens the decoder is given: "
-                "the decoder adds or drops tokens of its own (a prompt), which bytes per token of the sequence do not state",
+                "the decoder runs its layers over tokens of its own beside the sequence's (a prompt, n-gram streams), which bytes per token of the sequence do not state",
             )
 
 
