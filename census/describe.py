@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,6 +224,23 @@ class LayerView:
         paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called]  # in call order
         return self._width_back_to_hidden(paths)
 
+    def _one_dense_width(self) -> None:
+        """Refuse a dense feed-forward whose projections back to the hidden size read different
+        widths: two feed-forwards side by side or in turn (gemma4's per-layer input gate, its
+        own projections 2304→256→2304 after the MLP's), which the records price as one."""
+        back = {
+            path: int(m.weight.shape[1])
+            for path, m in self.named(self.ffn_children)
+            if is_projection(m) and m.weight.shape[0] == self.hidden
+        }
+        if len(set(back.values())) > 1:
+            listed = ", ".join(f"{path} from {width}" for path, width in back.items())
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {self.index}: feed-forward projections back to the hidden size {self.hidden} from different widths ({listed}): "
+                "a second feed-forward beside the first, which the census does not price",
+            )
+
     def shared_widths(self) -> list[int]:
         widths = []
         for path, module in self.shared_children():
@@ -277,6 +295,7 @@ class LayerView:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
+            self._one_dense_width()
             weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
         if not width:
             raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
@@ -558,6 +577,19 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
     return model_wide, {index: d for index, d in dims.items() if d != model_wide}
 
 
+def check_tokens(probes: Mapping[int, LayerProbe], seq_length: int) -> None:
+    """Refuse a decoder that hands its layers another number of tokens than it was given
+    (cpmant's prepends prompt tokens of its own, prophetnet's appends a stream per predicted
+    token): the census states bytes per token of the sequence, measured at one sequence length."""
+    for index, probe in probes.items():
+        if probe.ran and probe.hidden_dims and seq_length not in probe.hidden_dims:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {index}: its hidden states {probe.hidden_dims} (before the width) have no dim of the {seq_length} tokens the decoder is given: "
+                "the decoder runs its layers over tokens of its own beside the sequence's (a prompt, n-gram streams), which bytes per token of the sequence do not state",
+            )
+
+
 def check_probes(views: list[LayerView]) -> None:
     """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
@@ -575,10 +607,14 @@ def check_probes(views: list[LayerView]) -> None:
             )
         for k in v.attention_kernels():
             if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
-                raise SpecError(
-                    "unsupported_layer",
-                    f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})",
+                extra = k.k[2] - k.q[2]
+                what = (
+                    f"its queries attend to {extra} keys beyond the layer's own tokens (compressed entries appended to them: "
+                    "deepseek_v4's compressed attention), which the census does not price"
+                    if k.q[2] in v.probe.hidden_dims and 0 < extra < k.q[2]
+                    else "cross-attention"
                 )
+                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): {what} (queries {k.q[2]}, keys {k.k[2]})")
 
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:
