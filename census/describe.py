@@ -609,8 +609,8 @@ def check_probes(views: list[LayerView]) -> None:
             if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
                 extra = k.k[2] - k.q[2]
                 what = (
-                    f"its queries attend to {extra} keys beyond the layer's own tokens (compressed entries appended to them: "
-                    "deepseek_v4's compressed attention), which the census does not price"
+                    f"its queries attend to {extra} keys beyond the layer's own tokens (entries appended to them, such as "
+                    "compressed keys), which the census does not price"
                     if k.q[2] in v.probe.hidden_dims and 0 < extra < k.q[2]
                     else "cross-attention"
                 )
