@@ -116,7 +116,9 @@ class LayerView:
 
     def mixer_op(self) -> str:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
-        return SCAN_APART_OP if self.scan_apart() else MIXER_OPS[self.shape.attention]
+        mixers = self.shape.attention.split("_", 1) if self.shape.attention.startswith("full_") else [self.shape.attention]
+        ops = [SCAN_APART_OP if mixer == "mamba" and self.scan_apart() else MIXER_OPS[mixer] for mixer in mixers]
+        return "+".join(ops)  # a hybrid's both: the attention kernel and the scan's
 
     def scan_apart(self) -> bool:
         return any(k.apart for k in self.scan_kernels())

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
+from speccat.census.predicates import holds_scan, is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -48,42 +48,40 @@ def signature(index: int, layer: nn.Module) -> tuple:
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
-    attention, ffn = "none", "dense"
+    attention, ffn, scan = "none", "dense", None
     scan_children, mixer_children = set(), set()
     for name, module in layer.named_modules():
         if not name:
             continue
-        scan = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
-        if scan is not None:
-            if attention in ("full", "linear"):
+        found = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
+        if found is not None:
+            if attention not in ("none", "full"):
                 raise SpecError(
                     "unsupported_layer",
-                    f"layer {index} ({type(layer).__name__}): a {scan} mixer ({name}) beside {attention} attention in one layer (a parallel hybrid); "
-                    "the census prices one mixer per layer",
+                    f"layer {index} ({type(layer).__name__}): a {found} mixer ({name}) beside {attention} attention in one layer; "
+                    "the census prices a state-space mixer beside softmax attention only",
                 )
-            attention = scan
+            scan = found
             scan_children.add(name.split(".", 1)[0])
             continue
-        if name.split(".", 1)[0] in scan_children:
-            continue
+        if name.split(".", 1)[0] in scan_children or holds_scan(module):
+            continue  # the scan runner's own modules, or a block around it (zamba2's mamba_decoder)
         if is_state_space_mixer(name, module):
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
         if is_experts(module):
             ffn = "moe"
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
-        if attention in ("mamba", "mamba2"):
-            if uses_attention_interface(module) or runs_delta_rule(module):
+        if runs_delta_rule(module):
+            if scan is not None:
                 raise SpecError(
                     "unsupported_layer",
-                    f"layer {index} ({type(layer).__name__}): attention ({name}) beside a {attention} mixer in one layer (falcon_h1's parallel hybrid); "
-                    "the census prices one mixer per layer",
+                    f"layer {index} ({type(layer).__name__}): linear attention ({name}) beside a {scan} mixer in one layer; "
+                    "the census prices a state-space mixer beside softmax attention only",
                 )
-            continue
-        if runs_delta_rule(module):
             attention = "linear"
             mixer_children.add(name.split(".", 1)[0])
-        elif attention == "none" and runs_short_conv(module):
+        elif attention == "none" and scan is None and runs_short_conv(module):
             attention = "short_conv"
             mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
@@ -94,6 +92,8 @@ def signature(index: int, layer: nn.Module) -> tuple:
         n not in mixer_children and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
+    if scan is not None:
+        attention = scan if attention == "none" else f"full_{scan}"  # a hybrid: attention beside the state-space mixer
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
