@@ -48,7 +48,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
-    attention, ffn, scan = "none", "dense", None
+    attention, ffn, scan, attention_path = "none", "dense", None, ""
     scan_children, mixer_children = set(), set()
     for name, module in layer.named_modules():
         if not name:
@@ -85,19 +85,41 @@ def signature(index: int, layer: nn.Module) -> tuple:
             attention = "short_conv"
             mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
-            attention = "full"
+            attention, attention_path = "full", name
             mixer_children.add(name.split(".", 1)[0])
     mixer_children |= scan_children
     if mixer_children and ffn != "moe" and not any(
         n not in mixer_children and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
-    if scan is not None:
-        attention = scan if attention == "none" else f"full_{scan}"  # a hybrid: attention beside the state-space mixer
+    if scan is not None and attention == "full":
+        _refuse_nested_block(index, layer, attention_path)
+        attention = f"full_{scan}"  # a hybrid: attention beside the state-space mixer
+    elif scan is not None:
+        attention = scan
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
     return (type(layer).__name__, attention, ffn, params)
+
+
+def _refuse_nested_block(index: int, layer: nn.Module, attention_path: str) -> None:
+    """A hybrid layer's attention must be a child of its own: the census books a layer's saves by
+    its top-level children (attention, mixer, feed-forward) and the records price attention on
+    the layer's stream. A block of its own around the attention, with projections outside it
+    (zamba's and zamba2's shared transformer: attention and an MLP on the hidden states
+    concatenated with the embeddings, then a linear, before the Mamba layer) is refused."""
+    top = attention_path.split(".", 1)[0]
+    outside = [
+        name for name, module in layer.get_submodule(top).named_modules(prefix=top)
+        if is_projection(module) and not (name == attention_path or name.startswith(attention_path + "."))
+    ]
+    if outside:
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {index} ({type(layer).__name__}): its attention ({attention_path}) runs inside a block of its own beside a state-space mixer, "
+            f"with projections outside the attention ({outside[0]}, ...: a shared transformer block); the census prices a hybrid's attention as a child of the layer",
+        )
 
 
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
