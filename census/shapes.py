@@ -26,7 +26,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "short_conv", "none", or "eager" until the probe settles it
+    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "none", or "eager" until the probe settles it
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -44,7 +44,8 @@ def signature(index: int, layer: nn.Module) -> tuple:
 
     attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
-    the attention interface does, `eager` (decided by
+    the attention interface does, `full_mamba` or `full_mamba2` when the attention interface
+    and a scan run side by side (a hybrid: falcon_h1), `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
