@@ -522,6 +522,11 @@ def check_probes(views: list[LayerView]) -> None:
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
                 "(a cross-attention layer skips without encoder states)",
             )
+        if v.shape.attention.startswith("full_") and not (v.attention_kernels() and (v.scan_kernels() or v.ssd_kernels())):
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {v.index} ({type(v.layer).__name__}): holds attention beside a state-space mixer, but only one of them ran on a plain causal input",
+            )
         if sum(k.apart for k in v.scan_kernels()) > 1:
             raise SpecError(
                 "unsupported_layer",

@@ -150,3 +150,19 @@ def test_a_shared_transformer_block_beside_a_mamba_layer_is_refused(model_type):
         run_census(config, name=model_type, seq_length=256)
     assert err.value.reason == "unsupported_layer"
     assert "runs inside a block of its own beside a state-space mixer" in str(err.value) and ".self_attn)" in str(err.value)
+
+
+def test_a_hybrid_whose_mixers_did_not_both_run_is_refused():
+    """A hybrid kind states both mixers: a probe that saw only one of them ran is refused rather
+    than priced with a mixer that never ran."""
+    from speccat.census.describe import LayerView, check_probes
+    from speccat.census.probe import KernelCall, LayerProbe
+    from speccat.census.shapes import Shape
+
+    ssd = KernelCall("ssd", "mamba", (1, S, WIDTH), (MH, P), (G, N))
+    attention = KernelCall("attention", "self_attn", (1, HEADS, S, DH), (1, KV, S, DH), (1, KV, S, DH))
+    for ran in ([ssd], [attention]):
+        view = LayerView(0, torch.nn.Module(), LayerProbe(0, kernels=ran), Shape("full_mamba2", "dense", ()), H)
+        with pytest.raises(SpecError, match="only one of them ran"):
+            check_probes([view])
+    check_probes([LayerView(0, torch.nn.Module(), LayerProbe(0, kernels=[ssd, attention]), Shape("full_mamba2", "dense", ()), H)])
