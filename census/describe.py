@@ -118,9 +118,12 @@ class LayerView:
 
     def mixer_op(self) -> str:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
-        if self.scan_apart():
-            return SCAN_APART_OP
-        return KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[self.shape.attention]
+        mixers = self.shape.attention.split("_", 1) if self.shape.attention.startswith("full_") else [self.shape.attention]
+        ops = [
+            SCAN_APART_OP if mixer == "mamba" and self.scan_apart() else KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[mixer]
+            for mixer in mixers
+        ]
+        return "+".join(ops)  # a hybrid's both: the attention kernel and the scan's
 
     def delta_gate_kept(self, dtype) -> int:
         """Tensors of a per-channel delta gate's shape (value heads, key dim) in `dtype` that the
@@ -598,6 +601,11 @@ def check_probes(views: list[LayerView]) -> None:
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
                 "(a cross-attention layer skips without encoder states)",
+            )
+        if v.shape.attention.startswith("full_") and not (v.attention_kernels() and (v.scan_kernels() or v.ssd_kernels())):
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {v.index} ({type(v.layer).__name__}): holds attention beside a state-space mixer, but only one of them ran on a plain causal input",
             )
         if sum(k.apart for k in v.scan_kernels()) > 1:
             raise SpecError(

@@ -212,6 +212,12 @@ def runs_ssd_scan(module: nn.Module) -> bool:
     return any(_SSD_COMBINED.search(name) for name in _forward_names(type(module)))
 
 
+def holds_scan(module: nn.Module) -> bool:
+    """A block around a Mamba or Mamba2 mixer: some module under it runs the scan (zamba2's
+    mamba_decoder, a decoder layer of its own nested in a hybrid layer)."""
+    return any(runs_selective_scan(m) or runs_ssd_scan(m) for m in module.modules())
+
+
 def runs_short_conv(module: nn.Module) -> bool:
     """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn, and all
     it holds is one depthwise Conv1d between two projections (in and out). Recurrent mixers

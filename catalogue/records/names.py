@@ -34,7 +34,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "cross", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "cross", "hybrid", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -163,14 +163,18 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
                 values["dh"] = v_head_dim
         else:  # the value width, where it differs from the query and key width (mimo_v2_flash)
             values["dh"] = spec.get("v_head_dim", spec.get("head_dim", h / a))
-    values["ssm"] = {"mamba": 1, "mamba2": 2}.get(mixer, 0)
+    # a hybrid (full_mamba, full_mamba2): softmax attention beside a state-space mixer, each priced by its own slot
+    hybrid = mixer.startswith("full_")
+    scan = mixer.removeprefix("full_")
+    values["hybrid"] = 1 if hybrid else 0
+    values["ssm"] = {"mamba": 1, "mamba2": 2}.get(scan, 0)
     values["short_conv"] = 1 if mixer == "short_conv" else 0
     values["cross"] = 1 if mixer == "cross" else 0  # attention to encoder states
     ssm_fields = {
         "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
         "mamba2": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("mh", "ssm_num_heads"), ("ng", "ssm_n_groups")),
     }
-    for name, field in ssm_fields.get(mixer, ()):
+    for name, field in ssm_fields.get(scan, ()):
         if need(name, field):
             values[name] = spec[field]
     values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
