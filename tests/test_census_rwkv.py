@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
+from layer_runs import assert_same_grads, priced_vs_measured, saves_and_grads, signature, tiny_model
 
-from speccat.catalogue.records.oprecords import load_records
-from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
 
 BF16, FP32 = 2, 4
 H, A, I, S = 64, 48, 160, 32  # hidden, the time mixing's width (attention_hidden_size), channel mixing's width, tokens
@@ -193,9 +189,5 @@ def test_a_model_without_rwkv_states_no_token_mixes_or_gate():
 @pytest.mark.parametrize("seq", [S, 4096])
 def test_rwkv_stacks_are_priced_as_measured(seq):
     spec = run_census({**TINY_RWKV, "context_length": seq}, name="tiny-rwkv", seq_length=seq)
-    records, grid = load_records(), load_settings()
-    one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
-    for i, kind in enumerate(prices.kinds):
-        priced, measured = float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())
+    for kind, (priced, measured) in priced_vs_measured(spec, seq).items():
         assert abs(priced / measured - 1) <= 0.01, (kind, priced, measured)
