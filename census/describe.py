@@ -36,6 +36,7 @@ MIXER_OPS = {
     "mamba": "speccat::mamba_inner",  # the scan apart from its conv: SCAN_APART_OP
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
+    "rwkv": "speccat::wkv",
     "none": "none",
 }
 SCAN_APART_OP = "speccat::selective_scan"
@@ -192,10 +193,13 @@ class LayerView:
         """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
         return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
 
+    def wkv_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "wkv"]
+
     def scan_projections(self) -> int:
-        """The projections of the children a scan or short conv ran in (in, x, dt and out for
-        Mamba; in and out for Mamba2 and a short conv)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() if k.child}
+        """The projections of the children a scan, short conv or WKV ran in (in, x, dt and out for
+        Mamba; in and out for Mamba2 and a short conv; key, value, receptance and output for RWKV)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -221,10 +225,29 @@ class LayerView:
                 width = int(weight.shape[1])
         return width
 
+    def out_gates(self) -> set[str]:
+        """The dense feed-forward's output gates: projections of the hidden width to itself whose
+        output an inline sigmoid read, and whose products with it no projection of the
+        feed-forward read (RWKV's channel-mixing receptance, whose sigmoid multiplies the MLP's
+        output; a GLU's sigmoid gate feeds the down projection). They are no part of the MLP:
+        not its width, not its matmuls."""
+        if self.experts_path:
+            return set()
+        reads = self._projection_reads(self.ffn_children)
+        return {
+            path
+            for path, products in self.probe.sigmoid_gates.items()
+            if path.split(".", 1)[0] in self.ffn_children
+            and tuple(self.module(path).weight.shape) == (self.hidden, self.hidden)
+            and products
+            and not products & reads
+        }
+
     def dense_width(self) -> int | None:
         if self.experts_path:
             return None
-        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called]  # in call order
+        gates = self.out_gates()
+        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called if p not in gates]  # in call order
         return self._width_back_to_hidden(paths)
 
     def _one_dense_width(self) -> None:
@@ -234,7 +257,7 @@ class LayerView:
         back = {
             path: int(m.weight.shape[1])
             for path, m in self.named(self.ffn_children)
-            if is_projection(m) and m.weight.shape[0] == self.hidden
+            if is_projection(m) and m.weight.shape[0] == self.hidden and path not in self.out_gates()
         }
         if len(set(back.values())) > 1:
             listed = ", ".join(f"{path} from {width}" for path, width in back.items())
@@ -299,7 +322,8 @@ class LayerView:
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
             self._one_dense_width()
-            weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
+            gates = self.out_gates()
+            weights = sum(m.weight.numel() for n, m in self.named(self.ffn_children) if is_projection(m) and n not in gates)
         if not width:
             raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
         count, rest = divmod(weights, self.hidden * width)
@@ -342,7 +366,7 @@ class LayerView:
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -525,6 +549,9 @@ class LayerView:
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),
+            "token_mixes": sum(n for child, n in self.probe.token_mixes.items() if child in self.attention_children),
+            "ff_token_mixes": sum(n for child, n in self.probe.token_mixes.items() if child in self.ffn_children),
+            "ff_out_gate": bool(self.out_gates()),
         }
 
     def conv_kernel(self) -> int | None:
@@ -676,6 +703,9 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         conv = mamba.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv
+    rwkv = next((v for v in views if v.wkv_kernels()), None)
+    if rwkv is not None:
+        facts["wkv_size"] = rwkv.wkv_kernels()[0].q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
         facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]
