@@ -34,6 +34,7 @@ MIXER_OPS = {
     "mamba": "speccat::mamba_inner",  # the scan apart from its conv: SCAN_APART_OP
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
+    "linear_eager": "eager",  # torch code as written, no kernel stands in (census/routing.py)
     "none": "none",
 }
 SCAN_APART_OP = "speccat::selective_scan"
@@ -142,6 +143,24 @@ class LayerView:
     def ssd_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "ssd"]
 
+    def linear_eager_kernels(self) -> list[KernelCall]:
+        """The linear attentions run in torch (census/routing.py), one per module that ran one."""
+        return [k for k in self.probe.kernels if k.kind == "linear_eager"]
+
+    def linear_eager_variants(self) -> dict[str, bool | int]:
+        """What a linear attention run in torch does around its blocks, read off what ran in its
+        child: activation calls on its inputs, a sigmoid gate of the heads' width on its output,
+        norm calls (its output norm); 0 for every other mixer."""
+        calls = self.linear_eager_kernels()
+        children = {k.child for k in calls if k.child}
+        width = calls[0].q[-3] * calls[0].v[-1] if calls else 0
+        inside = lambda path: path.split(".", 1)[0] in children  # noqa: E731
+        return {
+            "mixer_act": sum(n for owner, n in self.probe.activations.items() if inside(owner)),
+            "mixer_out_gate": any(op.name == "sigmoid" and op.out_last == width for c in children for op in self.probe.router_ops.get(c, [])),
+            "mixer_out_norms": sum(n for path, n in self.probe.norm_calls.items() if "." in path and inside(path)),
+        }
+
     def conv_kernels(self) -> list[KernelCall]:
         """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
         return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
@@ -149,7 +168,7 @@ class LayerView:
     def scan_projections(self) -> int:
         """The projections of the children a scan or short conv ran in (in, x, dt and out for
         Mamba; in and out for Mamba2 and a short conv)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() if k.child}
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.linear_eager_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -278,7 +297,7 @@ class LayerView:
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.linear_eager_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -453,6 +472,7 @@ class LayerView:
             "qk_norm_weightless": self.qk_norm_weightless(),
             "scan_apart": self.scan_apart(),
             "scan_norms": self.scan_norms(),
+            **self.linear_eager_variants(),
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),
@@ -585,6 +605,10 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         conv = mamba.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv
+    eager = next((v for v in views if v.linear_eager_kernels()), None)
+    if eager is not None:  # q of its first block (b, heads, block, head dim): the block is min(its size, s)
+        q = eager.linear_eager_kernels()[0].q
+        facts["linear_eager_heads"], facts["linear_eager_block"], facts["linear_eager_head_dim"] = q[-3], q[-2], q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
         facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]

@@ -60,6 +60,9 @@ OPTIONAL_INT = (
     "ssm_head_dim",
     "ssm_n_groups",
     "short_conv_kernel",
+    "linear_eager_heads",
+    "linear_eager_head_dim",
+    "linear_eager_block",
     "sliding_window",
 )
 # Counts that may legitimately be zero when present (every other size must be positive).
