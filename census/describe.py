@@ -144,8 +144,9 @@ class LayerView:
         return [k for k in self.probe.kernels if k.kind == "ssd"]
 
     def linear_eager_kernels(self) -> list[KernelCall]:
-        """The linear attentions run in torch (census/routing.py), one per module that ran one."""
-        return [k for k in self.probe.kernels if k.kind == "linear_eager"]
+        """The linear attentions run in torch (census/routing.py), one per module that ran one, of a
+        layer whose mixer is one (a layer that also called the attention interface is not)."""
+        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.attention in ("eager", "linear_eager") else []
 
     def linear_eager_variants(self) -> dict[str, bool | int]:
         """What a linear attention run in torch does around its blocks, read off what ran in its
