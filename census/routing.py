@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from speccat.census import attention
 
@@ -118,7 +118,7 @@ class AttentionRoute(TorchFunctionMode):
             return t
         if id(t) not in made:
             func, args, kwargs = scores.recipes[id(t)]
-            args, kwargs = (torch.utils._pytree.tree_map(lambda a: self._remade(a, scores, made), x) for x in (args, kwargs))
+            args, kwargs = (tree_map(lambda a: self._remade(a, scores, made), x) for x in (args, kwargs))
             made[id(t)] = func(*args, **kwargs)
         return made[id(t)]
 
@@ -126,6 +126,8 @@ class AttentionRoute(TorchFunctionMode):
         """The value matmul of a linear attention, with autograd (its chain remade when deferred)."""
         if scores.deferred:
             weights = self._remade(weights, scores, {})
+            if scores.dropout:  # a dropout on the scores was passed over while they were taken for softmax's
+                weights = F.dropout(weights, scores.dropout)
         if self.on_linear is not None:
             self.on_linear(scores.q, scores.k, value)
         return func(weights, value)

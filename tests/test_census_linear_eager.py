@@ -116,3 +116,24 @@ def test_blockwise_softmax_is_no_linear_attention():
     assert len(seen) == 1 and seen[0][2] is v
     torch.testing.assert_close(linear, (q @ k.transpose(-1, -2) * 0.5) @ v)
     assert soft.requires_grad and linear.requires_grad
+
+
+def test_scores_taken_for_softmax_are_remade_with_autograd_for_a_linear_attention():
+    """s × s scores run without autograd until the value matmul; reached with no softmax, their
+    chain (the product, a decay mask) is run again with autograd, so gradients reach q and k."""
+    from speccat.census.routing import route_attention
+
+    seen = []
+    q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
+    decay = torch.rand(4, 4)
+    with route_attention(4, lambda *args: seen.append(args)):
+        out = torch.matmul(torch.matmul(q, k.transpose(-1, -2)) * decay, v)
+    assert len(seen) == 1
+    out.sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ((q @ k.transpose(-1, -2)) * decay @ v).sum().backward()
+    for got, t in zip(grads, (q, k, v)):
+        torch.testing.assert_close(got, t.grad)
+
