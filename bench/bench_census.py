@@ -7,6 +7,9 @@ same way. Both are warmed up first (one untimed pass over every config pays the 
 torch, transformers and each modeling module), then timed over `ROUNDS` passes; the per-config
 time is the best of the rounds. Target: census median ≤ 0.3 s per config.
 
+Within it, building the model and one probe per kind (no FLOP counting, no head, no spec):
+the census's measurement core. Target: median ≤ 0.1 s per config.
+
 Then the census with its measurements across settings (`across=True`, what the night runs:
 a second length, cp and tp ranks, switch sets through selective checkpointing), one round.
 Target: median ≤ 1.0 s per config.
@@ -24,6 +27,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 ROUNDS = 3
 TARGET_MEDIAN = 0.3
 TARGET_ACROSS = 1.0
+TARGET_CORE = 0.1
 
 
 def _configs():
@@ -53,6 +57,23 @@ def naive(config: dict, name: str):
     stack = classify(built.layers)
     firsts = list(dict.fromkeys(shape.first for _, shape in stack))
     return probe_layers(built, firsts, 4096, fake_mode=mode)
+
+
+def core(config: dict, name: str):
+    """Building the model on meta and one probe per distinct shape: the census without FLOP
+    counting, the head, describing the layers or writing the spec."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from speccat.census import remote
+    from speccat.census.build import build
+    from speccat.census.probe import probe_layers
+    from speccat.census.resolve import resolve_config
+    from speccat.census.shapes import classify
+
+    top, text, _ = resolve_config(remote.resolve(config, CONFIG_MAPPING))
+    built = build(top, text)
+    firsts = list(dict.fromkeys(shape.first for _, shape in classify(built.layers)))
+    return probe_layers(built, firsts, 4096)
 
 
 def _time(fn, configs, rounds: int = ROUNDS) -> dict[str, float]:
@@ -105,6 +126,12 @@ def main() -> None:
     print("   slowest census: " + ", ".join(f"{n} {ours[n]:.3f} s" + (f" (naive {theirs[n]:.3f} s)" if n in theirs else "") for n in slowest))
     print(f"   refused, not timed: {', '.join(refused) or 'none'}")
     print(f"   target median <= {TARGET_MEDIAN} s: {'met' if median <= TARGET_MEDIAN else 'MISSED'}")
+    built = _time(core, configs)
+    core_median = statistics.median(built.values())
+    print(f"   building and one probe per kind: median {core_median:.3f} s  max {max(built.values()):.3f} s per config")
+    slowest = sorted(built, key=built.get, reverse=True)[:5]
+    print("   slowest: " + ", ".join(f"{n} {built[n]:.3f} s" for n in slowest))
+    print(f"   target median <= {TARGET_CORE} s: {'met' if core_median <= TARGET_CORE else 'MISSED'}")
     across = _time(lambda config, name: run_census(config, name=name, across=True), configs, rounds=1)
     across_median = statistics.median(across.values())
     print(f"   census with its measurements across settings: median {across_median:.3f} s  max {max(across.values()):.3f} s per config (one round)")

@@ -4,9 +4,12 @@
 AttentionMaskInterface), as transformers intends custom attention to be plugged in. It calls
 the `speccat::flash_attention` op with K/V heads unexpanded. The gated delta rule wrapper has
 the signature of transformers' `torch_chunk_gated_delta_rule` and calls
-`speccat::chunk_gated_delta_rule`; the census swaps it in only while a layer runs.
+`speccat::chunk_gated_delta_rule`; the Kimi delta attention wrapper has the signature of
+transformers' `chunk_kimi_delta_attention` and calls `speccat::chunk_kda`. The census swaps
+them in only while a layer runs.
 
-While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule"), so the census
+While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule", either delta
+rule), so the census
 can tell the tensors a kernel keeps from the rest.
 """
 
@@ -20,13 +23,17 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
-from speccat.census import kernels
+from speccat.census import kda, kernels
+from speccat.census.spec import SpecError
 
 # The name registered with transformers; it must not contain "flash", "sdpa" or "flex", which
 # transformers reads as requests for its own kernels.
 ATTENTION_IMPL = "speccat"
 
 _KERNEL: ContextVar[str | None] = ContextVar("speccat_kernel", default=None)
+# Tensor inputs a model may pass through the attention interface that change nothing the kernel
+# computes: the positions (already applied to q and k by the rotary embedding).
+POSITIONAL_INPUTS = frozenset({"position_ids"})
 _SEEDS = random.Random(0x5EED)  # dropout seeds, from a generator of our own (no global RNG state touched)
 
 
@@ -65,6 +72,7 @@ def speccat_attention(
     sliding window, softcapping, sinks (`s_aux`) and sparse `indices` are the kernel's own
     arguments, as they are for FlashAttention.
     """
+    _refuse_unknown_inputs(module, kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if is_causal is None and not hasattr(module, "is_causal") and key.shape[2] != query.shape[2]:
         causal = False  # keys of another length and no causal flag stated: a cross-attention to encoder states sees them all
@@ -75,6 +83,19 @@ def speccat_attention(
             query, key, value, s_aux, indices, float(scale), bool(causal), int(sliding_window or 0), float(softcap or 0.0), float(dropout), seed
         )
     return out, None
+
+
+def _refuse_unknown_inputs(module: torch.nn.Module, kwargs: dict) -> None:
+    """A tensor the kernel does not take would be dropped without a word, and the attention
+    computed (and priced) without it: an additive position bias (s×s scores per head, which a
+    flash kernel cannot take: inkling's relative bias) or per-query sinks. Refused instead."""
+    unknown = sorted(name for name, value in kwargs.items() if isinstance(value, torch.Tensor) and name not in POSITIONAL_INPUTS)
+    if unknown:
+        raise SpecError(
+            "unsupported_layer",
+            f"{type(module).__name__}: its attention passes the tensor {', '.join(unknown)}, which speccat's flash kernel does not take "
+            "(an additive score bias or per-query sinks: no flash kernel computes it)",
+        )
 
 
 def speccat_attention_mask(*args, **kwargs):
@@ -107,6 +128,31 @@ def speccat_chunk_gated_delta_rule(
     value = value.contiguous()  # flash-linear-attention's input guard: v's own copy, not a view of the conv output
     with _kernel_scope("delta_rule"):
         out = kernels.chunk_gated_delta_rule(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
+    return out, None
+
+
+def speccat_chunk_kda(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    chunk_size: int = 64,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    scale: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """transformers' chunked Kimi delta attention signature (`chunk_kimi_delta_attention`),
+    computed by `speccat::chunk_kda` (census/kda.py). From an empty state, as the delta rule."""
+    if initial_state is not None or output_final_state:
+        raise ValueError("speccat's Kimi delta attention runs from an empty state and returns no final state")
+    scale = scale if scale is not None else key.shape[-1] ** -0.5
+    # fla's input guard: every input contiguous (v its own copy, not a view of the conv output)
+    query, key, value, g, beta = (t.contiguous() for t in (query, key, value, g, beta))
+    with _kernel_scope("delta_rule"):
+        out = kda.chunk_kda(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
     return out, None
 
 

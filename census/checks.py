@@ -35,6 +35,8 @@ def _check_size(field: str, value: Any, where: str = "", layers: Any = None) -> 
     also a non-empty list of them, as long as the stack where `layers` states its length."""
     low, high = LIMITS.sizes[field]
     label = f"{where}{field}"
+    if field in LIMITS.unbounded and _is_int(value) and value == LIMITS.unbounded[field]:
+        return  # the field's own "no bound" (census/limits.yaml `unbounded`)
     if field in LIMITS.per_layer_sizes and isinstance(value, (list, tuple)):
         if not value:
             raise SpecError("bad_value", f"{label}: a per-layer list must name a size for every layer, got an empty list")

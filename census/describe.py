@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ SHARED_NAME = re.compile(r"shared")  # shared_expert, shared_experts, shared_exp
 
 ATTENTION_OP = "speccat::flash_attention"
 DELTA_RULE_OP = "speccat::chunk_gated_delta_rule"
+KDA_OP = "speccat::chunk_kda"  # the delta rule gated per key channel (Kimi delta attention)
 # The kernel each mixer flavour runs (a kind's measured `attention_impl`); feed-forward-only blocks run none.
 MIXER_OPS = {
     "full": ATTENTION_OP,
@@ -117,7 +119,48 @@ class LayerView:
 
     def mixer_op(self) -> str:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
-        return SCAN_APART_OP if self.scan_apart() else MIXER_OPS[self.shape.attention]
+        if self.scan_apart():
+            return SCAN_APART_OP
+        return KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[self.shape.attention]
+
+    def delta_gate_kept(self, dtype) -> int:
+        """Tensors of a per-channel delta gate's shape (value heads, key dim) in `dtype` that the
+        mixer's own code keeps outside the kernel: what its gate's chain of ops saves (Kimi's
+        softplus written as exp, log and a where on the fp32 gate: three fp32 and one bool mask)."""
+        kernels = [k for k in self.delta_kernels() if k.gate_channel_bytes]
+        if not kernels:
+            return 0
+        tail = (kernels[0].v[2], kernels[0].k[3])
+        return sum(n for (op, dims, kept), n in self.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in self.attention_children})
+
+    def lowrank_width(self) -> int:
+        """A linear-attention mixer's low-rank projections: the summed input widths of its
+        projections that read neither the layer's hidden width nor the recurrence's output width
+        (Kimi's forget and output gates, each a projection to the head width and one back up);
+        their inputs are kept. 0 for other mixers."""
+        delta = self.delta_kernels()
+        if not delta:
+            return 0
+        out_width = delta[0].v[2] * delta[0].v[3]
+        widths = [int(m.weight.shape[1]) for _, m in self.named(self.attention_children) if is_projection(m)]
+        return sum(w for w in widths if w not in (self.hidden, out_width))
+
+    def gated_norm_sigmoid(self) -> bool:
+        """The attention's output norm multiplies by a sigmoid of its gate in fp32 (fla's
+        FusedRMSNormGated as transformers writes Kimi delta attention's)."""
+        import torch
+
+        return any(
+            op.name == "sigmoid" and op.out_dtype == torch.float32
+            for path, seen in self.probe.norm_ops.items()
+            if path.split(".", 1)[0] in self.attention_children
+            for op in seen
+        )
+
+    def delta_gate_channel_bytes(self) -> int:
+        """The element bytes of a delta rule's gate given per key channel (Kimi delta attention,
+        whose kernel keeps the gate as given); 0 for a gate per head or no delta rule."""
+        return max((k.gate_channel_bytes for k in self.delta_kernels()), default=0)
 
     def scan_apart(self) -> bool:
         return any(k.apart for k in self.scan_kernels())
@@ -201,6 +244,23 @@ class LayerView:
         paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called]  # in call order
         return self._width_back_to_hidden(paths)
 
+    def _one_dense_width(self) -> None:
+        """Refuse a dense feed-forward whose projections back to the hidden size read different
+        widths: two feed-forwards side by side or in turn (gemma4's per-layer input gate, its
+        own projections 2304→256→2304 after the MLP's), which the records price as one."""
+        back = {
+            path: int(m.weight.shape[1])
+            for path, m in self.named(self.ffn_children)
+            if is_projection(m) and m.weight.shape[0] == self.hidden
+        }
+        if len(set(back.values())) > 1:
+            listed = ", ".join(f"{path} from {width}" for path, width in back.items())
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {self.index}: feed-forward projections back to the hidden size {self.hidden} from different widths ({listed}): "
+                "a second feed-forward beside the first, which the census does not price",
+            )
+
     def shared_widths(self) -> list[int]:
         widths = []
         for path, module in self.shared_children():
@@ -255,6 +315,7 @@ class LayerView:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
+            self._one_dense_width()
             weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
         if not width:
             raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
@@ -473,6 +534,11 @@ class LayerView:
             "qk_norm_weightless": self.qk_norm_weightless(),
             "scan_apart": self.scan_apart(),
             "scan_norms": self.scan_norms(),
+            "delta_gate_channel_bytes": self.delta_gate_channel_bytes(),
+            "delta_gate_fp32": self.delta_gate_kept(torch.float32),
+            "delta_gate_masks": self.delta_gate_kept(torch.bool),
+            "lowrank_width": self.lowrank_width(),
+            "gated_norm_sigmoid": self.gated_norm_sigmoid(),
             **self.linear_eager_variants(),
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
@@ -532,6 +598,19 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
     return model_wide, {index: d for index, d in dims.items() if d != model_wide}
 
 
+def check_tokens(probes: Mapping[int, LayerProbe], seq_length: int) -> None:
+    """Refuse a decoder that hands its layers another number of tokens than it was given
+    (cpmant's prepends prompt tokens of its own, prophetnet's appends a stream per predicted
+    token): the census states bytes per token of the sequence, measured at one sequence length."""
+    for index, probe in probes.items():
+        if probe.ran and probe.hidden_dims and seq_length not in probe.hidden_dims:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {index}: its hidden states {probe.hidden_dims} (before the width) have no dim of the {seq_length} tokens the decoder is given: "
+                "the decoder runs its layers over tokens of its own beside the sequence's (a prompt, n-gram streams), which bytes per token of the sequence do not state",
+            )
+
+
 def check_probes(views: list[LayerView]) -> None:
     """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
@@ -549,10 +628,14 @@ def check_probes(views: list[LayerView]) -> None:
             )
         for k in v.attention_kernels():
             if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
-                raise SpecError(
-                    "unsupported_layer",
-                    f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})",
+                extra = k.k[2] - k.q[2]
+                what = (
+                    f"its queries attend to {extra} keys beyond the layer's own tokens (compressed entries appended to them: "
+                    "deepseek_v4's compressed attention), which the census does not price"
+                    if k.q[2] in v.probe.hidden_dims and 0 < extra < k.q[2]
+                    else "cross-attention"
                 )
+                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): {what} (queries {k.q[2]}, keys {k.k[2]})")
 
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:

@@ -226,12 +226,19 @@ def _l2norm_backward(y: Tensor, rstd: Tensor, dy: Tensor) -> Tensor:
     return rstd.unsqueeze(-1) * (dy - y * (dy * y).sum(dim=-1, keepdim=True))
 
 
+def _normalised(q: Tensor, k: Tensor, l2norm_qk: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """q and k, l2-normalised when asked (else copies), and their fp32 inverse norms (ones when not)."""
+    if l2norm_qk:
+        (qn, q_rstd), (kn, k_rstd) = _l2norm(q), _l2norm(k)
+        return qn, kn, q_rstd, k_rstd
+    return q.clone(), k.clone(), _acc(q.new_ones(q.shape[:-1])), _acc(k.new_ones(k.shape[:-1]))
+
+
 def _chunk_cumsum(x: Tensor, chunk: int) -> Tensor:
-    """Cumulative sum along dim 1 restarted at every chunk of `chunk` positions (x is (b, s, h))."""
-    b, s, h = x.shape
-    pad = (-s) % chunk
-    xs = torch.nn.functional.pad(x, (0, 0, 0, pad)).view(b, -1, chunk, h).cumsum(2)
-    return xs.reshape(b, -1, h)[:, :s]
+    """Cumulative sum along dim 1 restarted at every chunk of `chunk` positions (x is (b, s, h, ...))."""
+    b, s, rest = x.shape[0], x.shape[1], x.shape[2:]
+    padded = torch.cat([x, x.new_zeros(b, (-s) % chunk, *rest)], dim=1)
+    return padded.view(b, -1, chunk, *rest).cumsum(2).reshape(b, -1, *rest)[:, :s].clone()  # its own storage, s positions
 
 
 def _chunk_uncumsum(g_cum: Tensor, chunk: int) -> Tensor:
@@ -253,17 +260,25 @@ def _per_head(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float) -> tu
     )
 
 
+def _gate(decay_t: Tensor) -> Tensor:
+    """The multiplicative decay of one token, shaped to scale a (b, h, dk, dv) state: one per
+    head (b, h), or one per key channel (b, h, dk: Kimi delta attention's diagonal gate)."""
+    e = torch.exp(decay_t)
+    return e.unsqueeze(-1) if e.dim() == 3 else e.view(*e.shape, 1, 1)
+
+
 def _delta_states(q, k, v, decay, beta) -> tuple[Tensor, list[Tensor]]:
     """The gated delta rule token by token (q already scaled, all per value head).
 
-    State S (dk×dv) per head: S ← e^{g_t}·S; S ← S + k_t ⊗ β_t(v_t − Sᵀk_t); o_t = Sᵀq_t.
+    State S (dk×dv) per head: S ← diag(e^{g_t})·S; S ← S + k_t ⊗ β_t(v_t − Sᵀk_t); o_t = Sᵀq_t,
+    with g_t one per head (b, s, h) or one per key channel (b, s, h, dk).
     Returns the outputs (b, s, h, dv) and the states after each token (the first is the zero state).
     """
     b, s, heads, _ = v.shape
     states = [q.new_zeros(b, heads, k.shape[-1], v.shape[-1])]
     outputs = []
     for t in range(s):
-        state = states[-1] * torch.exp(decay[:, t]).view(b, heads, 1, 1)
+        state = states[-1] * _gate(decay[:, t])
         delta = (v[:, t] - torch.einsum("bhkv,bhk->bhv", state, k[:, t])) * beta[:, t].unsqueeze(-1)
         state = state + torch.einsum("bhk,bhv->bhkv", k[:, t], delta)
         states.append(state)
@@ -280,7 +295,7 @@ def _delta_grads(q, k, v, decay, beta, grad_out) -> tuple[Tensor, Tensor, Tensor
     dstate = torch.zeros_like(states[0])
     for t in reversed(range(s)):
         kt, qt, do = k[:, t], q[:, t], grad_out[:, t]
-        gate = torch.exp(decay[:, t]).view(b, heads, 1, 1)
+        gate = _gate(decay[:, t])
         decayed = states[t] * gate
         delta_in = v[:, t] - torch.einsum("bhkv,bhk->bhv", decayed, kt)
         delta = delta_in * beta[:, t].unsqueeze(-1)
@@ -296,8 +311,9 @@ def _delta_grads(q, k, v, decay, beta, grad_out) -> tuple[Tensor, Tensor, Tensor
         dpred = -dv[:, t]
         dstate = dstate + torch.einsum("bhk,bhv->bhkv", kt, dpred)
         dk[:, t] += torch.einsum("bhkv,bhv->bhk", decayed, dpred)
-        # S' = e^{g_t} S_{t-1}
-        ddecay[:, t] = (dstate * decayed).sum(dim=(-1, -2))
+        # S' = diag(e^{g_t}) S_{t-1}
+        per_channel = (dstate * decayed).sum(dim=-1)
+        ddecay[:, t] = per_channel if decay.dim() == 4 else per_channel.sum(dim=-1)
         dstate = dstate * gate
     return dq, dk, dv, ddecay, dbeta
 
@@ -308,23 +324,38 @@ def _fold_heads(grad: Tensor, kv_heads: int) -> Tensor:
     return grad.view(b, s, kv_heads, heads // kv_heads, d).sum(dim=3)
 
 
+def _chunked(x: Tensor, chunk: int) -> Tensor:
+    """(b, s, h, ...) → (b, n, h, chunk, ...): the positions in chunks, the last one zero-padded."""
+    b, s, heads, rest = x.shape[0], x.shape[1], x.shape[2], x.shape[3:]
+    padded = torch.cat([x, x.new_zeros(b, (-s) % chunk, heads, *rest)], dim=1)
+    return padded.view(b, -1, chunk, heads, *rest).transpose(2, 3)
+
+
+def _unchunked(x: Tensor, s: int) -> Tensor:
+    """(b, n, h, chunk, chunk) → (b, s, h, chunk): one row of its chunk's matrix per position."""
+    b, n, heads, chunk, _ = x.shape
+    return x.permute(0, 1, 3, 2, 4).reshape(b, n * chunk, heads, chunk)[:, :s].clone()  # its own storage, s positions
+
+
+def _chunk_scores(x: Tensor, y: Tensor, g_cum: Tensor, heads: int, chunk: int, strict: bool) -> Tensor:
+    """Per chunk and value head, x_i·(y_j ⊙ e^{g_i − g_j}) for j before i (and j = i unless
+    strict), else 0: (b, n, h, chunk, chunk). x and y (b, s, key heads, dk) serve consecutive
+    value heads; g_cum, the chunk-local cumulative decay, is one per head (b, s, h) or one per
+    key channel (b, s, h, dk)."""
+    xc = _chunked(_acc(x).repeat_interleave(heads // x.shape[2], dim=2), chunk)
+    yc = _chunked(_acc(y).repeat_interleave(heads // y.shape[2], dim=2), chunk)
+    gc = _chunked(g_cum if g_cum.dim() == 4 else g_cum.unsqueeze(-1), chunk)
+    allowed = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool), diagonal=-1 if strict else 0)
+    decay = torch.exp((gc.unsqueeze(-2) - gc.unsqueeze(-3)).masked_fill(~allowed.unsqueeze(-1), 0.0))
+    return (xc.unsqueeze(-2) * yc.unsqueeze(-3) * decay).sum(-1).masked_fill(~allowed, 0.0)
+
+
 def _wy_matrix(k: Tensor, g_cum: Tensor, beta: Tensor, heads: int, chunk: int) -> Tensor:
-    """Per chunk, A = (I + strictly-lower(β_i·k_i·k_j·e^{g_i − g_j}))⁻¹, laid out (b, s, h, chunk)."""
-    b, s, _, _ = k.shape
-    pad = (-s) % chunk
-    kf = torch.nn.functional.pad(_acc(k).repeat_interleave(heads // k.shape[2], dim=2), (0, 0, 0, 0, 0, pad))
-    gf = torch.nn.functional.pad(g_cum, (0, 0, 0, pad))
-    bf = torch.nn.functional.pad(_acc(beta), (0, 0, 0, pad))
-    n = kf.shape[1] // chunk
-    kc = kf.view(b, n, chunk, heads, -1).permute(0, 1, 3, 2, 4)  # (b, n, h, c, dk)
-    gc = gf.view(b, n, chunk, heads).permute(0, 1, 3, 2)
-    bc = bf.view(b, n, chunk, heads).permute(0, 1, 3, 2)
-    lower = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool), diagonal=-1)
-    gram = bc.unsqueeze(-1) * (kc @ kc.transpose(-1, -2)) * torch.exp((gc.unsqueeze(-1) - gc.unsqueeze(-2)).masked_fill(~lower, 0.0))
+    """Per chunk, A = (I + strictly-lower(β_i·k_i·(k_j ⊙ e^{g_i − g_j})))⁻¹, laid out (b, s, h, chunk)."""
+    gram = _chunked(_acc(beta), chunk).unsqueeze(-1) * _chunk_scores(k, k, g_cum, heads, chunk, strict=True)
     eye = torch.eye(chunk, dtype=gram.dtype)
-    system = eye + gram.masked_fill(~lower, 0.0)
-    inverse = torch.linalg.solve_triangular(system, eye.expand_as(system), upper=False, unitriangular=True)
-    return inverse.permute(0, 1, 3, 2, 4).reshape(b, n * chunk, heads, chunk)[:, :s]
+    inverse = torch.linalg.solve_triangular(eye + gram, eye.expand_as(gram), upper=False, unitriangular=True)
+    return _unchunked(inverse, k.shape[1])
 
 
 @torch.library.custom_op(f"{LIB}::chunk_gated_delta_rule", mutates_args=())
@@ -337,13 +368,7 @@ def chunk_gated_delta_rule(
     (normalised when `l2norm_qk`), their fp32 inverse norms (b, s, kv_heads), the fp32
     chunk-local cumulative decay and the WY matrix A (b, s, heads, 64) in k's dtype.
     """
-    if l2norm_qk:
-        qn, q_rstd = _l2norm(q)
-        kn, k_rstd = _l2norm(k)
-    else:
-        qn, kn = q.clone(), k.clone()
-        q_rstd = _acc(q.new_ones(q.shape[:-1]))
-        k_rstd = _acc(k.new_ones(k.shape[:-1]))
+    qn, kn, q_rstd, k_rstd = _normalised(q, k, l2norm_qk)
     g_cum = _chunk_cumsum(_acc(g), DELTA_CHUNK)
     out = _delta_states(*_per_head(qn, kn, v, beta, scale)[:3], _acc(g), _acc(beta))[0].to(v.dtype)
     wy = _wy_matrix(kn, g_cum, beta, v.shape[2], DELTA_CHUNK).to(k.dtype)
@@ -443,9 +468,11 @@ def _conv_backward(ctx, grad_out):
     x, weight, bias = ctx.saved_tensors
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
-        out = _causal_conv1d_ref(*leaves, ctx.silu)
+        # in the accumulation dtype, as the forward: x and the weights may differ in dtype
+        # (bailing_hybrid's fp32 conv weights on bf16 activations); each gradient in its input's dtype
+        out = _causal_conv1d_ref(*(_acc(t) if t is not None else None for t in leaves), ctx.silu)
         wanted = [t for t in leaves if t is not None]
-        grads = iter(torch.autograd.grad(out, wanted, grad_out))
+        grads = iter(torch.autograd.grad(out, wanted, grad_out.to(out.dtype)))
     return tuple(next(grads) if t is not None else None for t in leaves) + (None,)
 
 

@@ -10,7 +10,7 @@ from typing import Mapping
 import yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
-KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "stack_length", "sizes", "per_layer_sizes", "finite")
+KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "stack_length", "sizes", "per_layer_sizes", "unbounded", "finite")
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class Limits:
     stack_length: str  # the required field a stated field equal to the built stack's length may stand for
     sizes: Mapping[str, tuple[int, int]]  # field -> (min, max)
     per_layer_sizes: frozenset[str]  # sizes a config may state as a list, one per layer
+    unbounded: Mapping[str, int]  # field -> the value that means "no bound" (not a size)
     finite: frozenset[str]  # fields that must be finite numbers (never Infinity)
 
 
@@ -40,12 +41,15 @@ def load_limits(path: Path = LIMITS_PATH) -> Limits:
     unbounded = sorted(set(data["per_layer_sizes"]) - set(sizes))
     if unbounded:
         raise ValueError(f"{path.name}: per_layer_sizes: {unbounded} have no bounds in sizes")
+    unknown_bounds = sorted(set(data["unbounded"]) - set(sizes))
+    if unknown_bounds or not all(isinstance(v, int) for v in data["unbounded"].values()):
+        raise ValueError(f"{path.name}: unbounded: must map fields of sizes to an integer, got {data['unbounded']!r}")
     for key in ("max_config_bytes", "max_config_depth", "census_memory_mib"):
         if not (isinstance(data.get(key), int) and data[key] > 0):
             raise ValueError(f"{path.name}: {key}: must be a positive integer, got {data.get(key)!r}")
     return Limits(
         data["max_config_bytes"], data["max_config_depth"], data["census_memory_mib"], tuple(data["required"]), data["stack_length"], MappingProxyType(sizes),
-        frozenset(data["per_layer_sizes"]), frozenset(data["finite"]),
+        frozenset(data["per_layer_sizes"]), MappingProxyType(dict(data["unbounded"])), frozenset(data["finite"]),
     )
 
 

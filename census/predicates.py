@@ -1,5 +1,5 @@
 """What a module of a built layer is: a norm, a projection, an activation, routed experts, a
-state-space mixer, a selective-scan or gated-delta-rule runner or a user of transformers' attention interface.
+state-space mixer, a selective-scan or gated-delta-rule (or Kimi delta attention) runner or a user of transformers' attention interface.
 
 Every part of the census asks these questions of modules (building, classifying layers into
 shapes, probing, describing); they are answered here only, from the module's class, its
@@ -19,6 +19,8 @@ from torch import nn
 from transformers import activations as hf_activations
 
 _DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
+# Kimi delta attention: the delta rule with a gate per key channel (transformers' name, fla's kernel name)
+_KDA = re.compile(r"^(chunk_kimi_delta_attention|chunk_kda)$")
 _CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
 _MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
 _SELECTIVE_SCAN = re.compile(r"^(mamba_)?selective_scan(_fn)?$")  # mamba_ssm's selective_scan_fn, as transformers names it
@@ -177,8 +179,9 @@ def _forward_names(cls: type) -> tuple[str, ...]:
 
 
 def runs_delta_rule(module: nn.Module) -> bool:
-    """Whether the module's forward calls a gated delta rule (the linear-attention recurrence)."""
-    return any(_DELTA_RULE.search(name) for name in _forward_names(type(module)))
+    """Whether the module's forward calls a gated delta rule (the linear-attention recurrence),
+    with a gate per head or per key channel (Kimi delta attention)."""
+    return any(_DELTA_RULE.search(name) or _KDA.search(name) for name in _forward_names(type(module)))
 
 
 def runs_selective_scan(module: nn.Module) -> bool:
@@ -230,6 +233,12 @@ def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of each gated delta rule the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
+
+
+def kda_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of each chunked Kimi delta attention the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _KDA.search(n) and callable(getattr(home, n, None))]
 
 
 def causal_conv1d_names(module: nn.Module) -> list[tuple[Any, str]]:

@@ -21,6 +21,7 @@ delta rule restored and the modes popped when the probe ends, whatever happens.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import inspect
 import traceback
@@ -40,13 +41,14 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from speccat.catalogue.vocabulary import OTHER
-from speccat.census import attention
+from speccat.census import attention, inputs
 from speccat.census.build import Built
 from speccat.census.checks import LAYER_INDEX_LISTS
 from speccat.census.flops import LayerFlops
 from speccat.census.predicates import (
     causal_conv1d_names,
     delta_rule_names,
+    kda_names,
     is_activation,
     is_activation_region,
     is_experts,
@@ -66,6 +68,7 @@ from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_con
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
+OPS_KDA = torch.ops.speccat.chunk_kda.default
 OPS_SCAN = torch.ops.speccat.mamba_inner.default
 OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
@@ -139,6 +142,7 @@ class KernelCall:
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
 
 
@@ -186,7 +190,11 @@ class LayerProbe:
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
     tokens: int = 0  # the tokens of the hidden states the layer was called with
+    hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/flops.py), when asked
+    # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
+    # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
+    kept_tails: Counter = field(default_factory=Counter)
 
 
 class Made(NamedTuple):
@@ -227,6 +235,7 @@ class Watcher:
         self.dropout_storages: set[int] = set()
         self.activation_inputs: set[int] = set()  # inputs of inline activations in an MLP (F.silu in LFM2's)
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
+        self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
         self.excluded_outputs: set[int] = set()
@@ -281,6 +290,7 @@ class Watcher:
         savers = self.seen.setdefault(key, [])
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
+            self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
         op = self._region_op(tensor, key)
         if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
             probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
@@ -348,9 +358,10 @@ class Watcher:
                 )
             )
             self.kernel_count_in_child[self._child()] += 1
-        elif func is OPS_DELTA:
-            q, k, v = args[0], args[1], args[2]
-            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+        elif func is OPS_DELTA or func is OPS_KDA:
+            q, k, v, g = args[0], args[1], args[2], args[3]
+            gate = g.element_size() if func is OPS_KDA else 0  # KDA's gate, one per key channel, is kept as given
+            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gate_channel_bytes=gate))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_SCAN:
             xz, A, dt_w = args[0], args[7], args[4]
@@ -424,6 +435,7 @@ class Watcher:
             if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
                 self.current.hidden_width = int(hidden.shape[-1])
                 self.current.tokens = hidden.numel() // max(int(hidden.shape[-1]), 1)
+                self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
 
         return hook
@@ -546,6 +558,7 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
         for m in layer.modules()
         for names, kernel in (
             (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
+            (kda_names, attention.speccat_chunk_kda),
             (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
             (mamba_inner_names, speccat_mamba_inner_fn),
             (selective_scan_names, speccat_selective_scan_fn),
@@ -591,8 +604,9 @@ def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Ite
 
 
 @contextlib.contextmanager
-def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
-    """Make the config's per-layer lists and layer count match the kept layers while they run."""
+def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool) -> Iterator[None]:
+    """Make the config's per-layer lists match the kept layers while they run, and its layer
+    count too when `probed_count` (census/inputs.py)."""
     originals = {}
     try:
         for key in PER_LAYER_LISTS:
@@ -604,8 +618,9 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
                     continue  # a read-only property derived from other fields
                 originals[key] = value
         try:
-            config.num_hidden_layers = len(keep)
-            originals["num_hidden_layers"] = total
+            if probed_count:
+                config.num_hidden_layers = len(keep)
+                originals["num_hidden_layers"] = total
         except (AttributeError, NotImplementedError):
             pass  # a config that derives its layer count from others (prophetnet); its decoder loops over the stack
         yield
@@ -649,6 +664,12 @@ def encoder_input(module: nn.Module) -> str | None:
     return next((name for name in ENCODER_INPUTS if name in takes), None)
 
 
+class ModelCodeError(SpecError):
+    """The model's own code failed where the census ran it (an exception raised in transformers'
+    frames, or an op that needs the tensors' values): `unsupported_layer`. run_layers may run
+    the decoder again from token ids after it."""
+
+
 def run_layers(
     built: Built,
     indices: list[int],
@@ -667,7 +688,44 @@ def run_layers(
     forward alone runs and the watcher counts. With `flops`, FlopCounterMode counts the forward
     (below the watcher's dispatch mode, so the watcher sees the ops as they were called) and
     each probe gets its layer's FLOPs.
+
+    The decoder runs the first of census/inputs.py's ways that its own code does not fail
+    (`ModelCodeError`), tried in turn on a model's first run; the way that worked is kept on
+    `built` for every later run. When every way fails, the first way's error is raised, with
+    the last's.
     """
+    run = functools.partial(_run_layers, built, indices, seq_length, make_watcher, around, fake_mode, backward, encoder_tokens, flops)
+    if built.way is not None:
+        return run(built.way)
+    tried = inputs.ways(built.decoder)
+    first = None
+    for way in tried:
+        try:
+            watcher = run(way)
+        except ModelCodeError as err:
+            first = first or err
+            last = err
+            continue
+        built.way = way
+        return watcher
+    if last is first:
+        raise first
+    raise ModelCodeError(first.reason, f"{first}; {tried[-1].words()}: {last}") from last
+
+
+def _run_layers(
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    make_watcher: Callable[[dict[int, nn.Module], set[int]], Watcher],
+    around: Callable[[dict[int, nn.Module], Watcher], contextlib.AbstractContextManager] | None,
+    fake_mode: FakeTensorMode | None,
+    backward: bool,
+    encoder_tokens: int,
+    flops: bool,
+    way: inputs.Way,
+) -> Watcher:
+    """run_layers, the decoder run `way` (census/inputs.py)."""
     decoder = built.decoder
     config = built.config
     total = len(built.layers)
@@ -693,11 +751,9 @@ def run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, _config_subset(config, indices, total), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
-            leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
-            embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
-            extra = {}
+            extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
                 name = encoder_input(decoder)
                 if name is None:
@@ -705,7 +761,7 @@ def run_layers(
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
             with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention):
-                output = decoder(inputs_embeds=embeds, use_cache=False, **extra)
+                output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:
                 for index, layer in kept.items():
@@ -720,7 +776,7 @@ def run_layers(
             if backward:
                 hidden_out.float().sum().backward()
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
-        raise SpecError(
+        raise ModelCodeError(
             "unsupported_layer",
             f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
         ) from err
@@ -731,9 +787,9 @@ def run_layers(
         if where is None:  # the census's own code failed: not the model's limit
             raise
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise SpecError(
+        raise ModelCodeError(
             "unsupported_layer",
-            f"{where}: {type(err).__name__}: {first_line[:200]} (the model's own code fails where the census runs it: its decoder from input embeddings, in bf16, on fake tensors)",
+            f"{where}: {type(err).__name__}: {first_line[:200]} (the model's own code fails where the census runs it: its decoder {way.words()}, in bf16, on fake tensors)",
         ) from err
     finally:
         gc.unfreeze()
@@ -788,6 +844,7 @@ def _book_bytes(watcher: Watcher) -> None:
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
+            probe.kept_tails[(op, *watcher.tails[key])] += 1
             if op == "ffAct":
                 probe.act_kept.add(key)
             made = watcher.creator.get(key)

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from speccat.census import kernels
+from speccat.census import kda, kernels
 
 torch_ = pytest.importorskip("transformers")
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager  # noqa: E402
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as gpt_oss_eager  # noqa: E402
+from transformers.models.kimi_linear.modeling_kimi_linear import chunk_kimi_delta_attention  # noqa: E402
 from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule  # noqa: E402
 
 
@@ -160,6 +161,68 @@ def test_delta_rule_wy_matrix_inverts_the_chunk_system():
     torch.testing.assert_close(wy[0, :, h] @ m, torch.eye(64, dtype=torch.float64))
 
 
+def _kda_inputs(b=2, s=70, heads=3, dk=8, seed=0):
+    """Kimi delta attention's inputs: as many key as value heads, and a gate per key channel."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, s, heads, dk, generator=gen, dtype=torch.float64) for _ in range(3))
+    g = -torch.rand(b, s, heads, dk, generator=gen, dtype=torch.float64) * 0.5
+    beta = torch.rand(b, s, heads, generator=gen, dtype=torch.float64)
+    return q, k, v, g, beta
+
+
+def test_kda_matches_transformers_torch_implementation():
+    """speccat::chunk_kda's output and its gradients for q, k, v, the per-channel gate and beta
+    equal transformers' torch `chunk_kimi_delta_attention` (CPU: no kernel hub), over a full
+    chunk and a partial one."""
+    inputs = _kda_inputs()
+    out, grads = _grads(lambda *t: kda.chunk_kda(*t, 8**-0.5, True)[0], *inputs)
+    ref_out, ref_grads = _grads(lambda q, k, v, g, beta: chunk_kimi_delta_attention(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)[0], *inputs)
+    torch.testing.assert_close(out, ref_out.to(out.dtype), rtol=1e-5, atol=1e-5)
+    for name, ours_grad, ref_grad in zip("q k v g beta".split(), grads, ref_grads):
+        torch.testing.assert_close(ours_grad, ref_grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+
+
+def test_kda_keeps_fla_s_chunk_matrices():
+    """Aqk holds q_i·(k_j ⊙ e^{g_i − g_j})·scale for j ≤ i within a chunk, Akk inverts
+    I + strictly-lower(β_i k_i·(k_j ⊙ e^{g_i − g_j})): fla's chunk_kda's two matrices, per value
+    head and token, with the gate per key channel; the cumulative gate restarts every 64."""
+    q, k, v, g, beta = _kda_inputs(b=1, s=64, heads=2)
+    _, qn, kn, _, _, g_cum, aqk, akk = kda.chunk_kda(q, k, v, g, beta, 0.5, True)
+    torch.testing.assert_close(g_cum, g.cumsum(1))
+    h = 1
+    m, scores = torch.eye(64, dtype=torch.float64), torch.zeros(64, 64, dtype=torch.float64)
+    for i in range(64):
+        for j in range(i + 1):
+            decayed = kn[0, j, h] * torch.exp(g_cum[0, i, h] - g_cum[0, j, h])
+            scores[i, j] = 0.5 * qn[0, i, h] @ decayed
+            if j < i:
+                m[i, j] = beta[0, i, h] * (kn[0, i, h] @ decayed)
+    torch.testing.assert_close(aqk[0, :, h], scores)
+    torch.testing.assert_close(akk[0, :, h] @ m, torch.eye(64, dtype=torch.float64))
+
+
+def test_fake_kda_keeps_what_fla_chunk_kda_keeps():
+    """Under fake tensors: normalised q and k (bf16), two fp32 inverse norms per key head, v, the
+    fp32 cumulative gate and the gate as given (per key channel), beta, Aqk and Akk (bf16, 64 a
+    value head and token), nothing of the chunk states."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    kept = []
+    with FakeTensorMode():
+        q, k, v = (torch.empty(1, 16, 2, 4, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        g = torch.empty(1, 16, 2, 4, dtype=torch.float32, requires_grad=True)
+        beta = torch.empty(1, 16, 2, dtype=torch.bfloat16, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            out = kda.chunk_kda(q, k, v, g, beta, 0.5, True)[0]
+        out.sum().backward()
+        assert g.grad.shape == g.shape and q.grad.shape == q.shape
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert [(tuple(t.shape), t.dtype) for t in kept] == [
+        ((1, 16, 2, 4), bf16), ((1, 16, 2, 4), bf16), ((1, 16, 2), f32), ((1, 16, 2), f32), ((1, 16, 2, 4), bf16),
+        ((1, 16, 2, 4), f32), ((1, 16, 2, 4), f32), ((1, 16, 2), bf16), ((1, 16, 2, 64), bf16), ((1, 16, 2, 64), bf16),
+    ]  # fmt: skip
+
+
 def test_fake_kernels_keep_what_flash_kernels_keep():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -193,3 +256,21 @@ def test_causal_conv1d_matches_transformers_and_keeps_only_its_input():
     grad = torch.randn_like(out)
     torch.testing.assert_close(torch.autograd.grad(out, (x, weight), grad), torch.autograd.grad(expected, (x_ref, w_ref), grad))
     assert {t.untyped_storage().data_ptr() for t in kept} == {x.untyped_storage().data_ptr(), weight.untyped_storage().data_ptr()}
+
+
+def test_causal_conv1d_takes_fp32_weights_on_half_inputs():
+    """bailing_hybrid builds its conv in fp32 and runs it on bf16 activations: the op computes in
+    fp32 both ways and hands each gradient back in its input's dtype, as the fp32 reference's."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 9, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(6, 4, dtype=torch.float32, requires_grad=True)
+    out = kernels.causal_conv1d(x, weight, None, True)
+    grad = torch.randn(out.shape, dtype=torch.float32)
+    dx, dw = torch.autograd.grad(out, (x, weight), grad.to(out.dtype))
+    assert (out.dtype, dx.dtype, dw.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
+    x_ref, w_ref = x.detach().float().requires_grad_(), weight.detach().clone().requires_grad_()
+    expected = torch.nn.functional.silu(torch.nn.functional.conv1d(x_ref, w_ref.unsqueeze(1), padding=3, groups=6)[..., :9])
+    ref_dx, ref_dw = torch.autograd.grad(expected, (x_ref, w_ref), grad.to(torch.bfloat16).float())
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dx.float(), ref_dx, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(dw, ref_dw, rtol=1e-4, atol=1e-4)

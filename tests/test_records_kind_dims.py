@@ -15,12 +15,10 @@ from speccat.census.family import family_for
 
 TOLERANCE = 0.005  # at the census's setting
 SWITCH_TOLERANCE = 0.01  # what a switch set frees
-OWN_DIMS = ["dots3_note_text", "mimo_v2_flash", "gemma4_unified_text", "inkling_text"]
+OWN_DIMS = ["dots3_note_text", "mimo_v2_flash", "gemma4_unified_text"]
 OWN_DIMS_GAPS = {
     "gemma4_unified_text": "its norms keep more than records v2 prices (normOp measured 102712, priced 98368 B/token in the "
     "sliding kind); the attention, priced with each kind's own dims, agrees",
-    "inkling_text": "its MoE keeps tensors records v2 does not price (49152 B/token booked to no op, ffAct 86016 vs 73728); "
-    "the attention, priced with each kind's own dims, agrees",
 }
 
 

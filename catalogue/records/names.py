@@ -181,7 +181,9 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
         if need(name, field):
             values[name] = spec[field]
     values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
-    for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")):
+    # MLA's rope split and latent ranks are its softmax attention's: a linear-attention kind of
+    # a hybrid with MLA layers (kimi_linear) has neither, and takes the records' defaults
+    for name, field in (("dhr", "qk_rope_head_dim"), ("dc_kv", "kv_lora_rank"), ("dc_q", "q_lora_rank")) if not linear else ():
         if need(name, field):
             values[name] = spec[field]
 
