@@ -37,6 +37,7 @@ MIXER_OPS = {
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
     "rwkv": "speccat::wkv",
+    "linear_eager": "eager",  # torch code as written, no kernel stands in (census/routing.py)
     "none": "none",
 }
 SCAN_APART_OP = "speccat::selective_scan"
@@ -189,6 +190,25 @@ class LayerView:
     def ssd_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "ssd"]
 
+    def linear_eager_kernels(self) -> list[KernelCall]:
+        """The linear attentions run in torch (census/routing.py), one per module that ran one, of a
+        layer whose mixer is one (a layer that also called the attention interface is not)."""
+        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.attention in ("eager", "linear_eager") else []
+
+    def linear_eager_variants(self) -> dict[str, bool | int]:
+        """What a linear attention run in torch does around its blocks, read off what ran in its
+        child: activation calls on its inputs, a sigmoid gate of the heads' width on its output,
+        norm calls (its output norm); 0 for every other mixer."""
+        calls = self.linear_eager_kernels()
+        children = {k.child for k in calls if k.child}
+        width = calls[0].q[-3] * calls[0].v[-1] if calls else 0
+        inside = lambda path: path.split(".", 1)[0] in children  # noqa: E731
+        return {
+            "mixer_act": sum(n for owner, n in self.probe.activations.items() if inside(owner)),
+            "mixer_out_gate": any(op.name == "sigmoid" and op.out_last == width for c in children for op in self.probe.router_ops.get(c, [])),
+            "mixer_out_norms": sum(n for path, n in self.probe.norm_calls.items() if "." in path and inside(path)),
+        }
+
     def conv_kernels(self) -> list[KernelCall]:
         """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
         return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
@@ -197,9 +217,10 @@ class LayerView:
         return [k for k in self.probe.kernels if k.kind == "wkv"]
 
     def scan_projections(self) -> int:
-        """The projections of the children a scan, short conv or WKV ran in (in, x, dt and out for
-        Mamba; in and out for Mamba2 and a short conv; key, value, receptance and output for RWKV)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() if k.child}
+        """The projections of the children a scan, short conv, WKV or linear attention run in torch
+        ran in (in, x, dt and out for Mamba; in and out for Mamba2 and a short conv; key, value,
+        receptance and output for RWKV)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() + self.linear_eager_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -366,7 +387,7 @@ class LayerView:
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.linear_eager_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -546,6 +567,7 @@ class LayerView:
             "delta_gate_masks": self.delta_gate_kept(torch.bool),
             "lowrank_width": self.lowrank_width(),
             "gated_norm_sigmoid": self.gated_norm_sigmoid(),
+            **self.linear_eager_variants(),
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),
@@ -706,6 +728,10 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     rwkv = next((v for v in views if v.wkv_kernels()), None)
     if rwkv is not None:
         facts["wkv_size"] = rwkv.wkv_kernels()[0].q[-1]
+    eager = next((v for v in views if v.linear_eager_kernels()), None)
+    if eager is not None:  # q of its first block (b, heads, block, head dim): the block is min(its size, s)
+        q = eager.linear_eager_kernels()[0].q
+        facts["linear_eager_heads"], facts["linear_eager_block"], facts["linear_eager_head_dim"] = q[-3], q[-2], q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
         facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]

@@ -157,6 +157,7 @@ class KernelCall:
     # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
     # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
     # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
+    # or "linear_eager" (a linear attention run in torch, census/routing.py: q, k, v of one block (…, n, d))
     kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
@@ -275,6 +276,7 @@ class Watcher:
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
         self.creator: dict[int, Made] = {}  # storage -> the call that made it
+        self.linear_modules: dict[int, set[tuple[str, ...]]] = {}  # layer -> module paths a linear attention ran in
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -454,6 +456,19 @@ class Watcher:
             and not any(is_activation_region(m) for _, m in self.path)
         )
 
+    def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """A linear attention's value matmul ran in torch (census/routing.py): one call per module
+        that runs it, however many blocks of tokens it is written in."""
+        probe = self.current
+        if probe is None or self.forward_done:
+            return
+        where = tuple(name for name, _ in self.path)
+        if where in self.linear_modules.setdefault(probe.index, set()):
+            return
+        self.linear_modules[probe.index].add(where)
+        # not counted per child: the projections around it are the mixer's own (describe.py scan_projections)
+        probe.kernels.append(KernelCall("linear_eager", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+
     def _in_mlp(self) -> bool:
         """The op runs in an MLP's own code (its module holds two or more projections, is no
         attention module and no experts), outside any norm or activation module: an activation
@@ -538,6 +553,8 @@ class Watcher:
         """A norm call on the layer's hidden stream (see LayerProbe.stream_norms)."""
         if any(is_norm(m) for _, m in self.path[:-1]) or not args or not isinstance(args[0], torch.Tensor):
             return False
+        if not depth_one and any(where[:1] == (name.split(".", 1)[0],) for where in self.linear_modules.get(self.current.index, ())):
+            return False  # the output norm of a linear attention run in torch, whatever its width (census/routing.py)
         return depth_one or (args[0].shape[-1] == self.current.hidden_width and not QK_NORM_NAME.match(name.rsplit(".", 1)[-1]))
 
     def _inside_activation(self) -> bool:
@@ -806,7 +823,7 @@ def _run_layers(
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
-            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:
