@@ -478,6 +478,7 @@ class LayerView:
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
+            "score_bias_bytes": max((k.bias_bytes for k in kernels), default=0),
             "ff_input_shared": self.ff_input_shared(),
             "ff_fused_gate_up": bool(dense)
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),

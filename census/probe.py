@@ -140,6 +140,7 @@ class KernelCall:
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
 
@@ -343,6 +344,7 @@ class Watcher:
         if func is OPS_KERNEL:
             q, k, v = args[0], args[1], args[2]
             window, causal, indices = args[7], args[6], args[4]
+            bias = args[11] if len(args) > 11 else kwargs.get("bias")
             probe.kernels.append(
                 KernelCall(
                     "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
@@ -351,6 +353,7 @@ class Watcher:
                     qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
+                    bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
                 )
             )
             self.kernel_count_in_child[self._child()] += 1
