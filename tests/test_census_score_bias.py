@@ -121,26 +121,37 @@ def test_the_kernel_gives_the_bias_the_gradient_sdpa_gives_it(index):
     assert_same_grads(ours, sdpa)
 
 
-def test_an_inkling_kind_states_its_bias(spec):
-    for kind in KINDS.values():
-        assert spec["variants"][kind]["score_bias_bytes"] == BF16
+def test_an_inkling_kind_states_its_bias_and_what_builds_it(spec):
+    for index, kind in KINDS.items():
+        facts = spec["variants"][kind]
         assert spec["measured"][kind]["attention_impl"] == "speccat::flash_attention"
+        assert facts["score_bias_bytes"] == BF16
+        # the gathered table: one bf16 per head and distance (the window, or rel_extent)
+        assert facts["score_bias_source"] == BF16 * (WINDOW if index == 0 else REL_EXTENT)
+        assert facts["score_bias_tables"] == I64 + 1  # the gather's index and the bool mask
+        # fp32 short convs: on k and v (kv width each), on the attention's and the MLP's outputs (hidden width each)
+        assert facts["attention_conv_bytes"] == FP32 * 2 * KV * D
+        assert facts["stream_conv_bytes"] == FP32 * 2 * H
 
 
 @pytest.mark.parametrize("seq", [S, 2 * S])
 def test_the_records_price_the_kept_bias_quadratic_in_the_sequence(seq):
-    """The kernel's saves (attBMM: q, k, v and the bias, a·s per token) and its outputs (softmax)
-    priced as measured at two lengths: per token the bias doubles with the sequence."""
+    """The kernel's saves (attBMM: q, k, v and the bias, a·s per token) priced as measured at two
+    lengths, per token the bias growing with the sequence; the whole attention priced as measured
+    but for one storage: r_proj's output, which the product with the distance profiles keeps
+    (a·d_rel per token, no record prices it)."""
     spec = run_census(TINY_INKLING, name="tiny-inkling", seq_length=seq)
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
     defaults = family_for(spec["arch"]).pricing_defaults()
     prices = price_layers(spec, defaults, records, one)
-    kept_all = records.mask_of([])
-    attbmm_dropped = records.mask_of(["attBMM"])
+    kept_all, attbmm_dropped = records.mask_of([]), records.mask_of(["attBMM"])
     for i, kind in enumerate(prices.kinds):
         booked = spec["measured"][kind]["bytes_per_token"]
         assert booked["attBMM"] == BF16 * (HEADS + 2 * KV) * D + BF16 * HEADS * seq
         # recomputing attBMM drops exactly what the census booked to it
         priced_attbmm = float(prices.total[i, 0, kept_all] - prices.total[i, 0, attbmm_dropped]) / seq
         assert priced_attbmm == pytest.approx(booked["attBMM"], rel=1e-9), kind
+        attention = float(prices.part("attention")[i, 0, kept_all]) / seq
+        measured = booked["attMM"] + booked["attBMM"] + booked["softmax"]
+        assert attention + BF16 * HEADS * D_REL == pytest.approx(measured, rel=1e-9), kind
