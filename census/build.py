@@ -18,6 +18,7 @@ from transformers.initialization import no_init_weights
 from transformers.models.auto import modeling_auto
 
 from speccat.census.attention import ATTENTION_IMPL
+from speccat.census.inputs import Way
 from speccat.census.predicates import is_norm
 from speccat.census.spec import SpecError
 from speccat.census.stack import Stack, find_stack
@@ -41,6 +42,7 @@ class Built:
     embedding: nn.Module
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
     params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
+    way: Way | None = None  # how the probe runs the decoder (census/inputs.py), once a probe has run it
 
 
 def model_class_for(top: Any, text: Any):

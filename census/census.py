@@ -28,6 +28,7 @@ from speccat.census.describe import (
     LayerView,
     attention_dims,
     check_probes,
+    check_tokens,
     model_facts,
 )
 from speccat.catalogue.records.settings import default_setting
@@ -141,6 +142,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     stack = split_by_layer_config(classify(built.layers), built.config)
     candidates = list(dict.fromkeys(shape for _, shape in stack))
     probes = probe_layers(built, [shape.first for shape in candidates], seq_length, flops=True)
+    check_tokens(probes, seq_length)
     stack = merge_alike(stack, lambda a, b: _same_measurement(probes[a.first], probes[b.first]))
     shapes = list(dict.fromkeys(shape for _, shape in stack))
     # the layers' width, read from the hidden states they were called with: it differs from the

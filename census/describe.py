@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ MIXER_OPS = {
     "mamba": "speccat::mamba_inner",  # the scan apart from its conv: SCAN_APART_OP
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
+    "rwkv": "speccat::wkv",
     "none": "none",
 }
 SCAN_APART_OP = "speccat::selective_scan"
@@ -117,9 +119,12 @@ class LayerView:
 
     def mixer_op(self) -> str:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
-        if self.scan_apart():
-            return SCAN_APART_OP
-        return KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[self.shape.attention]
+        mixers = self.shape.attention.split("_", 1) if self.shape.attention.startswith("full_") else [self.shape.attention]
+        ops = [
+            SCAN_APART_OP if mixer == "mamba" and self.scan_apart() else KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[mixer]
+            for mixer in mixers
+        ]
+        return "+".join(ops)  # a hybrid's both: the attention kernel and the scan's
 
     def delta_gate_kept(self, dtype) -> int:
         """Tensors of a per-channel delta gate's shape (value heads, key dim) in `dtype` that the
@@ -230,10 +235,13 @@ class LayerView:
         """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
         return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
 
+    def wkv_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "wkv"]
+
     def scan_projections(self) -> int:
-        """The projections of the children a scan or short conv ran in (in, x, dt and out for
-        Mamba; in and out for Mamba2 and a short conv)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() if k.child}
+        """The projections of the children a scan, short conv or WKV ran in (in, x, dt and out for
+        Mamba; in and out for Mamba2 and a short conv; key, value, receptance and output for RWKV)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -259,11 +267,47 @@ class LayerView:
                 width = int(weight.shape[1])
         return width
 
+    def out_gates(self) -> set[str]:
+        """The dense feed-forward's output gates: projections of the hidden width to itself whose
+        output an inline sigmoid read, and whose products with it no projection of the
+        feed-forward read (RWKV's channel-mixing receptance, whose sigmoid multiplies the MLP's
+        output; a GLU's sigmoid gate feeds the down projection). They are no part of the MLP:
+        not its width, not its matmuls."""
+        if self.experts_path:
+            return set()
+        reads = self._projection_reads(self.ffn_children)
+        return {
+            path
+            for path, products in self.probe.sigmoid_gates.items()
+            if path.split(".", 1)[0] in self.ffn_children
+            and tuple(self.module(path).weight.shape) == (self.hidden, self.hidden)
+            and products
+            and not products & reads
+        }
+
     def dense_width(self) -> int | None:
         if self.experts_path:
             return None
-        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called]  # in call order
+        gates = self.out_gates()
+        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called if p not in gates]  # in call order
         return self._width_back_to_hidden(paths)
+
+    def _one_dense_width(self) -> None:
+        """Refuse a dense feed-forward whose projections back to the hidden size read different
+        widths: two feed-forwards side by side or in turn (gemma4's per-layer input gate, its
+        own projections 2304→256→2304 after the MLP's), which the records price as one."""
+        back = {
+            path: int(m.weight.shape[1])
+            for path, m in self.named(self.ffn_children)
+            if is_projection(m) and m.weight.shape[0] == self.hidden and path not in self.out_gates()
+        }
+        if len(set(back.values())) > 1:
+            listed = ", ".join(f"{path} from {width}" for path, width in back.items())
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {self.index}: feed-forward projections back to the hidden size {self.hidden} from different widths ({listed}): "
+                "a second feed-forward beside the first, which the census does not price",
+            )
 
     def shared_widths(self) -> list[int]:
         widths = []
@@ -319,7 +363,9 @@ class LayerView:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
-            weights = sum(m.weight.numel() for _, m in self.named(self.ffn_children) if is_projection(m))
+            self._one_dense_width()
+            gates = self.out_gates()
+            weights = sum(m.weight.numel() for n, m in self.named(self.ffn_children) if is_projection(m) and n not in gates)
         if not width:
             raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
         count, rest = divmod(weights, self.hidden * width)
@@ -362,7 +408,7 @@ class LayerView:
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -550,6 +596,9 @@ class LayerView:
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),
+            "token_mixes": sum(n for child, n in self.probe.token_mixes.items() if child in self.attention_children),
+            "ff_token_mixes": sum(n for child, n in self.probe.token_mixes.items() if child in self.ffn_children),
+            "ff_out_gate": bool(self.out_gates()),
         }
 
     def conv_kernel(self) -> int | None:
@@ -605,6 +654,19 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
     return model_wide, {index: d for index, d in dims.items() if d != model_wide}
 
 
+def check_tokens(probes: Mapping[int, LayerProbe], seq_length: int) -> None:
+    """Refuse a decoder that hands its layers another number of tokens than it was given
+    (cpmant's prepends prompt tokens of its own, prophetnet's appends a stream per predicted
+    token): the census states bytes per token of the sequence, measured at one sequence length."""
+    for index, probe in probes.items():
+        if probe.ran and probe.hidden_dims and seq_length not in probe.hidden_dims:
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {index}: its hidden states {probe.hidden_dims} (before the width) have no dim of the {seq_length} tokens the decoder is given: "
+                "the decoder runs its layers over tokens of its own beside the sequence's (a prompt, n-gram streams), which bytes per token of the sequence do not state",
+            )
+
+
 def check_probes(views: list[LayerView]) -> None:
     """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
@@ -614,6 +676,11 @@ def check_probes(views: list[LayerView]) -> None:
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
                 "(a cross-attention layer skips without encoder states)",
             )
+        if v.shape.attention.startswith("full_") and not (v.attention_kernels() and (v.scan_kernels() or v.ssd_kernels())):
+            raise SpecError(
+                "unsupported_layer",
+                f"layer {v.index} ({type(v.layer).__name__}): holds attention beside a state-space mixer, but only one of them ran on a plain causal input",
+            )
         if sum(k.apart for k in v.scan_kernels()) > 1:
             raise SpecError(
                 "unsupported_layer",
@@ -622,10 +689,14 @@ def check_probes(views: list[LayerView]) -> None:
             )
         for k in v.attention_kernels():
             if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
-                raise SpecError(
-                    "unsupported_layer",
-                    f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})",
+                extra = k.k[2] - k.q[2]
+                what = (
+                    f"its queries attend to {extra} keys beyond the layer's own tokens (entries appended to them, such as "
+                    "compressed keys), which the census does not price"
+                    if k.q[2] in v.probe.hidden_dims and 0 < extra < k.q[2]
+                    else "cross-attention"
                 )
+                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): {what} (queries {k.q[2]}, keys {k.k[2]})")
 
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:
@@ -679,6 +750,9 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         conv = mamba.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv
+    rwkv = next((v for v in views if v.wkv_kernels()), None)
+    if rwkv is not None:
+        facts["wkv_size"] = rwkv.wkv_kernels()[0].q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
         facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]

@@ -74,6 +74,12 @@ def _run_logits(built: Built, normed: torch.Tensor, ids: torch.Tensor) -> bool:
     return True
 
 
+def _width(norm: torch.nn.Module) -> int | None:
+    """The width a norm normalises, from its weight (None for a norm without one)."""
+    weight = getattr(norm, "weight", None)
+    return int(weight.shape[-1]) if isinstance(weight, torch.Tensor) and weight.dim() else None
+
+
 def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     """What each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
     (`hidden_width`: the layers' width, which the stack's output has): {"bytes_per_token": per
@@ -82,7 +88,9 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     head or no final norm beside its layers, whose ends head.yaml does not describe, or whose
     causal LM's forward cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
-    norms = [m for m in built.decoder.children() if is_norm(m)]
+    # the final norm normalises the stack's output: a norm beside the layers of another width
+    # (gemma4's per-layer projection norm, after the final norm) is not it
+    norms = [m for m in built.decoder.children() if is_norm(m) and _width(m) in (None, hidden_width)]
     if head is None or not norms:
         return None
     norm = norms[-1]

@@ -4,7 +4,8 @@ A kind is a distinct shape (census/build.py: class, mixer, feed-forward, paramet
 shapes and dtypes). Its name is derived from its facts:
 
 - the mixer (`full` attention, `linear` for a gated delta rule, `mamba`, `mamba2`,
-  `short_conv`; `none` for a feed-forward-only block) and the feed-forward (`dense`, `moe`;
+  `short_conv`, `full_mamba` and `full_mamba2` for attention beside a Mamba or Mamba2 mixer
+  in one layer; `none` for a feed-forward-only block) and the feed-forward (`dense`, `moe`;
   `none` for a mixer-only block), joined without the parts a layer lacks: `full_dense`,
   `linear_moe`, `short_conv_dense`, `full` and `mamba2` (mixer-only blocks), `moe` (an
   MoE-only block);

@@ -1,5 +1,5 @@
 """What a module of a built layer is: a norm, a projection, an activation, routed experts, a
-state-space mixer, a selective-scan or gated-delta-rule (or Kimi delta attention) runner or a user of transformers' attention interface.
+state-space mixer, a selective-scan, gated-delta-rule (or Kimi delta attention) or WKV runner or a user of transformers' attention interface.
 
 Every part of the census asks these questions of modules (building, classifying layers into
 shapes, probing, describing); they are answered here only, from the module's class, its
@@ -25,6 +25,7 @@ _CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
 _MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
 _SELECTIVE_SCAN = re.compile(r"^(mamba_)?selective_scan(_fn)?$")  # mamba_ssm's selective_scan_fn, as transformers names it
 _SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
+_WKV = re.compile(r"^rwkv_linear_attention$")  # transformers' entry to RWKV's WKV CUDA kernel (its CPU loop without one)
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
@@ -212,6 +213,12 @@ def runs_ssd_scan(module: nn.Module) -> bool:
     return any(_SSD_COMBINED.search(name) for name in _forward_names(type(module)))
 
 
+def holds_scan(module: nn.Module) -> bool:
+    """A block around a Mamba or Mamba2 mixer: some module under it runs the scan (zamba2's
+    mamba_decoder, a decoder layer of its own nested in a hybrid layer)."""
+    return any(runs_selective_scan(m) or runs_ssd_scan(m) for m in module.modules())
+
+
 def runs_short_conv(module: nn.Module) -> bool:
     """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn, and all
     it holds is one depthwise Conv1d between two projections (in and out). Recurrent mixers
@@ -222,6 +229,12 @@ def runs_short_conv(module: nn.Module) -> bool:
     convs = [m for m in leaves if isinstance(m, nn.Conv1d) and m.groups == m.in_channels]
     own = [p for p in module.parameters(recurse=False)]
     return len(convs) == 1 and not own and sum(1 for m in leaves if is_projection(m)) == 2 and len(leaves) == 3
+
+
+def runs_wkv(module: nn.Module) -> bool:
+    """Whether the module's forward calls RWKV's WKV recurrence (transformers' `rwkv_linear_attention`,
+    which runs the WKV CUDA kernel in training on a GPU): RWKV's time mixing."""
+    return any(_WKV.search(name) for name in _forward_names(type(module)))
 
 
 def uses_attention_interface(module: nn.Module) -> bool:
@@ -263,3 +276,9 @@ def ssd_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the fused Mamba2 mixer (`mamba_split_conv1d_scan_combined`) the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _SSD_COMBINED.search(n) and callable(getattr(home, n, None))]
+
+
+def wkv_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(defining module, global name) of the WKV recurrence (`rwkv_linear_attention`) the module's forward calls."""
+    home = sys.modules[type(module).__module__]
+    return [(home, n) for n in _forward_names(type(module)) if _WKV.search(n) and callable(getattr(home, n, None))]

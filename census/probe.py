@@ -21,6 +21,7 @@ delta rule restored and the modes popped when the probe ends, whatever happens.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import inspect
 import traceback
@@ -40,7 +41,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from speccat.catalogue.vocabulary import OTHER
-from speccat.census import attention
+from speccat.census import attention, inputs
 from speccat.census.build import Built
 from speccat.census.checks import LAYER_INDEX_LISTS
 from speccat.census.flops import LayerFlops
@@ -59,11 +60,13 @@ from speccat.census.predicates import (
     QK_NORM_NAME,
     selective_scan_names,
     ssd_scan_names,
+    wkv_names,
 )
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
 from speccat.census.scan_apart import speccat_selective_scan_fn
 from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
+from speccat.census.wkv import speccat_rwkv_linear_attention
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -72,11 +75,21 @@ OPS_SCAN = torch.ops.speccat.mamba_inner.default
 OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
 OPS_CONV = torch.ops.speccat.causal_conv1d.default
+OPS_WKV = torch.ops.speccat.wkv.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
 # child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
 # the child's op (attMM); the part matters only to what recomputing it frees (census/recompute.py).
 UP_INPUT = "attUp"
 INLINE_ACTIVATIONS = {torch.ops.aten.silu.default, torch.ops.aten.gelu.default, torch.ops.aten.relu.default}
+# Inline activations whose backward reads their result, so autograd keeps their output (ReLU's
+# threshold_backward), where SiLU and GELU keep their input.
+OUTPUT_KEEPING_ACTIVATIONS = {torch.ops.aten.relu.default}
+# A token shift (RWKV's time_shift, ZeroPad2d((0, 0, 1, -1))): each position takes the previous
+# token's row, as a pad of the token dim by one in front and one less behind; a token mix is a
+# product of that shifted copy (x_{t-1}·(1 − μ)).
+TOKEN_SHIFT_OP = torch.ops.aten.constant_pad_nd.default
+TOKEN_MIX_OP = torch.ops.aten.mul.Tensor
+SIGMOID_OP = torch.ops.aten.sigmoid.default
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
@@ -85,6 +98,21 @@ DROPOUT_OPS = {
 
 def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage()._cdata
+
+
+def _shifts_tokens(x: Any, pad: Any, out: Any, hidden: int) -> bool:
+    """A pad of hidden states (b, s, hidden) that moves every row one token later: the token dim
+    padded by k in front and cut by k behind, the hidden dim untouched (TOKEN_SHIFT_OP)."""
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() == 3
+        and int(x.shape[-1]) == hidden
+        and tuple(out.shape) == tuple(x.shape)
+        and len(pad) == 4
+        and pad[0] == pad[1] == 0
+        and pad[2] > 0
+        and pad[3] == -pad[2]
+    )
 
 
 class _Held:
@@ -128,6 +156,7 @@ class KernelCall:
     # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
     # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
     # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
+    # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
     kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
@@ -169,6 +198,8 @@ class LayerProbe:
     stream_norms: list[tuple[str, int]] = field(default_factory=list)
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
     output_projections: list[str] = field(default_factory=list)
+    token_mixes: Counter = field(default_factory=Counter)  # top-level child -> products of a token-shifted copy of the hidden states (RWKV's x_{t-1}·(1 − μ))
+    sigmoid_gates: dict[str, set[int]] = field(default_factory=dict)  # projection whose output an inline sigmoid read next (RWKV's receptance) -> the products of that sigmoid's output
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
     act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
@@ -190,6 +221,7 @@ class LayerProbe:
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
     tokens: int = 0  # the tokens of the hidden states the layer was called with
+    hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/flops.py), when asked
     # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
     # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
@@ -238,7 +270,10 @@ class Watcher:
         self.last_child: str | None = None  # the layer's top-level child that ran last
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
-        self.activation_inputs: set[int] = set()  # inputs of inline activations in an MLP (F.silu in LFM2's)
+        self.activation_inputs: set[int] = set()  # what inline activations in an MLP keep: F.silu's input (LFM2's), torch.relu's output (RWKV's)
+        self.shifted: set[int] = set()  # token-shifted copies of the hidden states (TOKEN_SHIFT_OP)
+        self.last_projection: tuple[str, int, Any] | None = None  # the projection that returned last, its output's storage key and the storage (held: its key stays its own)
+        self.gate_outputs: dict[int, str] = {}  # the output of a sigmoid of a projection -> that projection
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
         self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
@@ -260,7 +295,7 @@ class Watcher:
         if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
             made = self.creator.get(key)
             return "softmax" if made is not None and made.probe.calls[made.call] is OPS_KERNEL else "attBMM"
-        if kernel in ("delta_rule", "scan", "ssd"):
+        if kernel in ("delta_rule", "scan", "ssd", "wkv"):
             return "linrec"
         for _, module in reversed(self.path):
             if is_norm(module):
@@ -388,13 +423,16 @@ class Watcher:
             state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
             probe.kernels.append(KernelCall("ssd", self._child(), tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state)))
             self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_WKV:  # not counted per child: the output projection after it is the mixer's own
+            key, decay, value = args[2], args[0], args[3]
+            probe.kernels.append(KernelCall("wkv", self._child(), tuple(key.shape), tuple(decay.shape), tuple(value.shape)))
         elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
             probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), (), in_bytes=args[0].element_size()))
         elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
             probe.activations[self.path[-1][0]] += 1
-            key = _storage_key(args[0])
-            self.activation_inputs.add(key)
-            self.kept.append(args[0].untyped_storage())
+            kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
+            self.activation_inputs.add(_storage_key(kept))
+            self.kept.append(kept.untyped_storage())
         elif func in DROPOUT_OPS and attention.current_kernel() is None:
             keep = DROPOUT_OPS[func](args, kwargs)
             if keep < 1.0:
@@ -407,6 +445,29 @@ class Watcher:
         elif func in _LAYER_NORM_OPS:
             self.cuda_nbytes.update(layer_norm_stats_cuda_nbytes(func, args, out))
             self.kept.extend(stat.untyped_storage() for stat in out[1:])
+        elif func is TOKEN_SHIFT_OP and _shifts_tokens(args[0], args[1], out, probe.hidden_width):
+            self.shifted.add(_storage_key(out))
+            self.kept.append(out.untyped_storage())
+        elif func is TOKEN_MIX_OP:
+            read = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
+            if read & self.shifted:
+                probe.token_mixes[self._child()] += 1
+            for key in read & self.gate_outputs.keys():
+                probe.sigmoid_gates[self.gate_outputs[key]].add(_storage_key(out))
+        elif func is SIGMOID_OP and attention.current_kernel() is None and self._sigmoid_of_projection(args[0]):
+            path = self.last_projection[0]
+            probe.sigmoid_gates.setdefault(path, set())
+            self.gate_outputs[_storage_key(out)] = path
+            self.kept.append(out.untyped_storage())
+
+    def _sigmoid_of_projection(self, x: Any) -> bool:
+        """An inline sigmoid (outside any activation module) of the output the last projection returned."""
+        return (
+            self.last_projection is not None
+            and isinstance(x, torch.Tensor)
+            and _storage_key(x) == self.last_projection[1]
+            and not any(is_activation_region(m) for _, m in self.path)
+        )
 
     def _in_mlp(self) -> bool:
         """The op runs in an MLP's own code (its module holds two or more projections, is no
@@ -433,6 +494,7 @@ class Watcher:
             if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
                 self.current.hidden_width = int(hidden.shape[-1])
                 self.current.tokens = hidden.numel() // max(int(hidden.shape[-1]), 1)
+                self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
 
         return hook
@@ -481,7 +543,9 @@ class Watcher:
 
     def _leave(self, mod, args, output):
         if self.current is not None and self.path:
-            name, _ = self.path.pop()
+            name, module = self.path.pop()
+            if is_projection(module) and isinstance(output, torch.Tensor):
+                self.last_projection = (name, _storage_key(output), output.untyped_storage())
             if not self.path:
                 self.last_child = name.split(".", 1)[0]
 
@@ -545,8 +609,9 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 
 @contextlib.contextmanager
 def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
-    """Point each linear-attention module's delta rule and causal conv1d, and each Mamba mixer's fused
-    selective scan (or its scan apart), at speccat's kernels while the layers run."""
+    """Point each linear-attention module's delta rule and causal conv1d, each Mamba mixer's fused
+    selective scan (or its scan apart) and each RWKV time mixing's WKV at speccat's kernels while
+    the layers run."""
     targets = {
         (id(home), name): (home, name, kernel)
         for layer in layers.values()
@@ -558,6 +623,7 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
             (mamba_inner_names, speccat_mamba_inner_fn),
             (selective_scan_names, speccat_selective_scan_fn),
             (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
+            (wkv_names, speccat_rwkv_linear_attention),
         )
         for home, name in names(m)
     }
@@ -599,8 +665,9 @@ def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Ite
 
 
 @contextlib.contextmanager
-def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
-    """Make the config's per-layer lists and layer count match the kept layers while they run."""
+def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool) -> Iterator[None]:
+    """Make the config's per-layer lists match the kept layers while they run, and its layer
+    count too when `probed_count` (census/inputs.py)."""
     originals = {}
     try:
         for key in PER_LAYER_LISTS:
@@ -612,8 +679,9 @@ def _config_subset(config: Any, keep: list[int], total: int) -> Iterator[None]:
                     continue  # a read-only property derived from other fields
                 originals[key] = value
         try:
-            config.num_hidden_layers = len(keep)
-            originals["num_hidden_layers"] = total
+            if probed_count:
+                config.num_hidden_layers = len(keep)
+                originals["num_hidden_layers"] = total
         except (AttributeError, NotImplementedError):
             pass  # a config that derives its layer count from others (prophetnet); its decoder loops over the stack
         yield
@@ -657,6 +725,12 @@ def encoder_input(module: nn.Module) -> str | None:
     return next((name for name in ENCODER_INPUTS if name in takes), None)
 
 
+class ModelCodeError(SpecError):
+    """The model's own code failed where the census ran it (an exception raised in transformers'
+    frames, or an op that needs the tensors' values): `unsupported_layer`. run_layers may run
+    the decoder again from token ids after it."""
+
+
 def run_layers(
     built: Built,
     indices: list[int],
@@ -675,7 +749,44 @@ def run_layers(
     forward alone runs and the watcher counts. With `flops`, FlopCounterMode counts the forward
     (below the watcher's dispatch mode, so the watcher sees the ops as they were called) and
     each probe gets its layer's FLOPs.
+
+    The decoder runs the first of census/inputs.py's ways that its own code does not fail
+    (`ModelCodeError`), tried in turn on a model's first run; the way that worked is kept on
+    `built` for every later run. When every way fails, the first way's error is raised, with
+    the last's.
     """
+    run = functools.partial(_run_layers, built, indices, seq_length, make_watcher, around, fake_mode, backward, encoder_tokens, flops)
+    if built.way is not None:
+        return run(built.way)
+    tried = inputs.ways(built.decoder)
+    first = None
+    for way in tried:
+        try:
+            watcher = run(way)
+        except ModelCodeError as err:
+            first = first or err
+            last = err
+            continue
+        built.way = way
+        return watcher
+    if last is first:
+        raise first
+    raise ModelCodeError(first.reason, f"{first}; {tried[-1].words()}: {last}") from last
+
+
+def _run_layers(
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    make_watcher: Callable[[dict[int, nn.Module], set[int]], Watcher],
+    around: Callable[[dict[int, nn.Module], Watcher], contextlib.AbstractContextManager] | None,
+    fake_mode: FakeTensorMode | None,
+    backward: bool,
+    encoder_tokens: int,
+    flops: bool,
+    way: inputs.Way,
+) -> Watcher:
+    """run_layers, the decoder run `way` (census/inputs.py)."""
     decoder = built.decoder
     config = built.config
     total = len(built.layers)
@@ -701,11 +812,9 @@ def run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, _config_subset(config, indices, total), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
-            leaf = torch.empty(1, seq_length, width, dtype=built.embedding.weight.dtype, requires_grad=True)
-            embeds = leaf.clone()  # not a leaf: some models scale their input embeddings in place (ctrl, git)
-            extra = {}
+            extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
                 name = encoder_input(decoder)
                 if name is None:
@@ -713,7 +822,7 @@ def run_layers(
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
             with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
-                output = decoder(inputs_embeds=embeds, use_cache=False, **extra)
+                output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:
                 for index, layer in kept.items():
@@ -728,7 +837,7 @@ def run_layers(
             if backward:
                 hidden_out.float().sum().backward()
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
-        raise SpecError(
+        raise ModelCodeError(
             "unsupported_layer",
             f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
         ) from err
@@ -739,9 +848,9 @@ def run_layers(
         if where is None:  # the census's own code failed: not the model's limit
             raise
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise SpecError(
+        raise ModelCodeError(
             "unsupported_layer",
-            f"{where}: {type(err).__name__}: {first_line[:200]} (the model's own code fails where the census runs it: its decoder from input embeddings, in bf16, on fake tensors)",
+            f"{where}: {type(err).__name__}: {first_line[:200]} (the model's own code fails where the census runs it: its decoder {way.words()}, in bf16, on fake tensors)",
         ) from err
     finally:
         gc.unfreeze()

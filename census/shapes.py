@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.census.predicates import is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, uses_attention_interface
+from speccat.census.predicates import holds_scan, is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, runs_wkv, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -26,7 +26,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "short_conv", "none", or "eager" until the probe settles it
+    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "none", or "eager" until the probe settles it
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -43,61 +43,88 @@ def signature(index: int, layer: nn.Module) -> tuple:
     (census/census.py: the decoder skips it without encoder states).
 
     attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
-    when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), full when
-    the attention interface does, `eager` (decided by
+    when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), rwkv when
+    RWKV's WKV recurrence does (its time mixing), full when
+    the attention interface does, `full_mamba` or `full_mamba2` when the attention interface
+    and a scan run side by side (a hybrid: falcon_h1), `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
-    attention, ffn = "none", "dense"
+    attention, ffn, scan, attention_path = "none", "dense", None, ""
     scan_children, mixer_children = set(), set()
     for name, module in layer.named_modules():
         if not name:
             continue
-        scan = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
-        if scan is not None:
-            if attention in ("full", "linear"):
+        found = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
+        if found is not None:
+            if attention not in ("none", "full"):
                 raise SpecError(
                     "unsupported_layer",
-                    f"layer {index} ({type(layer).__name__}): a {scan} mixer ({name}) beside {attention} attention in one layer (a parallel hybrid); "
-                    "the census prices one mixer per layer",
+                    f"layer {index} ({type(layer).__name__}): a {found} mixer ({name}) beside {attention} attention in one layer; "
+                    "the census prices a state-space mixer beside softmax attention only",
                 )
-            attention = scan
+            scan = found
             scan_children.add(name.split(".", 1)[0])
             continue
-        if name.split(".", 1)[0] in scan_children:
-            continue
+        if name.split(".", 1)[0] in scan_children or holds_scan(module):
+            continue  # the scan runner's own modules, or a block around it (zamba2's mamba_decoder)
         if is_state_space_mixer(name, module):
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
         if is_experts(module):
             ffn = "moe"
         elif name.rsplit(".", 1)[-1] == "experts":
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
-        if attention in ("mamba", "mamba2"):
-            if uses_attention_interface(module) or runs_delta_rule(module):
+        if runs_delta_rule(module):
+            if scan is not None:
                 raise SpecError(
                     "unsupported_layer",
-                    f"layer {index} ({type(layer).__name__}): attention ({name}) beside a {attention} mixer in one layer (falcon_h1's parallel hybrid); "
-                    "the census prices one mixer per layer",
+                    f"layer {index} ({type(layer).__name__}): linear attention ({name}) beside a {scan} mixer in one layer; "
+                    "the census prices a state-space mixer beside softmax attention only",
                 )
-            continue
-        if runs_delta_rule(module):
             attention = "linear"
             mixer_children.add(name.split(".", 1)[0])
-        elif attention == "none" and runs_short_conv(module):
+        elif attention == "none" and scan is None and runs_short_conv(module):
             attention = "short_conv"
             mixer_children.add(name.split(".", 1)[0])
+        elif attention == "none" and runs_wkv(module):
+            attention = "rwkv"
+            mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
-            attention = "full"
+            attention, attention_path = "full", name
             mixer_children.add(name.split(".", 1)[0])
     mixer_children |= scan_children
     if mixer_children and ffn != "moe" and not any(
         n not in mixer_children and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
+    if scan is not None and attention == "full":
+        _refuse_nested_block(index, layer, attention_path)
+        attention = f"full_{scan}"  # a hybrid: attention beside the state-space mixer
+    elif scan is not None:
+        attention = scan
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
     return (type(layer).__name__, attention, ffn, params)
+
+
+def _refuse_nested_block(index: int, layer: nn.Module, attention_path: str) -> None:
+    """A hybrid layer's attention must be a child of its own: the census books a layer's saves by
+    its top-level children (attention, mixer, feed-forward) and the records price attention on
+    the layer's stream. A block of its own around the attention, with projections outside it
+    (zamba's and zamba2's shared transformer: attention and an MLP on the hidden states
+    concatenated with the embeddings, then a linear, before the Mamba layer) is refused."""
+    top = attention_path.split(".", 1)[0]
+    outside = [
+        name for name, module in layer.get_submodule(top).named_modules(prefix=top)
+        if is_projection(module) and not (name == attention_path or name.startswith(attention_path + "."))
+    ]
+    if outside:
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {index} ({type(layer).__name__}): its attention ({attention_path}) runs inside a block of its own beside a state-space mixer, "
+            f"with projections outside the attention ({outside[0]}, ...: a shared transformer block); the census prices a hybrid's attention as a child of the layer",
+        )
 
 
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:

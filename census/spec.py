@@ -60,6 +60,7 @@ OPTIONAL_INT = (
     "ssm_head_dim",
     "ssm_n_groups",
     "short_conv_kernel",
+    "wkv_size",
     "sliding_window",
 )
 # Counts that may legitimately be zero when present (every other size must be positive).

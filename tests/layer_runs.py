@@ -1,6 +1,6 @@
 """Real CPU runs of one layer of a tiny model, for the tests that compare the census's booking
 with what a layer really keeps (the mixers' tests: mamba, mamba2, the scan apart, falcon-mamba,
-short convolutions)."""
+short convolutions, rwkv), and the records' price of each kind beside the census's measurement."""
 
 from __future__ import annotations
 
@@ -53,3 +53,19 @@ def assert_same_grads(ours: dict[str, torch.Tensor], reference: dict[str, torch.
     assert ours.keys() == reference.keys()
     for name in ours:
         torch.testing.assert_close(ours[name], reference[name], rtol=2e-4, atol=2e-5, msg=name)
+
+
+def priced_vs_measured(spec, seq: int) -> dict[str, tuple[float, float]]:
+    """kind -> (the records' bytes per token at the grid's setting of sequence length `seq`, what
+    the census measured it keeping per token)."""
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.pricing import price_layers
+    from speccat.catalogue.records.settings import load_settings
+    from speccat.census.family import family_for
+
+    records, grid = load_records(), load_settings()
+    one = grid.with_settings([grid.setting({"seq_length": seq})])
+    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    return {
+        kind: (float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())) for i, kind in enumerate(prices.kinds)
+    }

@@ -143,16 +143,17 @@ def test_a_value_matmul_without_a_softmax_is_not_attention():
 @pytest.mark.parametrize(
     "config, where, op",
     [
-        # gemma-4's per-layer inputs find token ids by matching the embeddings: aten.nonzero
-        (dict(model_type="gemma4_text", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, vocab_size=128, hidden_size_per_layer_input=8, vocab_size_per_layer_input=128),
-         "get_per_layer_inputs", "aten.nonzero"),
+        # xmod's language adapters select each language's tokens with aten.nonzero, from embeddings
+        # and from ids alike (gemma-4's per-layer inputs, which need it only from embeddings, run from ids)
+        (dict(model_type="xmod", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=100,
+              is_decoder=True, languages=["en_XX", "de_DE"], default_language="en_XX"),
+         "lang_adapter", "aten.nonzero"),
         # dynamic rope recomputes its frequencies from the longest position, read with .item()
         (dict(model_type="llama", hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=100, intermediate_size=128,
               rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
          "dynamic_frequency_update", "aten._local_scalar_dense"),
     ],
-    ids=["gemma4-nonzero", "dynamic-rope-item"],
+    ids=["xmod-nonzero", "dynamic-rope-item"],
 )  # fmt: skip
 def test_code_that_needs_tensor_values_is_refused_naming_the_op_and_the_code(config, where, op):
     with pytest.raises(SpecError) as err:

@@ -13,13 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import load_shipped
-from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
+from layer_runs import assert_same_grads, priced_vs_measured, saves_and_grads, signature, tiny_model
 
-from speccat.catalogue.records.oprecords import load_records
-from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
 
 BF16, FP32 = 2, 4
 H, HEADS, P, N, G, W, S = 32, 4, 16, 8, 2, 4, 32  # hidden, ssm heads, head dim, state, groups, conv width, tokens
@@ -107,15 +103,6 @@ def test_the_slow_path_keeps_the_recomputed_tensors_the_kernel_does_not(monkeypa
     assert sum(n for _, _, n in slow) > 2 * sum(n for _, _, n in kernel)
 
 
-def _priced_vs_measured(spec, seq: int) -> dict[str, tuple[float, float]]:
-    records, grid = load_records(), load_settings()
-    one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
-    return {
-        kind: (float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())) for i, kind in enumerate(prices.kinds)
-    }
-
-
 def test_nemotron_h_nano_gives_the_kinds_and_counts_its_config_states():
     """NVIDIA-Nemotron-3-Nano-30B-A3B: hybrid_override_pattern
     MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME (52 blocks): 23 M (Mamba2), 23 E (MoE),
@@ -147,7 +134,7 @@ def test_nemotron_h_nano_gives_the_kinds_and_counts_its_config_states():
     assert {op: ops["mamba2"][op] for op in ("attMM", "normOp", "linrec", "ffMM", "attBMM")} == {"attMM": 2, "normOp": 1, "linrec": 1, "ffMM": 0, "attBMM": 0}
     assert {op: ops["moe"][op] for op in ("attMM", "normOp", "linrec", "ffMM", "ffAct")} == {"attMM": 0, "normOp": 1, "linrec": 0, "ffMM": 2, "ffAct": 1}
     assert {op: ops["full"][op] for op in ("attMM", "attBMM", "softmax", "ffMM", "normOp")} == {"attMM": 4, "attBMM": 2, "softmax": 1, "ffMM": 0, "normOp": 1}
-    for kind, (priced, measured) in _priced_vs_measured(spec, 4096).items():
+    for kind, (priced, measured) in priced_vs_measured(spec, 4096).items():
         assert abs(priced / measured - 1) <= 0.02, (kind, priced, measured)
 
 
@@ -159,5 +146,5 @@ def test_hybrid_defaults_are_priced_as_measured(model_type):
     config = {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type}
     spec = run_census(config, name=model_type, seq_length=4096)
     assert any(f["attention"] == "mamba2" for f in spec["flavours"].values())
-    for kind, (priced, measured) in _priced_vs_measured(spec, 4096).items():
+    for kind, (priced, measured) in priced_vs_measured(spec, 4096).items():
         assert abs(priced / measured - 1) <= 0.02, (kind, priced, measured)

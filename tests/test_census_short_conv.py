@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_runs import saves_and_grads, signature, tiny_model
+from layer_runs import priced_vs_measured, saves_and_grads, signature, tiny_model
 
-from speccat.catalogue.records.oprecords import load_records
-from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
 
 BF16, FP32 = 2, 4
 H, W, HEADS, KV, S = 64, 128, 4, 2, 32  # hidden, MLP width, heads, kv heads, tokens
@@ -100,9 +96,5 @@ def test_lfm2_gives_its_kinds_and_counts(spec):
 @pytest.mark.parametrize("seq", [S, 4096])
 def test_short_conv_stacks_are_priced_as_measured(seq):
     spec = run_census(TINY_LFM2, name="tiny-lfm2", seq_length=seq)
-    records, grid = load_records(), load_settings()
-    one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
-    for i, kind in enumerate(prices.kinds):
-        priced, measured = float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())
+    for kind, (priced, measured) in priced_vs_measured(spec, seq).items():
         assert abs(priced / measured - 1) <= 0.02, (kind, priced, measured)

@@ -34,7 +34,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "cross", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "cross", "hybrid", "recurrent", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -95,7 +95,7 @@ def _floats(values: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _flavours(spec: Mapping, kind: str) -> tuple[str, bool]:
-    """(the mixer: full, linear or mamba; MoE ffn) for `kind`, from the spec's census-stated flavours."""
+    """(the mixer: full, linear, mamba, rwkv...; MoE ffn) for `kind`, from the spec's census-stated flavours."""
     flavours = spec.get("flavours")
     if not isinstance(flavours, Mapping) or kind not in flavours:
         raise PricingError("missing_field", f"flavours.{kind}: the spec must state each kind's flavours to be priced")
@@ -163,14 +163,21 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
                 values["dh"] = v_head_dim
         else:  # the value width, where it differs from the query and key width (mimo_v2_flash)
             values["dh"] = spec.get("v_head_dim", spec.get("head_dim", h / a))
-    values["ssm"] = {"mamba": 1, "mamba2": 2}.get(mixer, 0)
+    # a hybrid (full_mamba, full_mamba2): softmax attention beside a state-space mixer, each priced by its own slot
+    hybrid = mixer.startswith("full_")
+    scan = mixer.removeprefix("full_")
+    values["hybrid"] = 1 if hybrid else 0
+    values["ssm"] = {"mamba": 1, "mamba2": 2}.get(scan, 0)
     values["short_conv"] = 1 if mixer == "short_conv" else 0
+    values["rwkv"] = 1 if mixer == "rwkv" else 0  # RWKV's time mixing, through the WKV kernel
+    if mixer == "rwkv" and need("dwkv", "wkv_size"):
+        values["dwkv"] = spec["wkv_size"]
     values["cross"] = 1 if mixer == "cross" else 0  # attention to encoder states
     ssm_fields = {
         "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
         "mamba2": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("mh", "ssm_num_heads"), ("ng", "ssm_n_groups")),
     }
-    for name, field in ssm_fields.get(mixer, ()):
+    for name, field in ssm_fields.get(scan, ()):
         if need(name, field):
             values[name] = spec[field]
     values["dqk"] = spec.get("head_dim", h / spec["num_attention_heads"])  # q and k head width (MLA: nope + rope)
@@ -220,7 +227,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values[name] = stated[name]
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
-    values["recurrent"] = linear or values["ssm"] > 0  # the kind runs a recurrence (linear attention, a Mamba mixer)
+    values["recurrent"] = linear or values["ssm"] > 0 or values["rwkv"] > 0  # the kind runs a recurrence (linear attention, a Mamba mixer, RWKV's WKV)
     return KindValues(kind, _floats(values), absent)
 
 
