@@ -137,6 +137,48 @@ class LayerView:
         tail = (kernels[0].v[2], kernels[0].k[3])
         return sum(n for (op, dims, kept), n in self.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in self.attention_children})
 
+    def _biased_kernel(self) -> KernelCall | None:
+        return next((k for k in self.attention_kernels() if k.bias_bytes), None)
+
+    def score_bias_source(self) -> int:
+        """Bytes per query head and token of the table an attention's score bias is gathered
+        from, which the gather keeps (inkling's relative logits: one per head and distance,
+        rel_extent or the window wide): a gather in an attention child whose output is the
+        kernel's (s, t) scores. 0 without a score bias."""
+        kernel = self._biased_kernel()
+        if kernel is None:
+            return 0
+        s, t, heads = kernel.q[2], kernel.k[2], kernel.q[1]
+        sources = [
+            (source, nbytes)
+            for child, source, nbytes, out in self.probe.score_gathers
+            if child in self.attention_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
+        ]
+        return sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources)
+
+    def score_bias_tables(self) -> int:
+        """Bytes per (query, key) pair of the s × t tables an attention's own code keeps outside
+        its kernel, one for the whole batch and every head (inkling's gather index, int64, and
+        the masked_fill mask of distances outside the bias's extent, bool). 0 without a score bias."""
+        kernel = self._biased_kernel()
+        if kernel is None or kernel.q[2] != kernel.k[2]:
+            return 0
+        ops = {f"child:{c}" for c in self.attention_children}
+        return sum(dtype.itemsize * n for (op, rows, dtype), n in self.probe.kept_square.items() if op in ops and rows == kernel.q[2])
+
+    def beside_attention_convs(self, in_attention: bool) -> int:
+        """Bytes per token of the inputs that causal conv1d calls keep in a layer whose only other
+        kernel is attention (inkling's short convs, fp32): those in the attention kernel's child
+        (`in_attention`: on k and v, inside the tensor-parallel region) or in the layer's other
+        children (on the attention's and the MLP's outputs, the hidden stream). 0 in a layer
+        whose mixer is the conv or runs a kernel of its own (its conv is priced with it)."""
+        kinds = {k.kind for k in self.probe.kernels}
+        if "attention" not in kinds or kinds - {"attention", "conv"}:
+            return 0
+        homes = {k.child for k in self.attention_kernels()}
+        convs = [k for k in self.probe.kernels if k.kind == "conv" and (k.child in homes) == in_attention]
+        return sum(k.q[1] * k.in_bytes for k in convs)
+
     def lowrank_width(self) -> int:
         """A linear-attention mixer's low-rank projections: the summed input widths of its
         projections that read neither the layer's hidden width nor the recurrence's output width
@@ -545,6 +587,11 @@ class LayerView:
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
+            "score_bias_bytes": max((k.bias_bytes for k in kernels), default=0),
+            "score_bias_source": self.score_bias_source(),
+            "score_bias_tables": self.score_bias_tables(),
+            "attention_conv_bytes": self.beside_attention_convs(in_attention=True),
+            "stream_conv_bytes": self.beside_attention_convs(in_attention=False),
             "ff_input_shared": self.ff_input_shared(),
             "ff_fused_gate_up": bool(dense)
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),

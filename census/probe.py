@@ -170,6 +170,8 @@ class KernelCall:
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
+    in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
 
@@ -225,6 +227,12 @@ class LayerProbe:
     # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
     # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
     kept_tails: Counter = field(default_factory=Counter)
+    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
+    # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
+    kept_square: Counter = field(default_factory=Counter)
+    # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
+    # kernel whose output's last two dims are square: a score bias gathered from a per-query table
+    score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)
 
 
 class Made(NamedTuple):
@@ -269,6 +277,7 @@ class Watcher:
         self.gate_outputs: dict[int, str] = {}  # the output of a sigmoid of a projection -> that projection
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
+        self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
         self.excluded_outputs: set[int] = set()
@@ -324,6 +333,8 @@ class Watcher:
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
             self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
+            if tensor.dim() == 4:
+                self.four_d.add(key)
         op = self._region_op(tensor, key)
         if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
             probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
@@ -377,9 +388,12 @@ class Watcher:
         self._note_call(probe, func, out)
         if attention.current_kernel() is None:
             self._note_variant_op(probe, func, args, out)
+            if func is torch.ops.aten.gather.default and out.dim() >= 2 and out.shape[-1] == out.shape[-2]:
+                probe.score_gathers.append((self._child(), tuple(args[0].shape), args[0].element_size(), tuple(out.shape)))
         if func is OPS_KERNEL:
             q, k, v = args[0], args[1], args[2]
             window, causal, indices = args[7], args[6], args[4]
+            bias = args[11] if len(args) > 11 else kwargs.get("bias")
             probe.kernels.append(
                 KernelCall(
                     "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
@@ -388,6 +402,7 @@ class Watcher:
                     qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
+                    bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
                 )
             )
             self.kernel_count_in_child[self._child()] += 1
@@ -414,7 +429,7 @@ class Watcher:
             key, decay, value = args[2], args[0], args[3]
             probe.kernels.append(KernelCall("wkv", self._child(), tuple(key.shape), tuple(decay.shape), tuple(value.shape)))
         elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
-            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
+            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), (), in_bytes=args[0].element_size()))
         elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
             probe.activations[self.path[-1][0]] += 1
             kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
@@ -908,6 +923,9 @@ def _book_bytes(watcher: Watcher) -> None:
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
             probe.kept_tails[(op, *watcher.tails[key])] += 1
+            tail, dtype = watcher.tails[key]
+            if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
+                probe.kept_square[(op, tail[0], dtype)] += 1
             if op == "ffAct":
                 probe.act_kept.add(key)
             made = watcher.creator.get(key)
