@@ -146,3 +146,38 @@ def test_the_records_price_the_appended_keys_as_measured_at_both_lengths(spec):
         for kind, priced in _priced_attbmm(spec, seq).items():
             assert priced == pytest.approx(measured[kind]["attBMM"], rel=1e-9), (seq, kind)
 
+
+
+def _view(queries: int, keys: int):
+    """A layer view whose probe saw one attention kernel call over `queries` of the layer's own
+    tokens and `keys` keys (a plain block: an attention child and an MLP)."""
+    from torch import nn
+
+    from speccat.census.describe import LayerView
+    from speccat.census.probe import KernelCall, LayerProbe
+    from speccat.census.shapes import Shape
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = nn.Linear(8, 8)
+            self.mlp = nn.Linear(8, 8)
+
+    probe = LayerProbe(0, kernels=[KernelCall("attention", "self_attn", (1, 2, queries, 8), (1, 1, keys, 8), (1, 1, keys, 8))], hidden_dims=(1, queries))
+    return LayerView(0, Block(), probe, Shape("full", "dense", ()), 8)
+
+
+def test_appended_keys_are_one_per_a_whole_number_of_tokens_or_refused():
+    from speccat.census.describe import check_appended_keys, check_probes
+    from speccat.census.spec import SpecError
+
+    assert _view(64, 64 + 4).keys_appended_every() == 16
+    assert _view(64, 64).keys_appended_every() == 0
+    check_probes([_view(64, 64 + 4)])
+    with pytest.raises(SpecError, match="not one per a whole number of tokens"):
+        check_probes([_view(64, 64 + 5)])
+    with pytest.raises(SpecError, match="cross-attention"):
+        check_probes([_view(64, 200)])  # more keys than the layer's tokens: not appended entries
+    check_appended_keys(_view(64, 68), _view(32, 34), 32)
+    with pytest.raises(SpecError, match="do not scale with the sequence"):
+        check_appended_keys(_view(64, 68), _view(32, 36), 32)  # a fixed number of appended keys
