@@ -98,6 +98,24 @@ class LayerView:
     def attention_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "attention"]
 
+    def keys_appended_every(self) -> int:
+        """Tokens per key the self-attention appends to the layer's own (one compressed entry per
+        that many tokens: DeepSeek-V4's compressors), 0 when its keys are its tokens; refused when
+        the appended keys are not one per a whole number of tokens (docs/census.md, "Appended keys")."""
+        every = 0
+        for k in self.attention_kernels():
+            queries, extra = k.q[2], k.k[2] - k.q[2]
+            if self.shape.attention == "cross" or extra == 0:
+                continue
+            if queries % extra:
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {self.index} ({type(self.layer).__name__}): its queries attend to {extra} keys appended to the layer's own "
+                    f"{queries}, not one per a whole number of tokens, which the census does not price",
+                )
+            every = max(every, queries // extra)
+        return every
+
     def delta_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "delta_rule"]
 
@@ -586,6 +604,8 @@ class LayerView:
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
+            "keys_appended_every": self.keys_appended_every(),
+            "kv_same": any(k.kv_same for k in kernels),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
             "score_bias_bytes": max((k.bias_bytes for k in kernels), default=0),
             "score_bias_source": self.score_bias_source(),
@@ -710,15 +730,24 @@ def check_probes(views: list[LayerView]) -> None:
                 "the census prices one scan over the mixer's inner width",
             )
         for k in v.attention_kernels():
-            if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
-                extra = k.k[2] - k.q[2]
-                what = (
-                    f"its queries attend to {extra} keys beyond the layer's own tokens (entries appended to them, such as "
-                    "compressed keys), which the census does not price"
-                    if k.q[2] in v.probe.hidden_dims and 0 < extra < k.q[2]
-                    else "cross-attention"
-                )
-                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): {what} (queries {k.q[2]}, keys {k.k[2]})")
+            # keys appended to the layer's own tokens, fewer than them (compressed entries), are
+            # priced per token (keys_appended_every); any other difference is cross-attention
+            appended = k.q[2] in v.probe.hidden_dims and 0 < k.k[2] - k.q[2] < k.q[2]
+            if k.q[2] != k.k[2] and v.shape.attention != "cross" and not appended:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
+                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})")
+        v.keys_appended_every()  # refuses appended keys that are not one per a whole number of tokens
+
+
+def check_appended_keys(plain: LayerView, other: LayerView, length: int) -> None:
+    """Refuse keys appended to the layer's own that do not scale with the sequence: `other` is
+    the same layer probed at another length, which must append one key per as many tokens."""
+    at_census, at_length = plain.keys_appended_every(), other.keys_appended_every()
+    if at_census != at_length:
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {plain.index} ({type(plain.layer).__name__}): the keys appended to its own are one per {at_census} tokens at the census's "
+            f"length and one per {at_length} at {length} tokens: they do not scale with the sequence, which bytes per token do not state",
+        )
 
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:

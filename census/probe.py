@@ -168,6 +168,7 @@ class KernelCall:
     heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
     v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
+    kv_same: bool = False  # k and v are one tensor (shared-KV attention: DeepSeek-V4), which the kernel keeps once
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
     bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
@@ -400,6 +401,7 @@ class Watcher:
                     heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2),
                     v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
                     qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
+                    kv_same=_storage_key(k) == _storage_key(v) and k.storage_offset() == v.storage_offset() and k.shape == v.shape and k.stride() == v.stride(),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
                     bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
