@@ -652,10 +652,12 @@ def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Ite
 def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> list[tuple[nn.Module, str, dict]]:
     """The dicts held by the kept layers' modules that are keyed by exactly the layer indices one
     of the config's lists names (zamba2's shared block maps each hybrid layer's index, from
-    `hybrid_layer_ids`, to its adapter slot): (module, attribute, dict)."""
+    `hybrid_layer_ids`, to its adapter slot): (module, attribute, dict). A list of indices names
+    each layer once: a per-layer list of flags (llama4's `no_rope_layers`) or of sizes
+    (`mrope_section`) repeats its values and names no layers."""
     named = [
         frozenset(value) for value in vars(config).values()
-        if isinstance(value, (list, tuple)) and value and all(type(i) is int and 0 <= i < total for i in value)
+        if isinstance(value, (list, tuple)) and value and len(set(value)) == len(value) and all(type(i) is int and 0 <= i < total for i in value)
     ]
     found = []
     for layer in layers:

@@ -40,10 +40,11 @@ class _Keyed(nn.Module):
 
 
 def test_only_dicts_keyed_by_a_config_list_of_layer_indices_are_found():
-    config = _Config(hybrid=[1, 3], sizes=[64, 128], names=["a", "b"])
+    config = _Config(hybrid=[1, 3], sizes=[64, 128], names=["a", "b"], flags=[0, 1, 1, 0])
     keyed, by_size, by_name = _Keyed({1: 0, 3: 1}), _Keyed({64: 0, 128: 1}), _Keyed({"a": 0, "b": 1})
     partial = _Keyed({1: 0})  # keyed by some of the listed indices only: not the list's table
-    found = _index_keyed_dicts(config, [nn.ModuleList([keyed, by_size, by_name, partial])], total=4)
+    by_flag = _Keyed({0: "nope", 1: "rope"})  # keyed by a per-layer list's values, which repeat: no layer indices
+    found = _index_keyed_dicts(config, [nn.ModuleList([keyed, by_size, by_name, partial, by_flag])], total=4)
     assert [(module, key) for module, key, _ in found] == [(keyed, "table")]
 
 
