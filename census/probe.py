@@ -662,8 +662,8 @@ def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> 
     found = []
     for layer in layers:
         for module in layer.modules():
-            for key, value in vars(module).items():
-                if isinstance(value, dict) and value and frozenset(value) in named:
+            for key, value in vars(module).items():  # torch's own dicts (hooks keyed by handle ids) are private
+                if not key.startswith("_") and isinstance(value, dict) and value and frozenset(value) in named:
                     found.append((module, key, value))
     return found
 

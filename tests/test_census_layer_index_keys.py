@@ -44,7 +44,9 @@ def test_only_dicts_keyed_by_a_config_list_of_layer_indices_are_found():
     keyed, by_size, by_name = _Keyed({1: 0, 3: 1}), _Keyed({64: 0, 128: 1}), _Keyed({"a": 0, "b": 1})
     partial = _Keyed({1: 0})  # keyed by some of the listed indices only: not the list's table
     by_flag = _Keyed({0: "nope", 1: "rope"})  # keyed by a per-layer list's values, which repeat: no layer indices
-    found = _index_keyed_dicts(config, [nn.ModuleList([keyed, by_size, by_name, partial, by_flag])], total=4)
+    private = _Keyed({})
+    private._hooks_by_id = {1: None, 3: None}  # torch's own dicts are private attributes, keyed by handle ids
+    found = _index_keyed_dicts(config, [nn.ModuleList([keyed, by_size, by_name, partial, by_flag, private])], total=4)
     assert [(module, key) for module, key, _ in found] == [(keyed, "table")]
 
 
