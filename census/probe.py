@@ -656,7 +656,7 @@ def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> 
     each layer once: a per-layer list of flags (llama4's `no_rope_layers`) or of sizes
     (`mrope_section`) repeats its values and names no layers."""
     named = [
-        frozenset(value) for value in vars(config).values()
+        frozenset(value) for value in getattr(config, "__dict__", {}).values()
         if isinstance(value, (list, tuple)) and value and len(set(value)) == len(value) and all(type(i) is int and 0 <= i < total for i in value)
     ]
     found = []
