@@ -683,6 +683,40 @@ def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Ite
             setattr(holder, key, value)
 
 
+def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> list[tuple[nn.Module, str, dict]]:
+    """The dicts held by the kept layers' modules that are keyed by exactly the layer indices one
+    of the config's lists names (zamba2's shared block maps each hybrid layer's index, from
+    `hybrid_layer_ids`, to its adapter slot): (module, attribute, dict). A list of indices names
+    each layer once: a per-layer list of flags (llama4's `no_rope_layers`) or of sizes
+    (`mrope_section`) repeats its values and names no layers."""
+    named = [
+        frozenset(value) for value in getattr(config, "__dict__", {}).values()
+        if isinstance(value, (list, tuple)) and value and len(set(value)) == len(value) and all(type(i) is int and 0 <= i < total for i in value)
+    ]
+    found = []
+    for layer in layers:
+        for module in layer.modules():
+            for key, value in vars(module).items():  # torch's own dicts (hooks keyed by handle ids) are private
+                if not key.startswith("_") and isinstance(value, dict) and value and frozenset(value) in named:
+                    found.append((module, key, value))
+    return found
+
+
+@contextlib.contextmanager
+def _index_keyed_subset(config: Any, layers: dict[int, nn.Module], keep: list[int], total: int) -> Iterator[None]:
+    """While the kept layers run at their positions in the cut stack, re-key each dict their
+    modules hold by layer index (`_index_keyed_dicts`) by those positions: a decoder hands each
+    layer its position, and the layer looks itself up by it (zamba2's adapters by `layer_idx`)."""
+    originals = _index_keyed_dicts(config, layers.values(), total)
+    try:
+        for module, key, value in originals:
+            setattr(module, key, {position: value[index] for position, index in enumerate(keep) if index in value})
+        yield
+    finally:
+        for module, key, value in reversed(originals):
+            setattr(module, key, value)
+
+
 @contextlib.contextmanager
 def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool) -> Iterator[None]:
     """Make the config's per-layer lists match the kept layers while they run, and its layer
@@ -831,7 +865,7 @@ def _run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _index_keyed_subset(config, kept, indices, total), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
             extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
