@@ -18,6 +18,7 @@ from torch import nn
 from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
+from speccat.census.layer_gate import LayerGate, find_layer_gate
 from speccat.census.predicates import QK_NORM_NAME, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
@@ -60,6 +61,7 @@ class LayerView:
     attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
     ffn_children: set[str] = field(init=False)  # other top-level children that ran, holding projections or experts (and see __post_init__)
     experts_path: str | None = field(init=False)
+    gate: LayerGate | None = field(init=False)  # a per-layer input gate beside the MLP (census/layer_gate.py)
 
     def __post_init__(self):
         self.attention_children = {k.child for k in self.probe.kernels if k.child}
@@ -83,6 +85,7 @@ class LayerView:
             self.ffn_children |= {
                 name for name, child in self.layer.named_children() if name in ran and name not in self.attention_children and is_activation_region(child)
             }
+        self.gate = find_layer_gate(self.layer, self.probe, self.ffn_children, self.hidden)
 
     def module(self, path: str) -> nn.Module:
         return self.layer.get_submodule(path)
@@ -327,19 +330,24 @@ class LayerView:
     def dense_width(self) -> int | None:
         if self.experts_path:
             return None
-        gates = self.out_gates()
-        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called if p not in gates]  # in call order
-        return self._width_back_to_hidden(paths)
+        paths = [p for child, called in self.probe.projection_order.items() if child in self.ffn_children for p in called]  # in call order
+        return self._width_back_to_hidden([p for p in paths if p not in self.not_mlp()])
+
+    def not_mlp(self) -> set[str]:
+        """The feed-forward's projections that are no part of its MLP: its output gates and a
+        per-layer input gate's (census/layer_gate.py)."""
+        return self.out_gates() | (set(self.gate.paths) if self.gate else set())
+
+    def dense_projections(self):
+        """(path, module) of the dense MLP's projections."""
+        outside = self.not_mlp()
+        return [(path, m) for path, m in self.named(self.ffn_children) if is_projection(m) and path not in outside]
 
     def _one_dense_width(self) -> None:
         """Refuse a dense feed-forward whose projections back to the hidden size read different
-        widths: two feed-forwards side by side or in turn (gemma4's per-layer input gate, its
-        own projections 2304→256→2304 after the MLP's), which the records price as one."""
-        back = {
-            path: int(m.weight.shape[1])
-            for path, m in self.named(self.ffn_children)
-            if is_projection(m) and m.weight.shape[0] == self.hidden and path not in self.out_gates()
-        }
+        widths: two feed-forwards side by side or in turn, which the records price as one (a
+        per-layer input gate, census/layer_gate.py, is told apart and is not one of them)."""
+        back = {path: int(m.weight.shape[1]) for path, m in self.dense_projections() if m.weight.shape[0] == self.hidden}
         if len(set(back.values())) > 1:
             listed = ", ".join(f"{path} from {width}" for path, width in back.items())
             raise SpecError(
@@ -403,8 +411,7 @@ class LayerView:
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
             width = self.dense_width()
             self._one_dense_width()
-            gates = self.out_gates()
-            weights = sum(m.weight.numel() for n, m in self.named(self.ffn_children) if is_projection(m) and n not in gates)
+            weights = sum(m.weight.numel() for _, m in self.dense_projections())
         if not width:
             raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
         count, rest = divmod(weights, self.hidden * width)
@@ -433,14 +440,18 @@ class LayerView:
         """Activation calls of one expert (MoE) or of the dense MLP."""
         if self.experts_path:
             return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_path)
-        return sum(n for owner, n in self.probe.activations.items() if owner.split(".", 1)[0] in self.ffn_children)
+        gate = self.gate.activations if self.gate else frozenset()
+        return sum(n for owner, n in self.probe.activations.items() if owner.split(".", 1)[0] in self.ffn_children and owner not in gate)
 
     def dense_activation_saves(self) -> int:
         """Tensors the dense MLP's activation keeps for backward per call (0 without one): what
-        its code is, counted, not its bytes (the records price them from the width and dtype)."""
+        its code is, counted, not its bytes (the records price them from the width and dtype).
+        A per-layer input gate's activation calls count here too (its storages are ffAct's):
+        the records price its activation as keeping as many per call."""
         calls = self.activations()
         if self.experts is not None or not calls:
             return 0
+        calls += sum(self.probe.activations[owner] for owner in self.gate.activations) if self.gate else 0
         return self.probe.saved_storages["ffAct"] // calls
 
     # -- ops and bytes -----------------------------------------------------------------------
@@ -542,6 +553,17 @@ class LayerView:
                 return True
         return False
 
+    def v_norm_weightless(self) -> bool:
+        """A norm with no parameters in the attention whose output is the v an attention kernel
+        was given (gemma-4's `v_norm`, RMS over each value head in fp32): it keeps the fp32 copy
+        of v and statistics per head, and no weighted product."""
+        return any(
+            path.split(".", 1)[0] in self.attention_children
+            and not any(True for _ in self.module(path).parameters())
+            and bool(outputs & self.probe.value_storages)
+            for path, outputs in self.probe.norm_outputs.items()
+        )
+
     def qkv_bias(self) -> bool:
         outputs = set(self.probe.output_projections)
         children = {k.child for k in self.probe.kernels if k.child and k.kind in ("attention", "delta_rule")}  # a Mamba mixer or short conv has no q, k, v
@@ -613,8 +635,7 @@ class LayerView:
             "attention_conv_bytes": self.beside_attention_convs(in_attention=True),
             "stream_conv_bytes": self.beside_attention_convs(in_attention=False),
             "ff_input_shared": self.ff_input_shared(),
-            "ff_fused_gate_up": bool(dense)
-            and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
+            "ff_fused_gate_up": bool(dense) and any(m.weight.shape[0] == 2 * dense for _, m in self.dense_projections()),
             "act_inline": experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules()),
             "act_saved": self.dense_activation_saves(),
             "act_output_read": self.act_output_read(),
@@ -633,6 +654,8 @@ class LayerView:
             "delta_gate_fp32": self.delta_gate_kept(torch.float32),
             "delta_gate_masks": self.delta_gate_kept(torch.bool),
             "lowrank_width": self.lowrank_width(),
+            "per_layer_gate_width": self.gate.width if self.gate else 0,
+            "v_norm_weightless": self.v_norm_weightless(),
             "gated_norm_sigmoid": self.gated_norm_sigmoid(),
             **self.linear_eager_variants(),
             "gated_norm": any(

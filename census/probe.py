@@ -234,6 +234,11 @@ class LayerProbe:
     # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
     # kernel whose output's last two dims are square: a score bias gathered from a per-query table
     score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)
+    # the last dims of products the layer's own code (between its children) took with one of its
+    # other inputs: gemma-4's per-layer input times its gate's activation (census/layer_gate.py)
+    input_products: set[int] = field(default_factory=set)
+    value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
 
 
 class Made(NamedTuple):
@@ -407,6 +412,7 @@ class Watcher:
                     bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
                 )
             )
+            probe.value_storages.add(_storage_key(v))
             self.kernel_count_in_child[self._child()] += 1
         elif func is OPS_DELTA or func is OPS_KDA:
             q, k, v, g = args[0], args[1], args[2], args[3]
@@ -456,6 +462,8 @@ class Watcher:
             read = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
             if read & self.shifted:
                 probe.token_mixes[self._child()] += 1
+            if not self.path and out.dim() and read & self.layer_inputs:  # the layer's own code, with one of its other inputs
+                probe.input_products.add(int(out.shape[-1]))
             for key in read & self.gate_outputs.keys():
                 probe.sigmoid_gates[self.gate_outputs[key]].add(_storage_key(out))
         elif func is SIGMOID_OP and attention.current_kernel() is None and self._sigmoid_of_projection(args[0]):
@@ -563,6 +571,8 @@ class Watcher:
             name, module = self.path.pop()
             if is_projection(module) and isinstance(output, torch.Tensor):
                 self.last_projection = (name, _storage_key(output), output.untyped_storage())
+            if is_norm(module) and isinstance(output, torch.Tensor):
+                self.current.norm_outputs.setdefault(name, set()).add(_storage_key(output))
             if not self.path:
                 self.last_child = name.split(".", 1)[0]
 
