@@ -119,9 +119,31 @@ def test_every_way_failing_raises_the_first_error_with_the_last():
     assert "; from token ids, with the model's layer count: " in str(err.value) and built.way is None
 
 
-def test_gemma4_per_layer_input_gate_is_refused_as_a_second_feed_forward():
+def test_gemma4_per_layer_input_gate_is_told_apart_from_its_mlp():
+    """From ids, gemma4's layers run with their per-layer input gate, a fact beside the MLP
+    (census/layer_gate.py; tests/test_census_layer_gate.py checks what it keeps)."""
     from speccat.census import run_census
 
+    spec = run_census(_tiny_gemma4(), name="gemma4-tiny", seq_length=16)
+    assert spec["intermediate_size"] == 64
+    assert {facts["per_layer_gate_width"] for facts in spec["variants"].values()} == {8}
+    assert {ops["ffMM"] for ops in spec["ops"].values()} == {3}
+
+
+def test_projections_of_another_width_without_a_per_layer_input_are_refused(monkeypatch):
+    """The same layer whose product is taken with a copy of its per-layer input, made in the
+    layer: no product with one of the layer's inputs, so no gate, and its projections 32→8→32
+    beside the MLP's are a second feed-forward, which the census does not price."""
+    from transformers.models.gemma4 import modeling_gemma4
+
+    from speccat.census import run_census
+
+    forward = modeling_gemma4.Gemma4TextDecoderLayer.forward
+
+    def copied(self, hidden_states, per_layer_input=None, *args, **kwargs):
+        return forward(self, hidden_states, per_layer_input.clone(), *args, **kwargs)
+
+    monkeypatch.setattr(modeling_gemma4.Gemma4TextDecoderLayer, "forward", copied)
     with pytest.raises(SpecError, match=r"different widths \(mlp.down_proj from 64, per_layer_projection from 8\)") as err:
         run_census(_tiny_gemma4(), name="gemma4-tiny", seq_length=16)
     assert err.value.reason == "unsupported_layer"
