@@ -58,6 +58,7 @@ class LayerView:
     hidden: int
     attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
     ffn_children: set[str] = field(init=False)  # other top-level children that ran, holding projections or experts (and see __post_init__)
+    side_children: set[str] = field(init=False)  # feed-forward children beside the MLP (_side_children), split off ffn_children
     experts_path: str | None = field(init=False)
 
     def __post_init__(self):
@@ -75,6 +76,8 @@ class LayerView:
                 and any(is_projection(m) or is_experts(m) for m in child.modules())
             ):
                 self.ffn_children.add(name)
+        self.side_children = self._side_children()
+        self.ffn_children -= self.side_children
         # A feed-forward written in the layer's own forward (bart's fc1, activation_fn, fc2: its
         # projections are the layer's children, not an MLP's): the activation children that ran
         # are the feed-forward's too, so their calls are its ffAct.
@@ -82,6 +85,34 @@ class LayerView:
             self.ffn_children |= {
                 name for name, child in self.layer.named_children() if name in ran and name not in self.attention_children and is_activation_region(child)
             }
+
+    def _side_children(self) -> set[str]:
+        """Side branches beside the dense MLP: where the feed-forward children's projections back
+        to the hidden size read different widths and one top-level child holds all of the widest
+        (the MLP), every other feed-forward child (gemma3n's Laurel low-rank residual, its and
+        gemma4's per-layer input gate, AltUp's coefficient projections). They are no part of the
+        MLP: not its width, not its matmuls; what they keep is measured and booked as `other`,
+        which the records do not price. Empty when the widths agree, or when the widest shares
+        its child with another width (then _one_dense_width refuses the layer)."""
+        if self.experts_path:
+            return set()
+        back = self._back_widths()
+        if len(set(back.values())) <= 1:
+            return set()
+        widest = max(back.values())
+        main = {path.split(".", 1)[0] for path, width in back.items() if width == widest}
+        if len(main) > 1 or any(path.split(".", 1)[0] in main and width != widest for path, width in back.items()):
+            return set()
+        return self.ffn_children - main
+
+    def _back_widths(self) -> dict[str, int]:
+        """The feed-forward's projections back to the hidden size (output gates aside) -> the width each reads."""
+        gates = self.out_gates()
+        return {
+            path: int(m.weight.shape[1])
+            for path, m in self.named(self.ffn_children)
+            if is_projection(m) and m.weight.shape[0] == self.hidden and path not in gates
+        }
 
     def module(self, path: str) -> nn.Module:
         return self.layer.get_submodule(path)
@@ -254,11 +285,7 @@ class LayerView:
         """Refuse a dense feed-forward whose projections back to the hidden size read different
         widths: two feed-forwards side by side or in turn (gemma4's per-layer input gate, its
         own projections 2304→256→2304 after the MLP's), which the records price as one."""
-        back = {
-            path: int(m.weight.shape[1])
-            for path, m in self.named(self.ffn_children)
-            if is_projection(m) and m.weight.shape[0] == self.hidden and path not in self.out_gates()
-        }
+        back = self._back_widths()
         if len(set(back.values())) > 1:
             listed = ", ".join(f"{path} from {width}" for path, width in back.items())
             raise SpecError(
@@ -523,6 +550,7 @@ class LayerView:
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
+            "kv_shared": any(k.kv_borrowed for k in kernels),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
             "ff_input_shared": self.ff_input_shared(),
             "ff_fused_gate_up": bool(dense)

@@ -171,6 +171,7 @@ class KernelCall:
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
+    kv_borrowed: bool = False  # k is a storage another probed layer made (census/readers.py: keys and values an earlier layer stored)
 
 
 @dataclass(frozen=True)
@@ -368,6 +369,11 @@ class Watcher:
                 nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
                 self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
 
+    def _made_elsewhere(self, tensor: torch.Tensor, probe: LayerProbe) -> bool:
+        """`tensor`'s storage was made by another probed layer (not this one, nor the decoder)."""
+        made = self.creator.get(_storage_key(tensor))
+        return made is not None and not made.storage.expired() and made.probe is not probe
+
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
         if probe is None or self.forward_done:
@@ -386,6 +392,7 @@ class Watcher:
                     qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
+                    kv_borrowed=self._made_elsewhere(k, probe),
                 )
             )
             self.kernel_count_in_child[self._child()] += 1

@@ -18,6 +18,7 @@ from layer_runs import signature
 
 S, H, A, KV, D, W, P = 32, 64, 4, 2, 16, 128, 16  # tokens, hidden, heads, kv heads, head dim, MLP width, per-layer input width
 STREAMS = 4  # AltUp's hidden-state streams
+BF16, FP32 = 2, 4
 TINY_GEMMA3N = {
     "model_type": "gemma3n_text", "hidden_size": H, "intermediate_size": [W] * 4, "num_hidden_layers": 4,
     "num_attention_heads": A, "num_key_value_heads": KV, "head_dim": D, "vocab_size": 128, "vocab_size_per_layer_input": 64,
@@ -121,3 +122,37 @@ def test_a_reading_layer_books_what_it_keeps_and_not_the_shared_keys_and_values(
         for (_, tail, dtype), n in every[index].kept_tails.items():
             booked[tail, dtype] += n
         assert booked == Counter((tuple(t.shape[-2:]), t.dtype) for t in kept), index
+
+
+@pytest.fixture(scope="module")
+def spec():
+    from speccat.census import run_census
+
+    return run_census(TINY_GEMMA3N, name="tiny-gemma3n", seq_length=S)
+
+
+def test_the_reading_layers_are_a_kind_of_their_own_that_keeps_no_keys_and_values(spec):
+    # layer 0 runs the activation sparsity (its own kind), layer 1 keeps its own keys and
+    # values, layers 2 and 3 read layer 0's and layer 1's (window 16 < 32 tokens: the sliding
+    # reader keeps what the full one keeps, one kind)
+    assert spec["layers"] == [{"kind": "sliding_dense", "count": 1}, {"kind": "full_dense", "count": 1}, {"kind": "full_dense_kv_shared", "count": 2}]
+    assert {kind: v["kv_shared"] for kind, v in spec["variants"].items()} == {"sliding_dense": False, "full_dense": False, "full_dense_kv_shared": True}
+    own, reads = spec["measured"]["full_dense"]["bytes_per_token"], spec["measured"]["full_dense_kv_shared"]["bytes_per_token"]
+    assert own["attBMM"] - reads["attBMM"] == BF16 * 2 * KV * D  # k and v
+    assert {op: n for op, n in own.items() if n != reads[op]}.keys() == {"attBMM", "normOp"}  # and k_norm's and v_norm's saves
+
+
+
+def test_the_records_price_a_reading_kind_without_its_keys_and_values(spec):
+    """The records' price of the reading kind is the owning kind's less k and v (kv heads ×
+    head dim each, bf16) and k_norm's saves (gemma's norm upcasts and scales in fp32: fp32
+    input and normalised input per element, one fp32 statistic per kv head). Neither kind is
+    priced within tolerance: AltUp, Laurel and the per-layer input gate have no records terms
+    (docs/census.md, Known limits)."""
+    from layer_runs import priced_vs_measured
+
+    priced = priced_vs_measured(spec, S)
+    k_norm = (FP32 + FP32) * KV * D + FP32 * KV
+    assert priced["full_dense"][0] - priced["full_dense_kv_shared"][0] == BF16 * 2 * KV * D + k_norm
+    assert all(p < m for p, m in priced.values())  # the side branches' `other` is unpriced
+    assert all(spec["measured"][kind]["bytes_per_token"]["other"] > 0 for kind in priced)
