@@ -27,7 +27,7 @@ import yaml
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.census.build import build
-from speccat.census.describe import EXPERTS_IMPL, LayerView
+from speccat.census.describe import EXPERTS_IMPL, LayerView, check_appended_keys
 from speccat.census.probe import LayerProbe, probe_layers
 from speccat.census.recompute import probe_recomputed
 from speccat.census.shapes import Shape, classify, uses_experts_interface
@@ -188,6 +188,12 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
     def at_length(length: int) -> dict[int, LayerProbe]:
         if length not in by_length:
             by_length[length] = probe_layers(built, indices, length, backward=False)
+            for shape in shapes:
+                if shape.first in by_length[length] and shape.first in plain:
+                    layer = built.layers[shape.first]
+                    check_appended_keys(
+                        LayerView(shape.first, layer, plain[shape.first], shape, hidden), LayerView(shape.first, layer, by_length[length][shape.first], shape, hidden), length
+                    )
         return by_length[length]
 
     for factor in POINTS["sequence_factors"]:

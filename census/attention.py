@@ -67,12 +67,17 @@ def speccat_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention as a flash kernel computes it: q (b, h, s, d), k/v (b, kv_heads, t, d) → (b, s, h, dv).
 
+    An additive score bias the model passes as a tensor keyword (inkling's `position_bias`: one
+    score per head, query and key, see `_score_bias`) is the kernel's `bias`, as transformers'
+    SDPA path hands it to torch's memory-efficient kernel inside a float mask.
+
     The mask is not read: causality (the module's `is_causal`, true when it states none, except
     for keys of another length than the queries: a cross-attention's encoder states), the
     sliding window, softcapping, sinks (`s_aux`) and sparse `indices` are the kernel's own
     arguments, as they are for FlashAttention.
     """
-    _refuse_unknown_inputs(module, kwargs)
+    bias = _score_bias(query, key, kwargs)
+    _refuse_unknown_inputs(module, {name: value for name, value in kwargs.items() if value is not bias})
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if is_causal is None and not hasattr(module, "is_causal") and key.shape[2] != query.shape[2]:
         causal = False  # keys of another length and no causal flag stated: a cross-attention to encoder states sees them all
@@ -80,21 +85,40 @@ def speccat_attention(
     seed = _SEEDS.getrandbits(62) if dropout else 0
     with _kernel_scope("attention"):
         out, _ = kernels.flash_attention(
-            query, key, value, s_aux, indices, float(scale), bool(causal), int(sliding_window or 0), float(softcap or 0.0), float(dropout), seed
+            query, key, value, s_aux, indices, float(scale), bool(causal), int(sliding_window or 0), float(softcap or 0.0), float(dropout), seed, bias
         )
     return out, None
 
 
+def _score_bias(query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
+    """The one floating tensor keyword shaped as scores, (b or 1, heads or 1, s, t): an additive
+    score bias (inkling's relative position bias), told by its shape, not its name; None when
+    there is none. Two such tensors are left to `_refuse_unknown_inputs`."""
+    b, heads, s = query.shape[:3]
+    t = key.shape[2]
+    found = [
+        value
+        for value in kwargs.values()
+        if isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and value.dim() == 4
+        and tuple(value.shape[2:]) == (s, t)
+        and value.shape[0] in (1, b)
+        and value.shape[1] in (1, heads)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
 def _refuse_unknown_inputs(module: torch.nn.Module, kwargs: dict) -> None:
     """A tensor the kernel does not take would be dropped without a word, and the attention
-    computed (and priced) without it: an additive position bias (s×s scores per head, which a
-    flash kernel cannot take: inkling's relative bias) or per-query sinks. Refused instead."""
+    computed (and priced) without it: per-query sinks (inkling2's: a logit per head and query,
+    which no kernel speccat models takes), or a second score bias. Refused instead."""
     unknown = sorted(name for name, value in kwargs.items() if isinstance(value, torch.Tensor) and name not in POSITIONAL_INPUTS)
     if unknown:
         raise SpecError(
             "unsupported_layer",
             f"{type(module).__name__}: its attention passes the tensor {', '.join(unknown)}, which speccat's flash kernel does not take "
-            "(an additive score bias or per-query sinks: no flash kernel computes it)",
+            "(per-query sinks or a second score bias: no kernel speccat models computes it)",
         )
 
 

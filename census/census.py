@@ -80,6 +80,9 @@ def _settle_eager(views: list[LayerView]) -> None:
         if view.attention_kernels():
             view.shape.attention = "full"
             continue
+        if view.linear_eager_kernels():
+            view.shape.attention = "linear_eager"  # a linear attention run in torch (census/routing.py)
+            continue
         if view.feed_forward_only():
             view.shape.attention = "none"  # a block of only an MLP or MoE (nemotron_h's)
             continue

@@ -37,6 +37,7 @@ MIXER_OPS = {
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
     "rwkv": "speccat::wkv",
+    "linear_eager": "eager",  # torch code as written, no kernel stands in (census/routing.py)
     "none": "none",
 }
 SCAN_APART_OP = "speccat::selective_scan"
@@ -128,6 +129,24 @@ class LayerView:
     def attention_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "attention"]
 
+    def keys_appended_every(self) -> int:
+        """Tokens per key the self-attention appends to the layer's own (one compressed entry per
+        that many tokens: DeepSeek-V4's compressors), 0 when its keys are its tokens; refused when
+        the appended keys are not one per a whole number of tokens (docs/census.md, "Appended keys")."""
+        every = 0
+        for k in self.attention_kernels():
+            queries, extra = k.q[2], k.k[2] - k.q[2]
+            if self.shape.attention == "cross" or extra == 0:
+                continue
+            if queries % extra:
+                raise SpecError(
+                    "unsupported_layer",
+                    f"layer {self.index} ({type(self.layer).__name__}): its queries attend to {extra} keys appended to the layer's own "
+                    f"{queries}, not one per a whole number of tokens, which the census does not price",
+                )
+            every = max(every, queries // extra)
+        return every
+
     def delta_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "delta_rule"]
 
@@ -166,6 +185,48 @@ class LayerView:
             return 0
         tail = (kernels[0].v[2], kernels[0].k[3])
         return sum(n for (op, dims, kept), n in self.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in self.attention_children})
+
+    def _biased_kernel(self) -> KernelCall | None:
+        return next((k for k in self.attention_kernels() if k.bias_bytes), None)
+
+    def score_bias_source(self) -> int:
+        """Bytes per query head and token of the table an attention's score bias is gathered
+        from, which the gather keeps (inkling's relative logits: one per head and distance,
+        rel_extent or the window wide): a gather in an attention child whose output is the
+        kernel's (s, t) scores. 0 without a score bias."""
+        kernel = self._biased_kernel()
+        if kernel is None:
+            return 0
+        s, t, heads = kernel.q[2], kernel.k[2], kernel.q[1]
+        sources = [
+            (source, nbytes)
+            for child, source, nbytes, out in self.probe.score_gathers
+            if child in self.attention_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
+        ]
+        return sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources)
+
+    def score_bias_tables(self) -> int:
+        """Bytes per (query, key) pair of the s × t tables an attention's own code keeps outside
+        its kernel, one for the whole batch and every head (inkling's gather index, int64, and
+        the masked_fill mask of distances outside the bias's extent, bool). 0 without a score bias."""
+        kernel = self._biased_kernel()
+        if kernel is None or kernel.q[2] != kernel.k[2]:
+            return 0
+        ops = {f"child:{c}" for c in self.attention_children}
+        return sum(dtype.itemsize * n for (op, rows, dtype), n in self.probe.kept_square.items() if op in ops and rows == kernel.q[2])
+
+    def beside_attention_convs(self, in_attention: bool) -> int:
+        """Bytes per token of the inputs that causal conv1d calls keep in a layer whose only other
+        kernel is attention (inkling's short convs, fp32): those in the attention kernel's child
+        (`in_attention`: on k and v, inside the tensor-parallel region) or in the layer's other
+        children (on the attention's and the MLP's outputs, the hidden stream). 0 in a layer
+        whose mixer is the conv or runs a kernel of its own (its conv is priced with it)."""
+        kinds = {k.kind for k in self.probe.kernels}
+        if "attention" not in kinds or kinds - {"attention", "conv"}:
+            return 0
+        homes = {k.child for k in self.attention_kernels()}
+        convs = [k for k in self.probe.kernels if k.kind == "conv" and (k.child in homes) == in_attention]
+        return sum(k.q[1] * k.in_bytes for k in convs)
 
     def lowrank_width(self) -> int:
         """A linear-attention mixer's low-rank projections: the summed input widths of its
@@ -220,6 +281,25 @@ class LayerView:
     def ssd_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "ssd"]
 
+    def linear_eager_kernels(self) -> list[KernelCall]:
+        """The linear attentions run in torch (census/routing.py), one per module that ran one, of a
+        layer whose mixer is one (a layer that also called the attention interface is not)."""
+        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.attention in ("eager", "linear_eager") else []
+
+    def linear_eager_variants(self) -> dict[str, bool | int]:
+        """What a linear attention run in torch does around its blocks, read off what ran in its
+        child: activation calls on its inputs, a sigmoid gate of the heads' width on its output,
+        norm calls (its output norm); 0 for every other mixer."""
+        calls = self.linear_eager_kernels()
+        children = {k.child for k in calls if k.child}
+        width = calls[0].q[-3] * calls[0].v[-1] if calls else 0
+        inside = lambda path: path.split(".", 1)[0] in children  # noqa: E731
+        return {
+            "mixer_act": sum(n for owner, n in self.probe.activations.items() if inside(owner)),
+            "mixer_out_gate": any(op.name == "sigmoid" and op.out_last == width for c in children for op in self.probe.router_ops.get(c, [])),
+            "mixer_out_norms": sum(n for path, n in self.probe.norm_calls.items() if "." in path and inside(path)),
+        }
+
     def conv_kernels(self) -> list[KernelCall]:
         """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
         return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
@@ -228,9 +308,10 @@ class LayerView:
         return [k for k in self.probe.kernels if k.kind == "wkv"]
 
     def scan_projections(self) -> int:
-        """The projections of the children a scan, short conv or WKV ran in (in, x, dt and out for
-        Mamba; in and out for Mamba2 and a short conv; key, value, receptance and output for RWKV)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() if k.child}
+        """The projections of the children a scan, short conv, WKV or linear attention run in torch
+        ran in (in, x, dt and out for Mamba; in and out for Mamba2 and a short conv; key, value,
+        receptance and output for RWKV)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() + self.linear_eager_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -393,7 +474,7 @@ class LayerView:
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.linear_eager_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -550,8 +631,15 @@ class LayerView:
             "v_in_projection": not self.mla() and any(k.v_is_view for k in kernels),
             "qk_in_projection": not self.mla() and any(k.v_is_view and k.qk_share_v for k in kernels),
             "index_topk": max((k.index_topk for k in kernels), default=0),
+            "keys_appended_every": self.keys_appended_every(),
+            "kv_same": any(k.kv_same for k in kernels),
             "kv_shared": any(k.kv_borrowed for k in kernels),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
+            "score_bias_bytes": max((k.bias_bytes for k in kernels), default=0),
+            "score_bias_source": self.score_bias_source(),
+            "score_bias_tables": self.score_bias_tables(),
+            "attention_conv_bytes": self.beside_attention_convs(in_attention=True),
+            "stream_conv_bytes": self.beside_attention_convs(in_attention=False),
             "ff_input_shared": self.ff_input_shared(),
             "ff_fused_gate_up": bool(dense)
             and any(is_projection(m) and m.weight.shape[0] == 2 * dense for _, m in self.named(self.ffn_children)),
@@ -574,6 +662,7 @@ class LayerView:
             "delta_gate_masks": self.delta_gate_kept(torch.bool),
             "lowrank_width": self.lowrank_width(),
             "gated_norm_sigmoid": self.gated_norm_sigmoid(),
+            **self.linear_eager_variants(),
             "gated_norm": any(
                 op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
             ),
@@ -669,15 +758,24 @@ def check_probes(views: list[LayerView]) -> None:
                 "the census prices one scan over the mixer's inner width",
             )
         for k in v.attention_kernels():
-            if k.q[2] != k.k[2] and v.shape.attention != "cross":  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
-                extra = k.k[2] - k.q[2]
-                what = (
-                    f"its queries attend to {extra} keys beyond the layer's own tokens (entries appended to them, such as "
-                    "compressed keys), which the census does not price"
-                    if k.q[2] in v.probe.hidden_dims and 0 < extra < k.q[2]
-                    else "cross-attention"
-                )
-                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): {what} (queries {k.q[2]}, keys {k.k[2]})")
+            # keys appended to the layer's own tokens, fewer than them (compressed entries), are
+            # priced per token (keys_appended_every); any other difference is cross-attention
+            appended = k.q[2] in v.probe.hidden_dims and 0 < k.k[2] - k.q[2] < k.q[2]
+            if k.q[2] != k.k[2] and v.shape.attention != "cross" and not appended:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
+                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})")
+        v.keys_appended_every()  # refuses appended keys that are not one per a whole number of tokens
+
+
+def check_appended_keys(plain: LayerView, other: LayerView, length: int) -> None:
+    """Refuse keys appended to the layer's own that do not scale with the sequence: `other` is
+    the same layer probed at another length, which must append one key per as many tokens."""
+    at_census, at_length = plain.keys_appended_every(), other.keys_appended_every()
+    if at_census != at_length:
+        raise SpecError(
+            "unsupported_layer",
+            f"layer {plain.index} ({type(plain.layer).__name__}): the keys appended to its own are one per {at_census} tokens at the census's "
+            f"length and one per {at_length} at {length} tokens: they do not scale with the sequence, which bytes per token do not state",
+        )
 
 
 def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Shape]]) -> dict[str, Any]:
@@ -734,6 +832,10 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     rwkv = next((v for v in views if v.wkv_kernels()), None)
     if rwkv is not None:
         facts["wkv_size"] = rwkv.wkv_kernels()[0].q[-1]
+    eager = next((v for v in views if v.linear_eager_kernels()), None)
+    if eager is not None:  # q of its first block (b, heads, block, head dim): the block is min(its size, s)
+        q = eager.linear_eager_kernels()[0].q
+        facts["linear_eager_heads"], facts["linear_eager_block"], facts["linear_eager_head_dim"] = q[-3], q[-2], q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
         facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]

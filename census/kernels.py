@@ -4,7 +4,12 @@ The census runs layers on fake tensors, so what autograd keeps for backward is d
 ops' autograd formulas. These two ops keep what the production kernels keep:
 
 - `speccat::flash_attention` keeps q, k and v (grouped K/V heads unexpanded), the output and
-  the fp32 log-sum-exp of each score row, as FlashAttention does; never the s×s scores.
+  the fp32 log-sum-exp of each score row, as FlashAttention does; never the s×s scores. Given
+  an additive score bias (inkling's relative position bias), it also keeps that bias as given,
+  as torch SDPA's memory-efficient kernel does with a float mask (its autograd node,
+  ScaledDotProductEfficientAttentionBackward0, saves query, key, value, attn_bias, output,
+  log_sumexp and the philox seed and offset: torch's tools/autograd/derivatives.yaml); that
+  bias is s×t per head, the one quadratic tensor the op keeps.
 - `speccat::chunk_gated_delta_rule` keeps the l2-normalised q and k with their fp32 inverse
   norms, v, the chunk-local cumulative decay (fp32), beta and the per-chunk WY matrix A, as
   flash-linear-attention's chunked gated delta rule does (which first makes v contiguous: its
@@ -62,10 +67,15 @@ def _allowed(q: Tensor, k: Tensor, causal: bool, window: int, indices: Tensor | 
     return ok
 
 
-def _logits(q: Tensor, k: Tensor, scale: float, causal: bool, window: int, softcap: float, indices: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Raw scores in the accumulation dtype, and the logits the softmax sees: soft-capped, masked."""
+def _logits(
+    q: Tensor, k: Tensor, scale: float, causal: bool, window: int, softcap: float, indices: Tensor | None, bias: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Raw scores in the accumulation dtype, and the logits the softmax sees: soft-capped, plus
+    the additive score bias (broadcast to (b, h, s, t)), masked."""
     raw = torch.matmul(_acc(q), _acc(_expand_kv(k, q.shape[1])).transpose(-1, -2)) * scale
     logits = softcap * torch.tanh(raw / softcap) if softcap > 0 else raw
+    if bias is not None:
+        logits = logits + _acc(bias)
     return raw, logits.masked_fill(~_allowed(q, k, causal, window, indices), float("-inf"))
 
 
@@ -112,6 +122,7 @@ def flash_attention(
     softcap: float,
     dropout_p: float,
     seed: int,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention of q (b, h, s, d) over k, v (b, kv_heads, t, d|dv) → (out (b, s, h, dv), lse (b, h, s) fp32).
 
@@ -121,8 +132,13 @@ def flash_attention(
     `indices` (b, s, topk) restrict each query to chosen keys (DeepSeek sparse attention);
     `window` > 0 limits each query to that many most recent keys; `softcap` > 0 caps logits
     with softcap·tanh(x/softcap); dropout regenerates its mask from `seed`.
+
+    `bias` (broadcastable to (b, h, s, t)) is added to the scores before the softmax, as torch
+    SDPA's memory-efficient kernel adds a float `attn_mask` (`_scaled_dot_product_efficient_attention`'s
+    `attn_bias`); that kernel keeps the bias for backward and gives it a gradient, and so does
+    this op. Masked scores stay masked whatever the bias holds.
     """
-    _, logits = _logits(q, k, scale, causal, window, softcap, indices)
+    _, logits = _logits(q, k, scale, causal, window, softcap, indices, bias)
     if sinks is not None:
         sink = _acc(sinks).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
         lse = torch.logsumexp(torch.cat([logits, sink], dim=-1), dim=-1)
@@ -137,7 +153,7 @@ def flash_attention(
 
 
 @flash_attention.register_fake
-def _flash_attention_fake(q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed):
+def _flash_attention_fake(q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed, bias=None):
     b, heads, s, _ = q.shape
     out = _new_out(q, v.shape[-1], q.dtype)
     lse = q.new_empty(b, heads, s, dtype=torch.promote_types(q.dtype, torch.float32))
@@ -160,10 +176,13 @@ def flash_attention_backward(
     softcap: float,
     dropout_p: float,
     seed: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients (dq, dk, dv, dsinks) recomputed from what the forward kept (dsinks is empty without sinks)."""
+    bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Gradients (dq, dk, dv, dsinks, dbias) recomputed from what the forward kept (dsinks and
+    dbias are empty without sinks or bias). dbias is the scores' gradient summed over the
+    dimensions the bias broadcasts along, in the bias's dtype."""
     heads, kv_heads = q.shape[1], k.shape[1]
-    raw, logits = _logits(q, k, scale, causal, window, softcap, indices)
+    raw, logits = _logits(q, k, scale, causal, window, softcap, indices, bias)
     probs = _probabilities(logits, lse)
     keep = _dropout_keep(probs.shape, dropout_p, seed)
     dout = _acc(grad_out.transpose(1, 2))  # (b, h, s, dv)
@@ -184,27 +203,35 @@ def flash_attention_backward(
         dsinks = -(sink_probs * row.squeeze(-1)).sum(dim=(0, 2)).to(sinks.dtype)
     else:
         dsinks = q.new_empty(0)
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsinks
+    dbias = _reduce_to(dlogits, bias.shape).to(bias.dtype) if bias is not None else q.new_empty(0)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsinks, dbias
+
+
+def _reduce_to(grad: Tensor, shape: torch.Size) -> Tensor:
+    """A broadcast operand's gradient: grad summed over the dims the operand had as 1."""
+    dims = [i for i, (n, g) in enumerate(zip(shape, grad.shape, strict=True)) if n == 1 and g != 1]
+    return grad.sum(dim=dims, keepdim=True) if dims else grad
 
 
 @flash_attention_backward.register_fake
-def _flash_attention_backward_fake(grad_out, q, k, v, out, lse, sinks, indices, *rest):
+def _flash_attention_backward_fake(grad_out, q, k, v, out, lse, sinks, indices, scale, causal, window, softcap, dropout_p, seed, bias=None):
     dsinks = torch.empty_like(sinks) if sinks is not None else q.new_empty(0)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+    dbias = torch.empty_like(bias) if bias is not None else q.new_empty(0)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks, dbias
 
 
 def _flash_setup(ctx, inputs, output):
-    q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed = inputs
+    q, k, v, sinks, indices, scale, causal, window, softcap, dropout_p, seed, bias = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, sinks, indices)
+    ctx.save_for_backward(q, k, v, out, lse, sinks, indices, bias)
     ctx.options = (scale, causal, window, softcap, dropout_p, seed)
     ctx.mark_non_differentiable(lse)
 
 
 def _flash_backward(ctx, grad_out, _grad_lse):
-    q, k, v, out, lse, sinks, indices = ctx.saved_tensors
-    dq, dk, dv, dsinks = flash_attention_backward(grad_out, q, k, v, out, lse, sinks, indices, *ctx.options)
-    return dq, dk, dv, (dsinks if sinks is not None else None), None, None, None, None, None, None, None
+    q, k, v, out, lse, sinks, indices, bias = ctx.saved_tensors
+    dq, dk, dv, dsinks, dbias = flash_attention_backward(grad_out, q, k, v, out, lse, sinks, indices, *ctx.options, bias)
+    return dq, dk, dv, (dsinks if sinks is not None else None), None, None, None, None, None, None, None, (dbias if bias is not None else None)
 
 
 flash_attention.register_autograd(_flash_backward, setup_context=_flash_setup)

@@ -157,6 +157,7 @@ class KernelCall:
     # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
     # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
     # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
+    # or "linear_eager" (a linear attention run in torch, census/routing.py: q, k, v of one block (…, n, d))
     kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
@@ -167,8 +168,11 @@ class KernelCall:
     heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
     v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
     qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
+    kv_same: bool = False  # k and v are one tensor (shared-KV attention: DeepSeek-V4), which the kernel keeps once
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
+    in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/readers.py: keys and values an earlier layer stored)
@@ -225,6 +229,12 @@ class LayerProbe:
     # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
     # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
     kept_tails: Counter = field(default_factory=Counter)
+    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
+    # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
+    kept_square: Counter = field(default_factory=Counter)
+    # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
+    # kernel whose output's last two dims are square: a score bias gathered from a per-query table
+    score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)
 
 
 class Made(NamedTuple):
@@ -269,6 +279,7 @@ class Watcher:
         self.gate_outputs: dict[int, str] = {}  # the output of a sigmoid of a projection -> that projection
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
+        self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
         self.excluded_outputs: set[int] = set()
@@ -276,6 +287,7 @@ class Watcher:
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
         self.creator: dict[int, Made] = {}  # storage -> the call that made it
+        self.linear_modules: dict[int, set[tuple[str, ...]]] = {}  # layer -> module paths a linear attention ran in
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -323,6 +335,8 @@ class Watcher:
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
             self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
+            if tensor.dim() == 4:
+                self.four_d.add(key)
         op = self._region_op(tensor, key)
         if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
             probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
@@ -381,17 +395,22 @@ class Watcher:
         self._note_call(probe, func, out)
         if attention.current_kernel() is None:
             self._note_variant_op(probe, func, args, out)
+            if func is torch.ops.aten.gather.default and out.dim() >= 2 and out.shape[-1] == out.shape[-2]:
+                probe.score_gathers.append((self._child(), tuple(args[0].shape), args[0].element_size(), tuple(out.shape)))
         if func is OPS_KERNEL:
             q, k, v = args[0], args[1], args[2]
             window, causal, indices = args[7], args[6], args[4]
+            bias = args[11] if len(args) > 11 else kwargs.get("bias")
             probe.kernels.append(
                 KernelCall(
                     "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
                     heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2),
                     v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
                     qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
+                    kv_same=_storage_key(k) == _storage_key(v) and k.storage_offset() == v.storage_offset() and k.shape == v.shape and k.stride() == v.stride(),
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
+                    bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
                     kv_borrowed=self._made_elsewhere(k, probe),
                 )
             )
@@ -419,7 +438,7 @@ class Watcher:
             key, decay, value = args[2], args[0], args[3]
             probe.kernels.append(KernelCall("wkv", self._child(), tuple(key.shape), tuple(decay.shape), tuple(value.shape)))
         elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
-            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
+            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), (), in_bytes=args[0].element_size()))
         elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
             probe.activations[self.path[-1][0]] += 1
             kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
@@ -460,6 +479,19 @@ class Watcher:
             and _storage_key(x) == self.last_projection[1]
             and not any(is_activation_region(m) for _, m in self.path)
         )
+
+    def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """A linear attention's value matmul ran in torch (census/routing.py): one call per module
+        that runs it, however many blocks of tokens it is written in."""
+        probe = self.current
+        if probe is None or self.forward_done:
+            return
+        where = tuple(name for name, _ in self.path)
+        if where in self.linear_modules.setdefault(probe.index, set()):
+            return
+        self.linear_modules[probe.index].add(where)
+        # not counted per child: the projections around it are the mixer's own (describe.py scan_projections)
+        probe.kernels.append(KernelCall("linear_eager", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
 
     def _in_mlp(self) -> bool:
         """The op runs in an MLP's own code (its module holds two or more projections, is no
@@ -545,6 +577,8 @@ class Watcher:
         """A norm call on the layer's hidden stream (see LayerProbe.stream_norms)."""
         if any(is_norm(m) for _, m in self.path[:-1]) or not args or not isinstance(args[0], torch.Tensor):
             return False
+        if not depth_one and any(where[:1] == (name.split(".", 1)[0],) for where in self.linear_modules.get(self.current.index, ())):
+            return False  # the output norm of a linear attention run in torch, whatever its width (census/routing.py)
         return depth_one or (args[0].shape[-1] == self.current.hidden_width and not QK_NORM_NAME.match(name.rsplit(".", 1)[-1]))
 
     def _inside_activation(self) -> bool:
@@ -654,6 +688,40 @@ def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Ite
     finally:
         for holder, key, value in reversed(originals):
             setattr(holder, key, value)
+
+
+def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> list[tuple[nn.Module, str, dict]]:
+    """The dicts held by the kept layers' modules that are keyed by exactly the layer indices one
+    of the config's lists names (zamba2's shared block maps each hybrid layer's index, from
+    `hybrid_layer_ids`, to its adapter slot): (module, attribute, dict). A list of indices names
+    each layer once: a per-layer list of flags (llama4's `no_rope_layers`) or of sizes
+    (`mrope_section`) repeats its values and names no layers."""
+    named = [
+        frozenset(value) for value in getattr(config, "__dict__", {}).values()
+        if isinstance(value, (list, tuple)) and value and len(set(value)) == len(value) and all(type(i) is int and 0 <= i < total for i in value)
+    ]
+    found = []
+    for layer in layers:
+        for module in layer.modules():
+            for key, value in vars(module).items():  # torch's own dicts (hooks keyed by handle ids) are private
+                if not key.startswith("_") and isinstance(value, dict) and value and frozenset(value) in named:
+                    found.append((module, key, value))
+    return found
+
+
+@contextlib.contextmanager
+def _index_keyed_subset(config: Any, layers: dict[int, nn.Module], keep: list[int], total: int) -> Iterator[None]:
+    """While the kept layers run at their positions in the cut stack, re-key each dict their
+    modules hold by layer index (`_index_keyed_dicts`) by those positions: a decoder hands each
+    layer its position, and the layer looks itself up by it (zamba2's adapters by `layer_idx`)."""
+    originals = _index_keyed_dicts(config, layers.values(), total)
+    try:
+        for module, key, value in originals:
+            setattr(module, key, {position: value[index] for position, index in enumerate(keep) if index in value})
+        yield
+    finally:
+        for module, key, value in reversed(originals):
+            setattr(module, key, value)
 
 
 @contextlib.contextmanager
@@ -844,7 +912,7 @@ def _run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _index_keyed_subset(config, kept, indices, total), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
             extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
@@ -853,7 +921,7 @@ def _run_layers(
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
-            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length):
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:
@@ -938,6 +1006,9 @@ def _book_bytes(watcher: Watcher) -> None:
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
             probe.kept_tails[(op, *watcher.tails[key])] += 1
+            tail, dtype = watcher.tails[key]
+            if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
+                probe.kept_square[(op, tail[0], dtype)] += 1
             if op == "ffAct":
                 probe.act_kept.add(key)
             made = watcher.creator.get(key)

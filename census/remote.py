@@ -7,7 +7,8 @@ not know is built from a class transformers ships when:
    (Kimi-K2's model_type is `kimi_k2`, its architectures `DeepseekV3ForCausalLM`): the
    language config is built as that class's model_type;
 2. else census/aliases.yaml lists its model_type: it is built as the stated model_type, with
-   the stated key renames.
+   the stated key renames and value maps (a list field whose entries are coded otherwise:
+   MiniMax-M1's `attn_type_list` of 0 and 1 is transformers' `layer_types` of names).
 
 Only names are compared: a class name is looked up in transformers' own mapping of model
 types to class names, never imported from the config. Otherwise the config is refused as
@@ -17,6 +18,7 @@ types to class names, never imported from the config. Otherwise the config is re
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -25,21 +27,48 @@ from typing import Any
 import yaml
 
 from speccat.census.config import language_config
+from speccat.census.spec import SpecError
 
 ALIASES_PATH = Path(__file__).with_name("aliases.yaml")
 
 
-def load_aliases(path: Path = ALIASES_PATH) -> Mapping[str, tuple[str, Mapping[str, str]]]:
-    """model_type → (transformers model_type, key renames), validated."""
+@dataclass(frozen=True)
+class Alias:
+    target: str  # the transformers model_type the config is built as
+    rename: Mapping[str, str]  # config key → the key transformers reads
+    values: Mapping[str, Mapping[Any, Any]]  # config key → {its value (or a list entry's) → transformers'}
+
+    def apply(self, language: Mapping) -> dict:
+        """The language config as the target model_type reads it: values mapped, keys renamed."""
+        out = {}
+        for key, value in language.items():
+            table = self.values.get(key)
+            if table is not None:
+                value = [self._mapped(key, table, v) for v in value] if isinstance(value, list) else self._mapped(key, table, value)
+            out[self.rename.get(key, key)] = value
+        out["model_type"] = self.target
+        return out
+
+    @staticmethod
+    def _mapped(key: str, table: Mapping, value: Any) -> Any:
+        if isinstance(value, bool) or value not in table:
+            raise SpecError("bad_value", f"{key}: {value!r} is none of the values its alias maps ({', '.join(map(repr, table))})")
+        return table[value]
+
+
+def load_aliases(path: Path = ALIASES_PATH) -> Mapping[str, Alias]:
+    """model_type → its Alias, validated."""
     data = yaml.safe_load(path.read_text()) or {}
     aliases = {}
     for name, entry in data.items():
-        if not isinstance(entry, Mapping) or set(entry) != {"as", "rename"}:
-            raise ValueError(f"{path.name}: {name}: must state exactly `as` and `rename`")
-        target, rename = entry["as"], entry["rename"] or {}
+        if not isinstance(entry, Mapping) or not {"as", "rename"} <= set(entry) <= {"as", "rename", "values"}:
+            raise ValueError(f"{path.name}: {name}: must state `as` and `rename`, and may state `values`")
+        target, rename, values = entry["as"], entry["rename"] or {}, entry.get("values") or {}
         if not isinstance(target, str) or not isinstance(rename, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in rename.items()):
             raise ValueError(f"{path.name}: {name}: `as` is a model_type and `rename` maps keys to keys")
-        aliases[str(name)] = (target, MappingProxyType(dict(rename)))
+        if not isinstance(values, Mapping) or not all(isinstance(k, str) and isinstance(v, Mapping) and v for k, v in values.items()):
+            raise ValueError(f"{path.name}: {name}: `values` maps config keys to non-empty tables of values")
+        aliases[str(name)] = Alias(target, MappingProxyType(dict(rename)), MappingProxyType({k: MappingProxyType(dict(v)) for k, v in values.items()}))
     return MappingProxyType(aliases)
 
 
@@ -84,10 +113,8 @@ def substitute(config: Mapping) -> tuple[dict, str] | None:
                 return {**language, "model_type": by_class[name]}, name
     for model_type in (config.get("model_type"), language.get("model_type")):
         if isinstance(model_type, str) and model_type in ALIASES:
-            target, rename = ALIASES[model_type]
-            renamed = {rename.get(k, k): v for k, v in language.items()}
-            renamed["model_type"] = target
-            return renamed, f"{model_type} as {target}"
+            alias = ALIASES[model_type]
+            return alias.apply(language), f"{model_type} as {alias.target}"
     return None
 
 

@@ -14,9 +14,17 @@ kernel keeps:
   mask, bias, softcap, softmax, dropout) run without autograd and inside the kernel's scope
   (nothing is kept, no dropout counted), until a matmul of that seq × seq result with a value
   tensor (…, s, dv): that matmul becomes the kernel call with the score matmul's q and k,
-  and the dropout probability the eager code applied. A value matmul reached with no softmax
-  between it and the score matmul is not softmax attention (minimax's lightning attention
-  multiplies its block scores by a decay mask): the layer is refused as `unsupported_layer`.
+  and the dropout probability the eager code applied;
+- a value matmul reached with no softmax between it and a square product q·kᵀ of n ≤ s rows
+  ((…, n, d) by (…, d, n)) is a linear attention: scores (times a decay mask, or not) straight
+  into the values, as a decayed linear attention written in blocks of n tokens computes within
+  each block. No production kernel stands behind such torch code, so it runs as written, with
+  autograd, and is measured as it runs; `on_linear` is told (q, k, v) of each such value
+  matmul (census/probe.py records the mixer). Products of s × s rows were taken for softmax
+  scores and ran without autograd: their chain is run again, op by op, with autograd, before
+  the value matmul. Products of fewer rows are only followed (the ops run as written), through
+  the ops whose result keeps their n × n shape (a decay mask, a scale): a softmax on them is
+  blockwise softmax attention, which the kernel does not stand in for.
 
 The bias or mask the eager code added (ALiBi, a sliding window as a mask) is not read: like
 FlashAttention, the kernel keeps the same tensors whatever mask it applies.
@@ -25,16 +33,16 @@ FlashAttention, the kernel keeps the same tensors whatever mask it applies.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from speccat.census import attention
-from speccat.census.spec import SpecError
 
 _MATMULS = {
     torch.matmul,
@@ -54,6 +62,10 @@ class _Scores:
     k: torch.Tensor  # (…, s, d)
     dropout: float = 0.0
     softmax: bool = False  # a softmax read the scores (or what was computed from them)
+    # s × s scores run without autograd until a value matmul shows what they are; then, without a
+    # softmax, each tensor of the chain is remade from its recipe (func, args, kwargs) with autograd
+    deferred: bool = True
+    recipes: dict[int, tuple] = field(default_factory=dict)
 
 
 def _as_heads(x: torch.Tensor) -> torch.Tensor:
@@ -66,23 +78,59 @@ def _as_heads(x: torch.Tensor) -> torch.Tensor:
 class AttentionRoute(TorchFunctionMode):
     """Routes SDPA calls and eager attention of the running layers to speccat's kernel."""
 
-    def __init__(self, seq_length: int):
+    def __init__(self, seq_length: int, on_linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None):
         super().__init__()
         self.seq = seq_length
+        self.on_linear = on_linear
         self.marked: dict[int, tuple[torch.Tensor, _Scores]] = {}  # id → (tensor kept alive, its scores)
+        # square products of fewer rows than s, followed as they run: id → (weak ref, their scores);
+        # weak, so that nothing is kept alive that autograd would have freed
+        self.followed: dict[int, tuple[weakref.ref, _Scores]] = {}
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _mark(self, out, scores: _Scores) -> None:
+    def _mark(self, out, scores: _Scores, recipe: tuple | None = None) -> None:
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
-                self.marked[id(t)] = (t, scores)
+                if scores.deferred:
+                    self.marked[id(t)] = (t, scores)
+                    if recipe is not None and t is out:
+                        scores.recipes[id(t)] = recipe
+                else:
+                    self.followed[id(t)] = (weakref.ref(t), scores)
+
+    def _is_marked(self, t) -> bool:
+        if not isinstance(t, torch.Tensor):
+            return False
+        if id(t) in self.marked:
+            return self.marked[id(t)][0] is t
+        return id(t) in self.followed and self.followed[id(t)][0]() is t
 
     def _scores_of(self, args, kwargs) -> _Scores | None:
         for t in tree_flatten((args, kwargs))[0]:
-            if isinstance(t, torch.Tensor) and id(t) in self.marked and self.marked[id(t)][0] is t:
-                return self.marked[id(t)][1]
+            if self._is_marked(t):
+                return (self.marked[id(t)] if id(t) in self.marked else self.followed[id(t)])[1]
         return None
+
+    def _remade(self, t, scores: _Scores, made: dict[int, torch.Tensor]):
+        """A tensor of a deferred chain made again with autograd, from its recipe (others as they are)."""
+        if not isinstance(t, torch.Tensor) or id(t) not in scores.recipes:
+            return t
+        if id(t) not in made:
+            func, args, kwargs = scores.recipes[id(t)]
+            args, kwargs = (tree_map(lambda a: self._remade(a, scores, made), x) for x in (args, kwargs))
+            made[id(t)] = func(*args, **kwargs)
+        return made[id(t)]
+
+    def _linear(self, func, scores: _Scores, weights, value):
+        """The value matmul of a linear attention, with autograd (its chain remade when deferred)."""
+        if scores.deferred:
+            weights = self._remade(weights, scores, {})
+            if scores.dropout:  # a dropout on the scores was passed over while they were taken for softmax's
+                weights = F.dropout(weights, scores.dropout)
+        if self.on_linear is not None:
+            self.on_linear(scores.q, scores.k, value)
+        return func(weights, value)
 
     def _is_score(self, a, b) -> bool:
         s = self.seq
@@ -112,16 +160,20 @@ class AttentionRoute(TorchFunctionMode):
             return self._sdpa(*args, **kwargs)
         scores = self._scores_of(args, kwargs)
         if scores is not None:
-            if func in _MATMULS and len(args) == 2 and args[0] is not None and id(args[0]) in self.marked and id(args[1]) not in self.marked:
+            if func in _MATMULS and len(args) == 2 and self._is_marked(args[0]) and not self._is_marked(args[1]):
                 value = args[1]
-                if isinstance(value, torch.Tensor) and value.shape[-2] == self.seq:
+                if isinstance(value, torch.Tensor) and value.shape[-2] == scores.q.shape[-2]:
                     if not scores.softmax:
-                        raise SpecError(
-                            "unsupported_layer",
-                            f"a score matmul q·kᵀ {tuple(scores.q.shape)} reaches its value matmul with no softmax between: "
-                            "not softmax attention (a linear-attention recurrence the census does not know)",
-                        )
-                    return self._kernel(scores.q, scores.k, value, scores.dropout)
+                        return self._linear(func, scores, args[0], value)
+                    if scores.deferred:
+                        return self._kernel(scores.q, scores.k, value, scores.dropout)
+            if not scores.deferred:  # a square product of fewer rows: followed, run as written
+                if func in _SOFTMAXES:
+                    scores.softmax = True
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor) and out.shape[-2:] == scores.q.shape[-2:-1] * 2:
+                    self._mark(out, scores)  # followed through element-wise ops on the scores only
+                return out
             if func in _DROPOUTS:
                 p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
                 training = args[2] if len(args) > 2 else kwargs.get("training", True)
@@ -132,25 +184,40 @@ class AttentionRoute(TorchFunctionMode):
                 scores.softmax = True
             with torch.no_grad(), attention._kernel_scope("attention"):
                 out = func(*args, **kwargs)
-            self._mark(out, scores)
+            self._mark(out, scores, (func, args, kwargs))
             return out
         if func in _MATMULS and len(args) == 2 and self._is_score(*args):
-            return self._score(args[0], args[1])
+            return self._score(func, args[0], args[1])
         if func in _BADDBMM:
             batch1 = args[1] if len(args) > 1 else kwargs.get("batch1")
             batch2 = args[2] if len(args) > 2 else kwargs.get("batch2")
             if self._is_score(batch1, batch2):
                 with torch.no_grad(), attention._kernel_scope("attention"):
                     out = func(*args, **kwargs)
-                self._mark(out, _Scores(batch1, batch2.transpose(-1, -2)))
+                self._mark(out, _Scores(batch1, batch2.transpose(-1, -2)), (func, args, kwargs))
                 return out
+        if func in _MATMULS and len(args) == 2 and self._is_square(*args):
+            out = func(*args, **kwargs)
+            self._mark(out, _Scores(args[0], args[1].transpose(-1, -2), deferred=False))
+            return out
         return func(*args, **kwargs)
 
-    def _score(self, q, kt):
+    def _score(self, func, q, kt):
         with torch.no_grad(), attention._kernel_scope("attention"):
-            out = torch.matmul(q, kt)
-        self._mark(out, _Scores(q, kt.transpose(-1, -2)))
+            out = func(q, kt)
+        self._mark(out, _Scores(q, kt.transpose(-1, -2)), (func, (q, kt), {}))
         return out
+
+    def _is_square(self, a, b) -> bool:
+        """A product q·kᵀ of n rows each, 1 < n < s: block scores, followed as they run."""
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dim() >= 3
+            and b.dim() >= 3
+            and 1 < a.shape[-2] == b.shape[-1] < self.seq
+            and a.shape[-1] == b.shape[-2] != a.shape[-2]
+        )
 
     def _sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **_):
         out, _ = attention.speccat_attention(None, query, key, value, None, dropout=dropout_p, scaling=scale, is_causal=True)
@@ -158,7 +225,7 @@ class AttentionRoute(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def route_attention(seq_length: int) -> Iterator[AttentionRoute]:
-    with AttentionRoute(seq_length) as mode:
+def route_attention(seq_length: int, on_linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[AttentionRoute]:
+    with AttentionRoute(seq_length, on_linear) as mode:
         yield mode
 

@@ -61,6 +61,9 @@ OPTIONAL_INT = (
     "ssm_n_groups",
     "short_conv_kernel",
     "wkv_size",
+    "linear_eager_heads",
+    "linear_eager_head_dim",
+    "linear_eager_block",
     "sliding_window",
 )
 # Counts that may legitimately be zero when present (every other size must be positive).

@@ -6,7 +6,6 @@ config by hand. Shared by the census, pricing and refresh tests.
 # Refused, each with its reason and why. Remote code is refused by design; the others are the
 # census's own limits (docs/census.md, Known limits), not transformers'.
 REFUSED = {
-    "MiniMaxAI/MiniMax-M1-80k": ("remote_code", "minimax_m1 with auto_map; MiniMaxM1ForCausalLM is no class transformers ships, no alias"),
     "databricks/dbrx-instruct": ("bad_value", "transformers 5.24 cannot build it: its attn_config states no rope_theta the class reads"),
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": ("unsupported_layer", "latent MoE (moe_latent_size 1024): its experts run in a latent width, not a whole number of hidden-size projections"),
 }
@@ -17,6 +16,7 @@ OWN_TESTS = {
     "ArthurZ/mamba-130m": "tests/test_census_mamba.py",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "tests/test_census_mamba2.py",
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": "tests/test_census_llama4.py",
+    "MiniMaxAI/MiniMax-M1-80k": "tests/test_census_remote.py",
 }
 
 

@@ -1,6 +1,7 @@
 """Real CPU runs of one layer of a tiny model, for the tests that compare the census's booking
 with what a layer really keeps (the mixers' tests: mamba, mamba2, the scan apart, falcon-mamba,
-short convolutions, rwkv), and the records' price of each kind beside the census's measurement."""
+short convolutions, rwkv, linear attention run in torch), and the records' price of a spec's kinds
+beside what the census measured."""
 
 from __future__ import annotations
 

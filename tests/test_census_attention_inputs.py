@@ -1,8 +1,8 @@
-"""speccat's attention takes what a flash kernel takes. A tensor input it would not read (an
-additive score bias, per-query sinks) is refused, never dropped: dropped, the layer would be
-measured and priced as plain attention while the model means something else (inkling's relative
-position bias, s×s scores per head, which transformers passes only to its sdpa and eager
-attention: the model states it does not support flash attention)."""
+"""speccat's attention takes what its kernel takes: q, k, v and an additive score bias (inkling's
+relative position bias, s×t scores per head, which transformers passes to its sdpa and eager
+attention: the kernel adds it as SDPA's memory-efficient kernel adds a float mask). A tensor input
+it would not read (per-query sinks, a second bias) is refused, never dropped: dropped, the layer
+would be measured and priced as attention it does not compute."""
 
 from __future__ import annotations
 
@@ -31,20 +31,32 @@ def test_positions_are_taken_and_change_nothing():
     assert torch.equal(plain, with_positions)
 
 
-@pytest.mark.parametrize("name", ["position_bias", "sinks"])
-def test_a_tensor_the_kernel_does_not_take_is_refused(name):
+def test_a_score_bias_is_taken_as_the_kernels_bias():
+    """A tensor keyword shaped as scores (b, heads, s, t) is an additive score bias, whatever its
+    name: the kernel adds it to the scores, as SDPA adds a float mask."""
+    q, k, v = _qkv()
+    bias = torch.randn(1, 4, 8, 8)
+    ours, _ = speccat_attention(_Attention(), q, k, v, None, position_bias=bias, scaling=0.25)
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), attn_mask=bias.masked_fill(~causal, float("-inf")), scale=0.25
+    )
+    torch.testing.assert_close(ours, reference.transpose(1, 2), rtol=1e-5, atol=1e-5)
+    plain, _ = speccat_attention(_Attention(), q, k, v, None, scaling=0.25)
+    assert not torch.allclose(ours, plain)  # the bias was read, not dropped
+
+
+@pytest.mark.parametrize(
+    "inputs,named",
+    [
+        ({"sinks": torch.zeros(1, 4, 8, 1)}, "sinks"),  # inkling2's per-query sinks: one logit per head and query
+        ({"position_bias": torch.zeros(1, 4, 8, 8), "other_bias": torch.zeros(1, 4, 8, 8)}, "other_bias, position_bias"),
+        ({"position_bias": torch.zeros(1, 4, 8, 8, dtype=torch.long)}, "position_bias"),  # not a float: no score bias
+    ],
+)
+def test_a_tensor_the_kernel_does_not_take_is_refused(inputs, named):
     q, k, v = _qkv()
     with pytest.raises(SpecError) as err:
-        speccat_attention(_Attention(), q, k, v, None, **{name: torch.zeros(1, 4, 8, 8)})
+        speccat_attention(_Attention(), q, k, v, None, **inputs)
     assert err.value.reason == "unsupported_layer"
-    assert f"_Attention: its attention passes the tensor {name}" in str(err.value)
-
-
-def test_a_model_passing_a_position_bias_is_refused_naming_it():
-    from bench.bench_registry import default_config
-    from speccat.census import run_census
-
-    with pytest.raises(SpecError) as err:
-        run_census(default_config("inkling_text"), name="inkling_text", seq_length=32)
-    assert err.value.reason == "unsupported_layer"
-    assert "its attention passes the tensor position_bias" in str(err.value)
+    assert f"_Attention: its attention passes the tensor {named}" in str(err.value)

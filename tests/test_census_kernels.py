@@ -83,6 +83,31 @@ def test_flash_attention_sinks_match_gpt_oss_eager():
         torch.testing.assert_close(ours_grad, ref_grad)
 
 
+@pytest.mark.parametrize("bias_shape,window", [((2, 4, 7, 7), 0), ((1, 4, 7, 7), 3), ((2, 1, 7, 7), 0)])
+def test_flash_attention_score_bias_matches_sdpa_with_a_float_mask(bias_shape, window):
+    """An additive score bias as torch SDPA takes it in a float mask (transformers'
+    create_position_bias_mask: the bias where a key is allowed, -inf elsewhere): the same output
+    and the same gradients, the bias's included (summed over the dims it broadcasts along)."""
+    q, k, v = _qkv(seed=5)
+    bias = torch.randn(bias_shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    allowed = _additive_mask(7, 7, window) == 0
+
+    def ours(q, k, v, bias):
+        return kernels.flash_attention(q, k, v, None, None, 0.3, True, window, 0.0, 0.0, 0, bias)[0]
+
+    def reference(q, k, v, bias):
+        mask = torch.where(allowed, bias, float("-inf"))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask, scale=0.3)
+        return out.transpose(1, 2)
+
+    out, grads = _grads(ours, q, k, v, bias)
+    ref_out, ref_grads = _grads(reference, q, k, v, bias)
+    torch.testing.assert_close(out, ref_out)
+    for ours_grad, ref_grad in zip(grads, ref_grads):
+        torch.testing.assert_close(ours_grad, ref_grad)
+    assert grads[3].abs().sum() > 0
+
+
 def test_flash_attention_log_sum_exp_is_the_row_normaliser():
     q, k, v = _qkv(seed=2)
     _, lse = kernels.flash_attention(q, k, v, None, None, 1.0, True, 0, 0.0, 0.0, 0)
@@ -239,6 +264,26 @@ def test_fake_kernels_keep_what_flash_kernels_keep():
     assert [tuple(t.shape) for t in kept] == [(1, 8, 16, 4), (1, 2, 16, 4), (1, 2, 16, 4), (1, 16, 8, 4), (1, 8, 16)]
     assert [t.dtype for t in kept] == [torch.bfloat16] * 4 + [torch.float32]
 
+
+
+def test_fake_kernel_keeps_a_score_bias_as_sdpa_s_memory_efficient_kernel_does():
+    """With a bias, the op keeps what ScaledDotProductEfficientAttentionBackward0 keeps: q, k, v,
+    the bias as given, the output and the fp32 log-sum-exp; the bias gets a gradient of its shape."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    kept = []
+    with FakeTensorMode():
+        q = torch.empty(1, 8, 16, 4, dtype=torch.bfloat16, requires_grad=True)
+        k = torch.empty(1, 2, 16, 4, dtype=torch.bfloat16, requires_grad=True)
+        v = torch.empty(1, 2, 16, 4, dtype=torch.bfloat16, requires_grad=True)
+        bias = torch.empty(1, 8, 16, 16, dtype=torch.bfloat16, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            out, _ = kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.0, 0, bias)
+        out.sum().backward()
+        assert bias.grad.shape == bias.shape and bias.grad.dtype == torch.bfloat16
+    shapes = [tuple(t.shape) for t in kept]
+    assert shapes == [(1, 8, 16, 4), (1, 2, 16, 4), (1, 2, 16, 4), (1, 16, 8, 4), (1, 8, 16), (1, 8, 16, 16)]
+    assert [t.dtype for t in kept] == [torch.bfloat16] * 4 + [torch.float32, torch.bfloat16]
 
 def test_causal_conv1d_matches_transformers_and_keeps_only_its_input():
     """speccat::causal_conv1d computes what transformers' causal_conv1d_fn computes (a depthwise

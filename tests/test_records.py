@@ -26,6 +26,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "attention": "attention", "linear": "attention", "mamba": "attention", "mamba2": "attention", "short_conv": "attention", "rwkv": "attention",
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
         "cross": "attention", "cross_kv": "attention", "cross_gate": "ffn", "cross_norm": "norm", "cross_kv_norm": "norm",
+        "linear_eager": "attention", "linear_eager_norm": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
@@ -170,7 +171,7 @@ def test_the_file_states_every_op_and_slot_docs_pricing_lists():
     # the attention kernel's saves, each with its own switch, and the ops only full recompute drops
     assert set(data["slots"]["attention"]["ops"]) == {"attMM", "attUp", "attBMM", "softmax", "headCast", "dropout"}
     assert set(data["slots"]["linear"]["ops"]) == {"attMM", "linrec", "dropout"}
-    assert data["defaults"] == {"dhr": 0, "dc_kv": 0, "dc_q": 0}
+    assert data["defaults"] == {"dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
     # formulas read dimensions, dtypes and stated facts: no family name appears in the file
     profiles = (RECORDS_PATH.parents[2] / "census" / "profiles").glob("*.yaml")
     families = {str(name) for p in profiles for d in [yaml.safe_load(p.read_text())] for name in [d["family"], *d.get("match", [])]}
