@@ -43,6 +43,9 @@ class Built:
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
     params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
     way: Way | None = None  # how the probe runs the decoder (census/inputs.py), once a probe has run it
+    # layer -> the earlier layers whose stored tensors it reads (census/readers.py), once a probe
+    # of layers alone failed and the whole stack was run to tell; None before
+    sources: dict[int, set[int]] | None = None
 
 
 def model_class_for(top: Any, text: Any):

@@ -155,6 +155,8 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     views = [LayerView(shape.first, built.layers[shape.first], cross.get(shape.first, probes[shape.first]), shape, hidden) for shape in shapes]
     _settle_eager(views)
     check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
+    for view in views:  # census/readers.py: a layer reading the keys and values an earlier layer stored
+        view.shape.reads_kv = any(k.kv_borrowed for k in view.attention_kernels())
     kind_of, by_profile = _kinds(family, shapes, built.config)
 
     spec = {"name": name, "arch": arch, "built_as": type(built.model).__name__}

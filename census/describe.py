@@ -60,6 +60,7 @@ class LayerView:
     hidden: int
     attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
     ffn_children: set[str] = field(init=False)  # other top-level children that ran, holding projections or experts (and see __post_init__)
+    side_children: set[str] = field(init=False)  # feed-forward children beside the MLP (_side_children), split off ffn_children
     experts_path: str | None = field(init=False)
     gate: LayerGate | None = field(init=False)  # a per-layer input gate beside the MLP (census/layer_gate.py)
 
@@ -86,6 +87,32 @@ class LayerView:
                 name for name, child in self.layer.named_children() if name in ran and name not in self.attention_children and is_activation_region(child)
             }
         self.gate = find_layer_gate(self.layer, self.probe, self.ffn_children, self.hidden)
+        self.side_children = self._side_children()
+        self.ffn_children -= self.side_children
+
+    def _side_children(self) -> set[str]:
+        """Side branches beside the dense MLP: where the feed-forward children's projections back
+        to the hidden size read different widths and one top-level child holds all of the widest
+        (the MLP), every other feed-forward child but a per-layer input gate's (census/layer_gate.py)
+        and the activations (gemma3n's Laurel low-rank residual, AltUp's coefficient projections). They are no part of the
+        MLP: not its width, not its matmuls; what they keep is measured and booked as `other`,
+        which the records do not price. Empty when the widths agree, or when the widest shares
+        its child with another width (then _one_dense_width refuses the layer)."""
+        if self.experts_path:
+            return set()
+        back = self._back_widths()
+        if len(set(back.values())) <= 1:
+            return set()
+        widest = max(back.values())
+        main = {path.split(".", 1)[0] for path, width in back.items() if width == widest}
+        if len(main) > 1 or any(path.split(".", 1)[0] in main and width != widest for path, width in back.items()):
+            return set()
+        gate = {path.split(".", 1)[0] for path in self.gate.paths} if self.gate else set()
+        return {name for name in self.ffn_children - main - gate if not is_activation_region(self.module(name))}
+
+    def _back_widths(self) -> dict[str, int]:
+        """The feed-forward's projections back to the hidden size (output and per-layer input gates aside) -> the width each reads."""
+        return {path: int(m.weight.shape[1]) for path, m in self.dense_projections() if m.weight.shape[0] == self.hidden}
 
     def module(self, path: str) -> nn.Module:
         return self.layer.get_submodule(path)
@@ -347,7 +374,7 @@ class LayerView:
         """Refuse a dense feed-forward whose projections back to the hidden size read different
         widths: two feed-forwards side by side or in turn, which the records price as one (a
         per-layer input gate, census/layer_gate.py, is told apart and is not one of them)."""
-        back = {path: int(m.weight.shape[1]) for path, m in self.dense_projections() if m.weight.shape[0] == self.hidden}
+        back = self._back_widths()
         if len(set(back.values())) > 1:
             listed = ", ".join(f"{path} from {width}" for path, width in back.items())
             raise SpecError(
@@ -628,6 +655,7 @@ class LayerView:
             "index_topk": max((k.index_topk for k in kernels), default=0),
             "keys_appended_every": self.keys_appended_every(),
             "kv_same": any(k.kv_same for k in kernels),
+            "kv_shared": any(k.kv_borrowed for k in kernels),
             "attention_dropout": any(k.dropout > 0 for k in kernels),
             "score_bias_bytes": max((k.bias_bytes for k in kernels), default=0),
             "score_bias_source": self.score_bias_source(),

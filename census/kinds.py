@@ -14,7 +14,8 @@ shapes and dtypes). Its name is derived from its facts:
   full-attention shape's layers are of one type that is not full attention and the clashing
   shapes' types differ: `sliding` for sliding-window layers first, then, for shapes that
   still clash, another type (`chunked` for llama4's chunked attention: `chunked_moe` beside
-  `full_moe`); the
+  `full_moe`); `kv_shared` for a shape whose attention reads the keys and values an earlier
+  layer stored, beside one that keeps its own (gemma3n: `full_dense_kv_shared`); the
   layer's class (`full_dense_glm4_moe_mtp_layer`); finally the shape's ordinal in stack
   order (`full_dense_2`).
 
@@ -97,13 +98,20 @@ def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
                         continue
                     if ("sliding" in layer_type) == sliding_only:
                         names[i] = base_name(_type_word(layer_type), shapes[i].ffn)
-    # 2. the layer's class, when the clashing shapes are of different classes
+    # 2. `kv_shared` for the shapes whose attention reads the keys and values an earlier layer
+    #    stored, beside clashing shapes that keep their own
+    for indices in clashing().values():
+        if len({shapes[i].reads_kv for i in indices}) > 1:
+            for i in indices:
+                if shapes[i].reads_kv:
+                    names[i] = _clip(f"{names[i]}_kv_shared")
+    # 3. the layer's class, when the clashing shapes are of different classes
     for indices in clashing().values():
         classes = [shapes[i].signature[0] for i in indices]
         if len(set(classes)) > 1:
             for i in indices:
                 names[i] = _clip(f"{names[i]}_{snake(shapes[i].signature[0])}")
-    # 3. the ordinal, in stack order (the first keeps the plain name)
+    # 4. the ordinal, in stack order (the first keeps the plain name)
     for indices in clashing().values():
         for ordinal, i in enumerate(indices[1:], start=2):
             names[i] = _clip(f"{names[i][: _NAME_LIMIT - 4]}_{ordinal}")

@@ -41,7 +41,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from speccat.catalogue.vocabulary import OTHER
-from speccat.census import attention, inputs
+from speccat.census import attention, inputs, readers
 from speccat.census.build import Built
 from speccat.census.checks import LAYER_INDEX_LISTS
 from speccat.census.flops import LayerFlops
@@ -175,6 +175,7 @@ class KernelCall:
     in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
+    kv_borrowed: bool = False  # k is a storage another probed layer made (census/readers.py: keys and values an earlier layer stored)
 
 
 @dataclass(frozen=True)
@@ -387,6 +388,11 @@ class Watcher:
                 nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
                 self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
 
+    def _made_elsewhere(self, tensor: torch.Tensor, probe: LayerProbe) -> bool:
+        """`tensor`'s storage was made by another probed layer (not this one, nor the decoder)."""
+        made = self.creator.get(_storage_key(tensor))
+        return made is not None and not made.storage.expired() and made.probe is not probe
+
     def on_op(self, func, args, kwargs, out) -> None:
         probe = self.current
         if probe is None or self.forward_done:
@@ -410,6 +416,7 @@ class Watcher:
                     index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
                     dropout=float(args[9]),
                     bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
+                    kv_borrowed=self._made_elsewhere(k, probe),
                 )
             )
             probe.value_storages.add(_storage_key(v))
@@ -818,7 +825,25 @@ def run_layers(
     `built` for every later run. When every way fails, the first way's error is raised, with
     the last's.
     """
-    run = functools.partial(_run_layers, built, indices, seq_length, make_watcher, around, fake_mode, backward, encoder_tokens, flops)
+    args = (seq_length, make_watcher, around, fake_mode, backward, encoder_tokens, flops)
+    try:
+        watcher = _run_some_way(built, readers.with_sources(indices, built.sources or {}), *args)
+    except ModelCodeError:
+        if built.sources is not None or len(indices) == len(built.layers):
+            raise
+        built.sources = _find_sources(built, seq_length)
+        wider = readers.with_sources(indices, built.sources)
+        if wider == sorted(indices):
+            raise
+        watcher = _run_some_way(built, wider, *args)
+    # the layers run only for what they store (a source another probed layer reads) are not probed
+    watcher.probes = {index: watcher.probes[index] for index in indices}
+    return watcher
+
+
+def _run_some_way(built: Built, indices: list[int], *args: Any) -> Watcher:
+    """_run_layers, the way kept on `built`, else each of census/inputs.py's ways in turn."""
+    run = functools.partial(_run_layers, built, indices, *args)
     if built.way is not None:
         return run(built.way)
     tried = inputs.ways(built.decoder)
@@ -835,6 +860,28 @@ def run_layers(
     if last is first:
         raise first
     raise ModelCodeError(first.reason, f"{first}; {tried[-1].words()}: {last}") from last
+
+
+def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
+    """Which earlier layers each layer reads from (census/readers.py): the decoder's forward
+    with its whole stack, watched, the first of census/inputs.py's ways that runs; {} when none
+    does (the probe's own error stands then)."""
+    decoder = built.decoder
+    every = list(range(len(built.layers)))
+    fake_mode = fake_mode_of(decoder) or FakeTensorMode(allow_non_fake_inputs=True)
+    with fake_mode:
+        for module in decoder.modules():  # what earlier probes left on meta (the layers they did not run)
+            if any(t.is_meta for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
+                module.to_empty(device="cpu", recurse=False)
+    for way in inputs.ways(decoder):
+        tracker = readers.StoredReads(built.layers)
+        try:
+            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), tracker.hooks():
+                decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
+        except Exception:  # the model's code fails this way too: the next
+            continue
+        return tracker.sources
+    return {}
 
 
 def _run_layers(

@@ -30,6 +30,7 @@ class Shape:
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
+    reads_kv: bool = False  # its attention reads the keys and values an earlier layer stored (set from its probe: kv_shared)
 
     @property
     def first(self) -> int:

@@ -130,10 +130,11 @@ def test_gemma4_per_layer_input_gate_is_told_apart_from_its_mlp():
     assert {ops["ffMM"] for ops in spec["ops"].values()} == {3}
 
 
-def test_projections_of_another_width_without_a_per_layer_input_are_refused(monkeypatch):
+def test_projections_of_another_width_without_a_per_layer_input_are_a_side_branch(monkeypatch):
     """The same layer whose product is taken with a copy of its per-layer input, made in the
-    layer: no product with one of the layer's inputs, so no gate, and its projections 32→8→32
-    beside the MLP's are a second feed-forward, which the census does not price."""
+    layer: no product with one of the layer's inputs, so no gate; its projections 32→8→32, in
+    children of their own beside the MLP's, are a side branch: measured, booked to `other`
+    (unpriced), no part of the MLP's width or matmuls (docs/census.md, "Side branches")."""
     from transformers.models.gemma4 import modeling_gemma4
 
     from speccat.census import run_census
@@ -144,9 +145,12 @@ def test_projections_of_another_width_without_a_per_layer_input_are_refused(monk
         return forward(self, hidden_states, per_layer_input.clone(), *args, **kwargs)
 
     monkeypatch.setattr(modeling_gemma4.Gemma4TextDecoderLayer, "forward", copied)
-    with pytest.raises(SpecError, match=r"different widths \(mlp.down_proj from 64, per_layer_projection from 8\)") as err:
-        run_census(_tiny_gemma4(), name="gemma4-tiny", seq_length=16)
-    assert err.value.reason == "unsupported_layer"
+    spec = run_census(_tiny_gemma4(), name="gemma4-tiny", seq_length=16)
+    assert {facts["per_layer_gate_width"] for facts in spec["variants"].values()} == {0}
+    assert spec["intermediate_size"] == 64
+    for kind, ops in spec["ops"].items():
+        assert ops["ffMM"] == 3, kind  # the MLP's gate, up and down
+        assert spec["measured"][kind]["bytes_per_token"]["other"] > 0, kind
 
 
 def test_a_decoder_that_adds_tokens_of_its_own_is_refused():

@@ -1,0 +1,89 @@
+"""Layers that read what an earlier layer stored (docs/census.md, "Layers reading another
+layer's keys and values").
+
+A decoder hands each layer its hidden states and the tensors it made itself (masks, rotary
+tables). Some layers also read tensors an earlier layer made and left outside the hidden stream:
+gemma3n's last `num_kv_shared_layers` layers take the keys and values that the last earlier layer
+of their attention type stored in a dict the decoder passes along (`shared_kv_states`). A probe
+that runs such a layer without the layer it reads from fails in the model's own code.
+
+Which layer reads from which is told by running the whole stack once, watched: every storage an
+op makes inside a layer is that layer's; an op inside layer j that reads a storage layer i ≠ j
+made, which reached j by none of its call's tensor arguments, makes i a *source* of j. Nothing is
+read from names: any side channel between layers (a dict, a module attribute, a cache) shows up
+the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+def _keys(tree: Any) -> set[int]:
+    return {t.untyped_storage()._cdata for t in tree_leaves(tree) if isinstance(t, torch.Tensor)}
+
+
+class StoredReads(TorchDispatchMode):
+    """While the decoder runs every layer: which earlier layers each layer reads from."""
+
+    def __init__(self, layers: Iterable[nn.Module]):
+        super().__init__()
+        self.layers = list(layers)
+        self.current: int | None = None
+        self.passed: set[int] = set()  # storages of the running layer's tensor arguments
+        self.maker: dict[int, int] = {}  # storage -> the layer that made it
+        self.alive: list[Any] = []  # every storage seen, held so no identity is reused
+        self.sources: dict[int, set[int]] = {}  # layer -> the layers whose stored tensors it read
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.current is not None:
+            for key in _keys((args, kwargs)):
+                maker = self.maker.get(key)
+                if maker is not None and maker != self.current and key not in self.passed:
+                    self.sources.setdefault(self.current, set()).add(maker)
+            for tensor in (t for t in tree_leaves(out) if isinstance(t, torch.Tensor)):
+                self.alive.append(tensor.untyped_storage())
+                self.maker.setdefault(tensor.untyped_storage()._cdata, self.current)
+        return out
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[None]:
+        def enter(index: int):
+            def hook(module, args, kwargs):
+                self.current, self.passed = index, _keys((args, kwargs))
+
+            return hook
+
+        def leave(module, args, kwargs, output):
+            self.current, self.passed = None, set()
+
+        handles = []
+        try:
+            for index, layer in enumerate(self.layers):
+                handles.append(layer.register_forward_pre_hook(enter(index), with_kwargs=True))
+                handles.append(layer.register_forward_hook(leave, with_kwargs=True))
+            with self:
+                yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def with_sources(indices: Iterable[int], sources: dict[int, set[int]]) -> list[int]:
+    """`indices` and every layer they read from, directly or through another, in stack order."""
+    wanted, todo = set(indices), list(indices)
+    while todo:
+        for source in sources.get(todo.pop(), ()):
+            if source not in wanted:
+                wanted.add(source)
+                todo.append(source)
+    return sorted(wanted)
