@@ -708,7 +708,7 @@ def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> 
     (`mrope_section`) repeats its values and names no layers."""
     named = [
         frozenset(value) for value in getattr(config, "__dict__", {}).values()
-        if isinstance(value, (list, tuple)) and value and len(set(value)) == len(value) and all(type(i) is int and 0 <= i < total for i in value)
+        if isinstance(value, (list, tuple)) and value and all(type(i) is int and 0 <= i < total for i in value) and len(set(value)) == len(value)
     ]
     found = []
     for layer in layers:

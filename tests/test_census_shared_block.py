@@ -46,7 +46,8 @@ class _Keyed(nn.Module):
 
 
 def test_only_dicts_keyed_by_a_config_list_of_layer_indices_are_found():
-    config = _Config(hybrid=[1, 3], sizes=[64, 128], names=["a", "b"], flags=[0, 1, 1, 0])
+    # nested lists (gpt_neo's attention_types: [[["global", "local"], 12]]) are no list of indices
+    config = _Config(hybrid=[1, 3], sizes=[64, 128], names=["a", "b"], flags=[0, 1, 1, 0], nested=[[["global", "local"], 2]])
     keyed, by_size, by_name = _Keyed({1: 0, 3: 1}), _Keyed({64: 0, 128: 1}), _Keyed({"a": 0, "b": 1})
     partial = _Keyed({1: 0})  # keyed by some of the listed indices only: not the list's table
     by_flag = _Keyed({0: "nope", 1: "rope"})  # keyed by a per-layer list's values, which repeat: no layer indices
