@@ -94,11 +94,10 @@ def has_expert_dimension(module: nn.Module) -> bool:
     2-D biases, the same first size, at least two experts), and no child holds parameters: the
     shape of routed experts outside the experts interface (llama4's Llama4TextExperts), or of
     shared experts stacked alike."""
-    if is_experts_interface(module) or isinstance(module, nn.modules.conv._ConvNd) or any(True for c in module.children() for _ in c.parameters()):
-        return False
     own = list(module.parameters(recurse=False))
-    weights = [p for p in own if p.dim() == 3]
-    if not weights or any(p.dim() not in (2, 3) for p in own):
+    if not any(p.dim() == 3 for p in own) or any(p.dim() not in (2, 3) for p in own):
+        return False  # asked first: most modules hold no 3-D weight of their own
+    if is_experts_interface(module) or isinstance(module, nn.modules.conv._ConvNd) or any(True for c in module.children() for _ in c.parameters()):
         return False
     leading = {int(p.shape[0]) for p in own}
     return len(leading) == 1 and min(leading) >= 2
@@ -107,18 +106,24 @@ def has_expert_dimension(module: nn.Module) -> bool:
 _STACKED = "_speccat_stacked_experts"  # set on the built layer's module by mark_stacked_experts
 
 
-def mark_stacked_experts(layer: nn.Module) -> None:
+def mark_stacked_experts(layer: nn.Module, names: list[str] | None = None) -> list[str]:
     """Mark the layer's stacked experts, told by structure: a module with an expert dimension
     (has_expert_dimension) in a block that holds no experts of the interface and a router, a
     projection with one output per expert (router_of). How they run (every expert over every
     token, or only the chosen slots) is measured by the probe, never read from the class. The
-    mark is an attribute of this built module only."""
-    for name, module in layer.named_modules():
-        if not name or not has_expert_dimension(module):
-            continue
-        block = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
-        if not any(is_experts_interface(m) for m in block.modules()) and router_of(block, module) is not None:
-            object.__setattr__(module, _STACKED, True)
+    mark is an attribute of this built module only. Returns the marked modules' names; given
+    `names` (what a layer built alike got), marks those without looking again."""
+    if names is None:
+        names = []
+        for name, module in layer.named_modules():
+            if not name or not has_expert_dimension(module):
+                continue
+            block = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
+            if not any(is_experts_interface(m) for m in block.modules()) and router_of(block, module) is not None:
+                names.append(name)
+    for name in names:
+        object.__setattr__(layer.get_submodule(name), _STACKED, True)
+    return names
 
 
 def is_stacked_experts(module: nn.Module) -> bool:
@@ -179,10 +184,17 @@ def _forward_names(cls: type) -> tuple[str, ...]:
     return code.co_names if code is not None else ()
 
 
+@lru_cache(maxsize=None)
+def _calls(cls: type, *patterns: re.Pattern) -> bool:
+    """Whether a module class's forward reads a global name matching any of the patterns (asked
+    of every module of every layer while classifying: answered once per class)."""
+    return any(p.search(name) for name in _forward_names(cls) for p in patterns)
+
+
 def runs_delta_rule(module: nn.Module) -> bool:
     """Whether the module's forward calls a gated delta rule (the linear-attention recurrence),
     with a gate per head or per key channel (Kimi delta attention)."""
-    return any(_DELTA_RULE.search(name) or _KDA.search(name) for name in _forward_names(type(module)))
+    return _calls(type(module), _DELTA_RULE, _KDA)
 
 
 def runs_selective_scan(module: nn.Module) -> bool:
@@ -194,23 +206,19 @@ def runs_selective_scan(module: nn.Module) -> bool:
 def runs_fused_scan(module: nn.Module) -> bool:
     """Whether the module's forward calls mamba_ssm's fused Mamba mixer (`mamba_inner_fn`): in
     training it takes that path (and its torch scan only when the fused one is absent)."""
-    return any(_MAMBA_INNER.search(name) for name in _forward_names(type(module)))
+    return _calls(type(module), _MAMBA_INNER)
 
 
 def runs_scan_apart(module: nn.Module) -> bool:
     """Whether the module's forward calls the selective scan and the causal conv1d, and no fused
     mixer: its projections, norms and gate run in torch between the two kernels (jamba)."""
-    names = _forward_names(type(module))
-    return (
-        not runs_fused_scan(module)
-        and any(_SELECTIVE_SCAN.search(n) for n in names)
-        and any(_CAUSAL_CONV1D.search(n) for n in names)
-    )
+    cls = type(module)
+    return not runs_fused_scan(module) and _calls(cls, _SELECTIVE_SCAN) and _calls(cls, _CAUSAL_CONV1D)
 
 
 def runs_ssd_scan(module: nn.Module) -> bool:
     """Whether the module's forward calls mamba_ssm's fused Mamba2 mixer (conv and chunked SSD scan)."""
-    return any(_SSD_COMBINED.search(name) for name in _forward_names(type(module)))
+    return _calls(type(module), _SSD_COMBINED)
 
 
 def holds_scan(module: nn.Module) -> bool:
@@ -223,7 +231,7 @@ def runs_short_conv(module: nn.Module) -> bool:
     """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn, and all
     it holds is one depthwise Conv1d between two projections (in and out). Recurrent mixers
     also run a causal conv1d first, but hold more (Kimi's delta attention, Mamba's A and D)."""
-    if not any(_CAUSAL_CONV1D.search(n) for n in _forward_names(type(module))):
+    if not _calls(type(module), _CAUSAL_CONV1D):
         return False
     leaves = [m for m in module.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
     convs = [m for m in leaves if isinstance(m, nn.Conv1d) and m.groups == m.in_channels]
@@ -234,7 +242,7 @@ def runs_short_conv(module: nn.Module) -> bool:
 def runs_wkv(module: nn.Module) -> bool:
     """Whether the module's forward calls RWKV's WKV recurrence (transformers' `rwkv_linear_attention`,
     which runs the WKV CUDA kernel in training on a GPU): RWKV's time mixing."""
-    return any(_WKV.search(name) for name in _forward_names(type(module)))
+    return _calls(type(module), _WKV)
 
 
 def uses_attention_interface(module: nn.Module) -> bool:

@@ -53,6 +53,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
     """
     attention, ffn, scan, attention_path = "none", "dense", None, ""
     scan_children, mixer_children = set(), set()
+    nested_scan = holds_scan(layer)  # asked of each module below only when some module runs a scan
     for name, module in layer.named_modules():
         if not name:
             continue
@@ -67,7 +68,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
             scan = found
             scan_children.add(name.split(".", 1)[0])
             continue
-        if name.split(".", 1)[0] in scan_children or holds_scan(module):
+        if name.split(".", 1)[0] in scan_children or (nested_scan and holds_scan(module)):
             continue  # the scan runner's own modules, or a block around it (zamba2's mamba_decoder)
         if is_state_space_mixer(name, module):
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
@@ -128,13 +129,28 @@ def _refuse_nested_block(index: int, layer: nn.Module, attention_path: str) -> N
         )
 
 
+def _built_alike(layer: nn.Module) -> tuple:
+    """Every module's path and class, and every parameter's path, shape and dtype: all a
+    signature reads. Layers equal in it have equal signatures and stacked-expert marks, so a
+    stack of identical layers is looked at once."""
+    modules = tuple((name, type(module)) for name, module in layer.named_modules())
+    return modules, tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
+
+
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
     """Each layer's index and its distinct shape (shared objects for equal signatures)."""
     shapes: dict[tuple, Shape] = {}
+    seen: dict[tuple, tuple[tuple, list[str]]] = {}  # _built_alike -> (signature, stacked-expert marks)
     stack = []
     for index, layer in enumerate(layers):
-        mark_stacked_experts(layer)
-        sig = signature(index, layer)
+        alike = _built_alike(layer)
+        if alike in seen:
+            sig, marked = seen[alike]
+            mark_stacked_experts(layer, marked)
+        else:
+            marked = mark_stacked_experts(layer)
+            sig = signature(index, layer)
+            seen[alike] = (sig, marked)
         shape = shapes.get(sig)
         if shape is None:
             shape = shapes[sig] = Shape(sig[1], sig[2], sig)
