@@ -316,7 +316,7 @@ class Watcher:
             if is_norm(module):
                 return "normOp"
             if is_activation_region(module):
-                self.act_child[key] = self._child()
+                self.act_child.setdefault(key, self._child())
                 return "ffAct"
         if key in self.dropout_storages:
             return "dropout"

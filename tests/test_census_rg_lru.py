@@ -65,6 +65,39 @@ def test_the_census_books_what_a_real_layer_keeps(spec):
     assert sum(booked.values()) * S == sum(n for _, _, n in signature(kept.values()))
 
 
+def test_the_census_books_the_ops_storage_by_storage(spec):
+    """A real bf16 forward and backward of the layer with the recurrence through speccat's op,
+    storage by storage, and the census's booking of each op by hand from it."""
+    kept, _ = _run_layer(tiny_model(TINY, torch.bfloat16), torch.bfloat16, ours=True)
+    f32, bf16, m = torch.float32, torch.bfloat16, I // 2  # the MLP's width
+    seq = ((1, S, W), bf16, S * W * BF16)
+    norm = [((1, S, H), f32, S * H * FP32), ((1, S, 1), f32, S * FP32), ((H,), f32, H * FP32), ((1, S, H), f32, S * H * FP32)]
+    expected = [
+        *norm, *norm,  # two RMSNorms: the fp32 input, rstd, (1 + weight) in fp32, the normalised input
+        ((S, H), bf16, S * H * BF16), ((S, H), bf16, S * H * BF16),  # the block's projections' input, the MLP's
+        seq, seq,  # the y branch: GELU's input (linear_y's output) and output
+        ((1, W, S), bf16, S * W * BF16),  # the conv's input (linear_x's output, transposed)
+        ((4, S, W // 4), bf16, (S + K - 1) * W * BF16),  # the conv's output, K − 1 rows longer (the gates read views)
+        seq, seq, seq, seq, seq, seq,  # both gates' sigmoids, −8·gate, a, a², 1 − a²
+        ((W,), bf16, W * BF16),  # softplus of the recurrent parameter
+        seq, seq,  # the multiplier and the gated input (their product keeps both)
+        ((1, S, 1), torch.bool, S), ((1, S, 1), torch.bool, S),  # ~reset: the multiplier's and the gate's
+        ((1, S, W), f32, S * W * FP32), ((1, S - 1, W), f32, (S - 1) * W * FP32),  # speccat::rg_lru_scan
+        seq, ((S, W), bf16, S * W * BF16),  # the recurrence's output (its product with y keeps it) and out's input
+        ((1, S, m), bf16, S * m * BF16), ((1, S, m), bf16, S * m * BF16), ((1, S, m), bf16, S * m * BF16),  # the MLP: GELU's input, its output, up's output
+        ((S, m), bf16, S * m * BF16),  # down's input
+    ]  # fmt: skip
+    assert signature(kept.values()) == sorted(expected, key=str)
+    booked = {op: n * S for op, n in spec["measured"]["rglru_dense"]["bytes_per_token"].items() if n}
+    assert booked == {
+        "normOp": 2 * (2 * S * H * FP32 + S * FP32 + H * FP32),
+        "attMM": S * BF16 * (H + 13 * W) + (K - 1) * W * BF16 + W * BF16 + 2 * S,
+        "ffAct": S * BF16 * (W + m),  # the block's GELU input and the MLP's
+        "linrec": (2 * S - 1) * W * FP32,
+        "ffMM": S * BF16 * (H + 3 * m),
+    }
+
+
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_the_op_keeps_what_the_loop_keeps(use_cache):
     """Through speccat::rg_lru_scan the layer keeps everything outside the recurrence as with the
