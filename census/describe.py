@@ -38,6 +38,7 @@ MIXER_OPS = {
     "mamba2": "speccat::mamba_split_conv1d_scan",
     "short_conv": "speccat::causal_conv1d",
     "rwkv": "speccat::wkv",
+    "rglru": "speccat::rg_lru_scan",
     "linear_eager": "eager",  # torch code as written, no kernel stands in (census/routing.py)
     "none": "none",
 }
@@ -306,11 +307,14 @@ class LayerView:
     def wkv_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "wkv"]
 
+    def rglru_kernels(self) -> list[KernelCall]:
+        return [k for k in self.probe.kernels if k.kind == "rglru"]
+
     def scan_projections(self) -> int:
         """The projections of the children a scan, short conv, WKV or linear attention run in torch
         ran in (in, x, dt and out for Mamba; in and out for Mamba2 and a short conv; key, value,
-        receptance and output for RWKV)."""
-        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() + self.linear_eager_kernels() if k.child}
+        receptance and output for RWKV; x, y and out for an RG-LRU block)."""
+        children = {k.child for k in self.scan_kernels() + self.ssd_kernels() + self.conv_kernels() + self.wkv_kernels() + self.rglru_kernels() + self.linear_eager_kernels() if k.child}
         return sum(1 for _, m in self.named(children) if is_projection(m))
 
     def named(self, child_set: set[str]):
@@ -474,18 +478,20 @@ class LayerView:
         """Tensors the dense MLP's activation keeps for backward per call (0 without one): what
         its code is, counted, not its bytes (the records price them from the width and dtype).
         A per-layer input gate's activation calls count here too (its storages are ffAct's):
-        the records price its activation as keeping as many per call."""
+        the records price its activation as keeping as many per call. What an activation in the
+        mixer keeps (the RG-LRU block's GELU on its y branch) is the mixer's, not counted here."""
         calls = self.activations()
         if self.experts is not None or not calls:
             return 0
         calls += sum(self.probe.activations[owner] for owner in self.gate.activations) if self.gate else 0
-        return self.probe.saved_storages["ffAct"] // calls
+        mixers = sum(n for child, n in self.probe.mixer_act_kept.items() if child in self.attention_children)
+        return (self.probe.saved_storages["ffAct"] - mixers) // calls
 
     # -- ops and bytes -----------------------------------------------------------------------
 
     def ops(self) -> dict[str, int]:
         attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.linear_eager_kernels())
+        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.rglru_kernels()) + len(self.linear_eager_kernels())
         counts = {
             "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
             "attBMM": 2 * attn,
@@ -855,6 +861,12 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     rwkv = next((v for v in views if v.wkv_kernels()), None)
     if rwkv is not None:
         facts["wkv_size"] = rwkv.wkv_kernels()[0].q[-1]
+    lru = next((v for v in views if v.rglru_kernels()), None)
+    if lru is not None:  # the RG-LRU's width (its recurrence's channels) and its block's depthwise conv width
+        facts["lru_width"] = lru.rglru_kernels()[0].q[-1]
+        conv = lru.conv_kernel()
+        if conv:
+            facts["lru_conv_kernel"] = conv
     eager = next((v for v in views if v.linear_eager_kernels()), None)
     if eager is not None:  # q of its first block (b, heads, block, head dim): the block is min(its size, s)
         q = eager.linear_eager_kernels()[0].q

@@ -17,7 +17,7 @@ same work written in the ops it knows:
   x, dt and output projections, which run inside the op.
 - `speccat::mamba_split_conv1d_scan` (Mamba2's): its convolution and its output projection.
 
-The recurrences themselves (the selective scan, SSD's scan, the gated delta rule, RWKV's WKV) count 0:
+The recurrences themselves (the selective scan, SSD's scan, the gated delta rule, RWKV's WKV, the RG-LRU's) count 0:
 element-wise multiply-adds over the state, which FlopCounterMode counts 0 when written in torch.
 A kind that runs one is measured short of the records' price by that recurrence (costs.yaml
 prices the delta rule as attention over its 64-token chunk).

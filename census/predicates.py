@@ -1,5 +1,5 @@
 """What a module of a built layer is: a norm, a projection, an activation, routed experts, a
-state-space mixer, a selective-scan, gated-delta-rule (or Kimi delta attention) or WKV runner or a user of transformers' attention interface.
+state-space mixer, a selective-scan, gated-delta-rule (or Kimi delta attention), WKV or RG-LRU runner or a user of transformers' attention interface.
 
 Every part of the census asks these questions of modules (building, classifying layers into
 shapes, probing, describing); they are answered here only, from the module's class, its
@@ -26,6 +26,7 @@ _MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
 _SELECTIVE_SCAN = re.compile(r"^(mamba_)?selective_scan(_fn)?$")  # mamba_ssm's selective_scan_fn, as transformers names it
 _SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
 _WKV = re.compile(r"^rwkv_linear_attention$")  # transformers' entry to RWKV's WKV CUDA kernel (its CPU loop without one)
+_RG_LRU = re.compile(r"^_rnn_scan$")  # the RG-LRU's linear recurrence, a method of its module (recurrent_gemma's Python loop)
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
@@ -245,6 +246,12 @@ def runs_wkv(module: nn.Module) -> bool:
     return _calls(type(module), _WKV)
 
 
+def runs_rg_lru(module: nn.Module) -> bool:
+    """Whether the module's forward calls an RG-LRU's linear recurrence, a method of its own
+    (`_rnn_scan`: recurrent_gemma's loop over the tokens, which training runs on a GPU too)."""
+    return bool(rg_lru_names(module))
+
+
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
     return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
@@ -290,3 +297,9 @@ def wkv_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the WKV recurrence (`rwkv_linear_attention`) the module's forward calls."""
     home = sys.modules[type(module).__module__]
     return [(home, n) for n in _forward_names(type(module)) if _WKV.search(n) and callable(getattr(home, n, None))]
+
+
+def rg_lru_names(module: nn.Module) -> list[tuple[Any, str]]:
+    """(the module's class, method name) of the RG-LRU recurrence (`_rnn_scan`) the module's forward calls."""
+    cls = type(module)
+    return [(cls, n) for n in _forward_names(cls) if _RG_LRU.search(n) and callable(getattr(cls, n, None))]

@@ -61,12 +61,14 @@ from speccat.census.predicates import (
     selective_scan_names,
     ssd_scan_names,
     wkv_names,
+    rg_lru_names,
 )
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
 from speccat.census.scan_apart import speccat_selective_scan_fn
 from speccat.census.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
 from speccat.census.wkv import speccat_rwkv_linear_attention
+from speccat.census.rglru import speccat_rnn_scan
 
 OPS_KERNEL = torch.ops.speccat.flash_attention.default
 OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
@@ -76,6 +78,7 @@ OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
 OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
 OPS_CONV = torch.ops.speccat.causal_conv1d.default
 OPS_WKV = torch.ops.speccat.wkv.default
+OPS_RG_LRU = torch.ops.speccat.rg_lru_scan.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
 # child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
 # the child's op (attMM); the part matters only to what recomputing it frees (census/recompute.py).
@@ -157,6 +160,7 @@ class KernelCall:
     # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
     # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
     # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
+    # or "rglru" (the RG-LRU's recurrence: q = its input x (b, s, width), k = its gate a (b, s, width), v = ())
     # or "linear_eager" (a linear attention run in torch, census/routing.py: q, k, v of one block (…, n, d))
     kind: str
     child: str | None  # the layer's top-level child it ran in
@@ -206,6 +210,7 @@ class LayerProbe:
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
     act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
+    mixer_act_kept: Counter = field(default_factory=Counter)  # top-level child -> storages an activation module in it keeps (ffAct's: the RG-LRU block's GELU among them)
     children_ran: set[str] = field(default_factory=set)  # top-level children whose forward ran (a cross-attention without encoder states does not)
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
@@ -278,6 +283,7 @@ class Watcher:
         self.last_child: str | None = None  # the layer's top-level child that ran last
         self.kernel_count_in_child: Counter = Counter()
         self.dropout_storages: set[int] = set()
+        self.act_child: dict[int, str | None] = {}  # storage an activation module kept -> the layer's top-level child it ran in
         self.activation_inputs: set[int] = set()  # what inline activations in an MLP keep: F.silu's input (LFM2's), torch.relu's output (RWKV's)
         self.shifted: set[int] = set()  # token-shifted copies of the hidden states (TOKEN_SHIFT_OP)
         self.last_projection: tuple[str, int, Any] | None = None  # the projection that returned last, its output's storage key and the storage (held: its key stays its own)
@@ -304,12 +310,13 @@ class Watcher:
         if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
             made = self.creator.get(key)
             return "softmax" if made is not None and made.probe.calls[made.call] is OPS_KERNEL else "attBMM"
-        if kernel in ("delta_rule", "scan", "ssd", "wkv"):
+        if kernel in ("delta_rule", "scan", "ssd", "wkv", "rg_lru"):
             return "linrec"
         for _, module in reversed(self.path):
             if is_norm(module):
                 return "normOp"
             if is_activation_region(module):
+                self.act_child.setdefault(key, self._child())
                 return "ffAct"
         if key in self.dropout_storages:
             return "dropout"
@@ -443,6 +450,8 @@ class Watcher:
         elif func is OPS_WKV:  # not counted per child: the output projection after it is the mixer's own
             key, decay, value = args[2], args[0], args[3]
             probe.kernels.append(KernelCall("wkv", self._child(), tuple(key.shape), tuple(decay.shape), tuple(value.shape)))
+        elif func is OPS_RG_LRU:  # not counted per child: the projections around it are the mixer's own
+            probe.kernels.append(KernelCall("rglru", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
         elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
             probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), (), in_bytes=args[0].element_size()))
         elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
@@ -646,8 +655,8 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 @contextlib.contextmanager
 def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
     """Point each linear-attention module's delta rule and causal conv1d, each Mamba mixer's fused
-    selective scan (or its scan apart) and each RWKV time mixing's WKV at speccat's kernels while
-    the layers run."""
+    selective scan (or its scan apart), each RWKV time mixing's WKV and each RG-LRU's recurrence
+    (a method of its class) at speccat's kernels while the layers run."""
     targets = {
         (id(home), name): (home, name, kernel)
         for layer in layers.values()
@@ -660,6 +669,7 @@ def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
             (selective_scan_names, speccat_selective_scan_fn),
             (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
             (wkv_names, speccat_rwkv_linear_attention),
+            (rg_lru_names, speccat_rnn_scan),
         )
         for home, name in names(m)
     }
@@ -1021,6 +1031,8 @@ def _book_bytes(watcher: Watcher) -> None:
                 probe.kept_square[(op, tail[0], dtype)] += 1
             if op == "ffAct":
                 probe.act_kept.add(key)
+                if key in watcher.act_child:
+                    probe.mixer_act_kept[watcher.act_child[key]] += 1
             made = watcher.creator.get(key)
             if made is not None and made.probe is probe:
                 probe.kept_by_call.setdefault(made.call, set()).add(part or op)

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.census.predicates import holds_scan, is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_ssd_scan, runs_wkv, uses_attention_interface
+from speccat.census.predicates import holds_scan, is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_rg_lru, runs_ssd_scan, runs_wkv, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -26,7 +26,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "none", or "eager" until the probe settles it
+    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "rwkv", "rglru", "none", or "eager" until the probe settles it
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -45,7 +45,8 @@ def signature(index: int, layer: nn.Module) -> tuple:
 
     attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), rwkv when
-    RWKV's WKV recurrence does (its time mixing), full when
+    RWKV's WKV recurrence does (its time mixing), rglru when an RG-LRU's does (recurrent_gemma's
+    recurrent block), full when
     the attention interface does, `full_mamba` or `full_mamba2` when the attention interface
     and a scan run side by side (a hybrid: falcon_h1), `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
@@ -90,6 +91,9 @@ def signature(index: int, layer: nn.Module) -> tuple:
             mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and runs_wkv(module):
             attention = "rwkv"
+            mixer_children.add(name.split(".", 1)[0])
+        elif attention == "none" and runs_rg_lru(module):
+            attention = "rglru"
             mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
             attention, attention_path = "full", name

@@ -61,6 +61,8 @@ OPTIONAL_INT = (
     "ssm_n_groups",
     "short_conv_kernel",
     "wkv_size",
+    "lru_width",
+    "lru_conv_kernel",
     "linear_eager_heads",
     "linear_eager_head_dim",
     "linear_eager_block",

@@ -34,7 +34,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "cross", "hybrid", "recurrent", "linear_eager", "lin_block", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "rglru", "dlru", "cross", "hybrid", "recurrent", "linear_eager", "lin_block", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -178,6 +178,11 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     values["rwkv"] = 1 if mixer == "rwkv" else 0  # RWKV's time mixing, through the WKV kernel
     if mixer == "rwkv" and need("dwkv", "wkv_size"):
         values["dwkv"] = spec["wkv_size"]
+    values["rglru"] = 1 if mixer == "rglru" else 0  # an RG-LRU block (recurrent_gemma's), its recurrence as transformers' loop keeps it
+    if mixer == "rglru":
+        for name, field in (("dlru", "lru_width"), ("k_conv", "lru_conv_kernel")):
+            if need(name, field):
+                values[name] = spec[field]
     values["linear_eager"] = 1 if mixer == "linear_eager" else 0
     values["cross"] = 1 if mixer == "cross" else 0  # attention to encoder states
     ssm_fields = {
@@ -234,7 +239,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values[name] = stated[name]
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
-    values["recurrent"] = linear or values["ssm"] > 0 or values["rwkv"] > 0 or values["linear_eager"] == 1  # the kind runs a recurrence (linear attention, a Mamba mixer, RWKV's WKV, a linear attention run in torch)
+    values["recurrent"] = linear or values["ssm"] > 0 or values["rwkv"] > 0 or values["rglru"] > 0 or values["linear_eager"] == 1  # the kind runs a recurrence (linear attention, a Mamba mixer, RWKV's WKV, an RG-LRU, a linear attention run in torch)
     return KindValues(kind, _floats(values), absent)
 
 
