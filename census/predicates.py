@@ -47,7 +47,13 @@ def is_norm(module: nn.Module) -> bool:
     (LlamaRMSNorm, Qwen3NextRMSNormGated, NemotronLayerNorm1P, StableLmLayerNormPerHead, a gated
     norm holding its gate MLP: AXK2GatedRMSNorm). A class that only carries "Norm" inside its
     name is not one: roberta-prelayernorm's RobertaPreLayerNormIntermediate is a feed-forward block."""
-    return isinstance(module, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or NORM_CLASS.search(type(module).__name__) is not None
+    return _is_norm_class(type(module))
+
+
+@lru_cache(maxsize=None)
+def _is_norm_class(cls: type) -> bool:
+    """is_norm by class (asked of every module on the probe's path at every op)."""
+    return issubclass(cls, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm)) or NORM_CLASS.search(cls.__name__) is not None
 
 
 def is_layer_norm(module: nn.Module) -> bool:
