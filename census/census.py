@@ -30,6 +30,7 @@ from speccat.census.describe import (
     check_probes,
     check_tokens,
     model_facts,
+    parameter_holders,
 )
 from speccat.catalogue.records.settings import default_setting
 from speccat.census.family import Family, family_for
@@ -143,6 +144,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     # layers built alike that the config's per-layer lists may tell to run differently are
     # probed apart, and kept apart only where what they keep differs
     stack = split_by_layer_config(classify(built.layers), built.config)
+    holders = parameter_holders(built.layers)  # read on meta: the probe converts the layers it runs
     candidates = list(dict.fromkeys(shape for _, shape in stack))
     probes = probe_layers(built, [shape.first for shape in candidates], seq_length, flops=True)
     check_tokens(probes, seq_length)
@@ -173,7 +175,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         if by_profile:
             _compare_with_profile(family, kind, spec["ops"][kind], name)
         spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
-        kind_params[kind] = view.params()
+        kind_params[kind] = view.params(holders[view.index])
         spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
         # a cross-attention kind at the census's setting: no encoder tokens (text-only training),
         # where the decoder skips the layer; what the plain probe saw it keep (nothing)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from fractions import Fraction
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
 from speccat.census.layer_gate import LayerGate, find_layer_gate
-from speccat.census.predicates import QK_NORM_NAME, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
+from speccat.census.predicates import QK_NORM_NAME, attention_blocks, is_low_rank_pair, layer_parts, part_of, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
 from speccat.census.spec import SpecError
@@ -66,13 +67,14 @@ class LayerView:
     gate: LayerGate | None = field(init=False)  # a per-layer input gate beside the MLP (census/layer_gate.py)
 
     def __post_init__(self):
+        self.blocks = attention_blocks(self.layer)
         self.attention_children = {k.child for k in self.probe.kernels if k.child}
         self.ffn_children, self.experts_path = set(), None
         for name, module in self.layer.named_modules():
             if name and is_experts(module):
                 self.experts_path = name
         ran = self.probe.children_ran
-        for name, child in self.layer.named_children():
+        for name, child in self.children():
             if (
                 name in ran
                 and name not in self.attention_children
@@ -85,7 +87,7 @@ class LayerView:
         # are the feed-forward's too, so their calls are its ffAct.
         if any(is_projection(self.module(name)) for name in self.ffn_children):
             self.ffn_children |= {
-                name for name, child in self.layer.named_children() if name in ran and name not in self.attention_children and is_activation_region(child)
+                name for name, child in self.children() if name in ran and name not in self.attention_children and is_activation_region(child)
             }
         self.gate = find_layer_gate(self.layer, self.probe, self.ffn_children, self.hidden)
         self.side_children = self._side_children()
@@ -105,10 +107,10 @@ class LayerView:
         if len(set(back.values())) <= 1:
             return set()
         widest = max(back.values())
-        main = {path.split(".", 1)[0] for path, width in back.items() if width == widest}
-        if len(main) > 1 or any(path.split(".", 1)[0] in main and width != widest for path, width in back.items()):
+        main = {self.part(path) for path, width in back.items() if width == widest}
+        if len(main) > 1 or any(self.part(path) in main and width != widest for path, width in back.items()):
             return set()
-        gate = {path.split(".", 1)[0] for path in self.gate.paths} if self.gate else set()
+        gate = {self.part(path) for path in self.gate.paths} if self.gate else set()
         return {name for name in self.ffn_children - main - gate if not is_activation_region(self.module(name))}
 
     def _back_widths(self) -> dict[str, int]:
@@ -117,6 +119,14 @@ class LayerView:
 
     def module(self, path: str) -> nn.Module:
         return self.layer.get_submodule(path)
+
+    def children(self) -> list[tuple[str, nn.Module]]:
+        """The layer's children, an attention block's own children in its place (predicates.layer_parts)."""
+        return layer_parts(self.layer, self.blocks)
+
+    def part(self, path: str) -> str:
+        """The child (of children()) a module path belongs to."""
+        return part_of(path, self.blocks)
 
     @property
     def experts(self) -> nn.Module | None:
@@ -248,7 +258,7 @@ class LayerView:
         return any(
             op.name == "sigmoid" and op.out_dtype == torch.float32
             for path, seen in self.probe.norm_ops.items()
-            if path.split(".", 1)[0] in self.attention_children
+            if self.part(path) in self.attention_children
             for op in seen
         )
 
@@ -257,22 +267,33 @@ class LayerView:
         whose kernel keeps the gate as given); 0 for a gate per head or no delta rule."""
         return max((k.gate_channel_bytes for k in self.delta_kernels()), default=0)
 
+    def scan_heads(self) -> int:
+        """The selective scans a Mamba mixer runs apart from its conv, one per Mamba head (zamba's
+        two; jamba's one); check_probes refuses scans that differ in shape."""
+        return sum(k.apart for k in self.scan_kernels())
+
     def scan_apart(self) -> bool:
         return any(k.apart for k in self.scan_kernels())
 
     def scan_norms(self) -> bool:
-        """Norms ran inside the mixer of a scan run apart (jamba's on dt, B and C)."""
+        """Norms ran inside the mixer of a scan run apart (jamba's on dt, B and C), not on the
+        hidden stream (the input norm of a Mamba layer nested in a hybrid: zamba's)."""
         children = {k.child for k in self.scan_kernels() if k.apart and k.child}
-        return any("." in path and path.split(".", 1)[0] in children for path in self.probe.norm_ops)
+        stream = set(self.stream_norm_paths())
+        return any("." in path and self.part(path) in children and path not in stream for path in self.probe.norm_ops)
 
     def scan_dt_rank(self, scan: KernelCall) -> int:
         """The dt rank: the fused kernel's dt projection weight is (inner, rank); a scan run apart is
         not handed it, so it is the x projection's width (the narrowest projection of the inner
-        width: rank + 2·state) less B and C."""
+        width: rank + 2·state) less B and C. A mixer scanning per Mamba head (zamba's) projects
+        each head with its own weight, one 3-D parameter (heads, rank + 2·state, head's inner)."""
         if scan.v:
             return int(scan.v[1])
         inner, state = scan.k
+        heads = self.scan_heads()
         widths = [m.weight.shape[0] for _, m in self.named({scan.child}) if is_projection(m) and m.weight.shape[1] == inner]
+        if heads > 1:
+            widths += [p.shape[1] for n, p in self.layer.named_parameters() if self.part(n) == scan.child and p.dim() == 3 and (p.shape[0], p.shape[2]) == (heads, inner)]
         rank = min(widths, default=0) - 2 * state
         if rank <= 0:
             raise SpecError("unsupported_layer", f"layer {self.index}: no x projection of the inner width {inner} gives the selective scan's dt rank")
@@ -293,7 +314,7 @@ class LayerView:
         calls = self.linear_eager_kernels()
         children = {k.child for k in calls if k.child}
         width = calls[0].q[-3] * calls[0].v[-1] if calls else 0
-        inside = lambda path: path.split(".", 1)[0] in children  # noqa: E731
+        inside = lambda path: self.part(path) in children  # noqa: E731
         return {
             "mixer_act": sum(n for owner, n in self.probe.activations.items() if inside(owner)),
             "mixer_out_gate": any(op.name == "sigmoid" and op.out_last == width for c in children for op in self.probe.router_ops.get(c, [])),
@@ -320,7 +341,7 @@ class LayerView:
     def named(self, child_set: set[str]):
         """(path, module) of every module under the given top-level children."""
         for name, module in self.layer.named_modules():
-            if name and name.split(".", 1)[0] in child_set:
+            if name and self.part(name) in child_set:
                 yield name, module
 
     # -- ffn ---------------------------------------------------------------------------------
@@ -352,7 +373,7 @@ class LayerView:
         return {
             path
             for path, products in self.probe.sigmoid_gates.items()
-            if path.split(".", 1)[0] in self.ffn_children
+            if self.part(path) in self.ffn_children
             and tuple(self.module(path).weight.shape) == (self.hidden, self.hidden)
             and products
             and not products & reads
@@ -365,9 +386,14 @@ class LayerView:
         return self._width_back_to_hidden([p for p in paths if p not in self.not_mlp()])
 
     def not_mlp(self) -> set[str]:
-        """The feed-forward's projections that are no part of its MLP: its output gates and a
-        per-layer input gate's (census/layer_gate.py)."""
-        return self.out_gates() | (set(self.gate.paths) if self.gate else set())
+        """The feed-forward's projections that are no part of its MLP: its output gates, a
+        per-layer input gate's (census/layer_gate.py) and low-rank adapters' (zamba2's beside
+        gate_up_proj: not the MLP's width nor its matmuls; what they keep is the MLP's child's)."""
+        return self.out_gates() | (set(self.gate.paths) if self.gate else set()) | self.adapters(self.ffn_children)
+
+    def adapters(self, children: set[str]) -> set[str]:
+        """The projections of low-rank adapters (predicates.is_low_rank_pair) under these children."""
+        return {f"{path}.{n}" for path, m in self.named(children) if is_low_rank_pair(m) for n, _ in m.named_children()}
 
     def dense_projections(self):
         """(path, module) of the dense MLP's projections."""
@@ -472,7 +498,7 @@ class LayerView:
         if self.experts_path:
             return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_path)
         gate = self.gate.activations if self.gate else frozenset()
-        return sum(n for owner, n in self.probe.activations.items() if owner.split(".", 1)[0] in self.ffn_children and owner not in gate)
+        return sum(n for owner, n in self.probe.activations.items() if self.part(owner) in self.ffn_children and owner not in gate)
 
     def dense_activation_saves(self) -> int:
         """Tensors the dense MLP's activation keeps for backward per call (0 without one): what
@@ -517,11 +543,17 @@ class LayerView:
 
     # -- params ------------------------------------------------------------------------------
 
-    def params(self) -> dict[str, int]:
-        parts = Counter({part: 0 for part in ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")})
+    def params(self, holders: Mapping[str, int] | None = None) -> dict[str, int]:
+        """The layer's parameters by part. A parameter several layers of the stack hold (one
+        module in each: zamba2's shared transformer block, with every layer's adapters in it)
+        counts its share in each, its elements over `holders[name]` (the layers holding it:
+        parameter_holders), so the whole model counts it once; each part is rounded down (the model's count is
+        short by less than one parameter per part and such layer)."""
+        parts = Counter({part: Fraction(0) for part in ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")})
         norm_paths = [n for n, m in self.layer.named_modules() if n and is_norm(m)]
+        holders = holders or {}
         for name, param in self.layer.named_parameters():
-            child = name.split(".", 1)[0]
+            child = self.part(name)
             if any(name.startswith(p + ".") for p in norm_paths):
                 part = "norm"
             elif child in self.attention_children:
@@ -534,8 +566,8 @@ class LayerView:
                 part = "ffn_dense"
             else:
                 part = "other"
-            parts[part] += param.numel()
-        return dict(parts)
+            parts[part] += Fraction(param.numel(), holders.get(name, 1))
+        return {part: int(n) for part, n in parts.items()}
 
     # -- flags -------------------------------------------------------------------------------
 
@@ -577,7 +609,7 @@ class LayerView:
         head_dim = kernels[0].q[3]
         for path, seen in self.probe.norm_ops.items():
             module = self.module(path)
-            if path.split(".", 1)[0] not in self.attention_children or any(True for _ in module.parameters()):
+            if self.part(path) not in self.attention_children or any(True for _ in module.parameters()):
                 continue
             if self.probe.norm_calls[path] != 2 * len(kernels):
                 continue
@@ -591,7 +623,7 @@ class LayerView:
         was given (gemma-4's `v_norm`, RMS over each value head in fp32): it keeps the fp32 copy
         of v and statistics per head, and no weighted product."""
         return any(
-            path.split(".", 1)[0] in self.attention_children
+            self.part(path) in self.attention_children
             and not any(True for _ in self.module(path).parameters())
             and bool(outputs & self.probe.value_storages)
             for path, outputs in self.probe.norm_outputs.items()
@@ -693,7 +725,7 @@ class LayerView:
             "gated_norm_sigmoid": self.gated_norm_sigmoid(),
             **self.linear_eager_variants(),
             "gated_norm": any(
-                op.name == "silu" for path, seen in self.probe.norm_ops.items() if path.split(".", 1)[0] in self.attention_children for op in seen
+                op.name == "silu" for path, seen in self.probe.norm_ops.items() if self.part(path) in self.attention_children for op in seen
             ),
             "token_mixes": sum(n for child, n in self.probe.token_mixes.items() if child in self.attention_children),
             "ff_token_mixes": sum(n for child, n in self.probe.token_mixes.items() if child in self.ffn_children),
@@ -705,6 +737,13 @@ class LayerView:
             if isinstance(m, nn.Conv1d):
                 return int(m.kernel_size[0])
         return None
+
+
+def parameter_holders(layers: nn.ModuleList) -> list[dict[str, int]]:
+    """Per layer, its parameters' paths -> how many layers of the stack hold that parameter (the
+    same tensor: 1 unless a module is shared between layers)."""
+    count = Counter(id(p) for layer in layers for p in layer.parameters())
+    return [{name: count[id(p)] for name, p in layer.named_parameters()} for layer in layers]
 
 
 def _sliding_window(views: list[LayerView], layers: nn.ModuleList) -> int | None:
@@ -780,11 +819,11 @@ def check_probes(views: list[LayerView]) -> None:
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): holds attention beside a state-space mixer, but only one of them ran on a plain causal input",
             )
-        if sum(k.apart for k in v.scan_kernels()) > 1:
+        if len({(k.child, k.q, k.k) for k in v.scan_kernels() if k.apart}) > 1:
             raise SpecError(
                 "unsupported_layer",
-                f"layer {v.index} ({type(v.layer).__name__}): a Mamba mixer that runs several selective scans (one per Mamba head); "
-                "the census prices one scan over the mixer's inner width",
+                f"layer {v.index} ({type(v.layer).__name__}): selective scans of different shapes or in different children in one layer; "
+                "the census states one Mamba mixer's scans, one per Mamba head alike",
             )
         for k in v.attention_kernels():
             # keys appended to the layer's own tokens, fewer than them (compressed entries), are
@@ -853,7 +892,10 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     mamba = next((v for v in views if v.scan_kernels()), None)
     if mamba is not None:
         scan = mamba.scan_kernels()[0]
-        facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k
+        heads = mamba.scan_heads()
+        facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k[0] * max(heads, 1), scan.k[1]
+        if heads > 1:  # one scan per Mamba head, each over the head's share of the inner width
+            facts["ssm_num_heads"] = heads
         facts["ssm_dt_rank"] = mamba.scan_dt_rank(scan)
         conv = mamba.conv_kernel()
         if conv:

@@ -8,7 +8,10 @@ shapes and dtypes). Its name is derived from its facts:
   in one layer; `none` for a feed-forward-only block) and the feed-forward (`dense`, `moe`;
   `none` for a mixer-only block), joined without the parts a layer lacks: `full_dense`,
   `linear_moe`, `short_conv_dense`, `full` and `mamba2` (mixer-only blocks), `moe` (an
-  MoE-only block);
+  MoE-only block); `_block` after them when the layer's attention runs in a block of its own
+  with an MLP before its state-space mixer (zamba2's shared transformer block:
+  `full_mamba2_dense_block`, never `full_mamba2_dense`, falcon_h1's parallel hybrid, nor its
+  plain `mamba2` layers);
 - when two shapes would share that name, the facts that tell them apart are added, in this
   order, until the names differ: the config's layer type for the mixer when all of a
   full-attention shape's layers are of one type that is not full attention and the clashing
@@ -78,7 +81,7 @@ def _type_word(layer_type: str) -> str:
 
 def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
     """One readable, distinct name per shape (in the order given: stack order of first layers)."""
-    names = [base_name(s.attention, s.ffn) for s in shapes]
+    names = [base_name(s.attention, s.ffn) + ("_block" if s.block else "") for s in shapes]
 
     def clashing() -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
@@ -119,7 +122,11 @@ def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
 
 
 def profile_names(family: Family, shapes: Sequence[Any]) -> list[str] | None:
-    """The profile's kind per shape, when it names every shape and no two alike; else None."""
+    """The profile's kind per shape, when it names every shape and no two alike; else None. A
+    profile's kinds state flavours only, so no profile names a shape whose attention runs in a
+    block of its own (its derived name says so)."""
+    if any(s.block for s in shapes):
+        return None
     names = [family.kind_for(s.attention, s.ffn) for s in shapes]
     if any(n is None for n in names) or len(set(names)) != len(names):
         return None

@@ -309,3 +309,57 @@ def rg_lru_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(the module's class, method name) of the RG-LRU recurrence (`_rnn_scan`) the module's forward calls."""
     cls = type(module)
     return [(cls, n) for n in _forward_names(cls) if _RG_LRU.search(n) and callable(getattr(cls, n, None))]
+
+
+def attention_blocks(layer: nn.Module) -> frozenset[str]:
+    """The layer's top-level children that run attention inside a block of their own beside a
+    state-space mixer in another child: some module under the child dispatches through the
+    attention interface and the child holds projections outside that module (zamba2's
+    `shared_transformer`: attention and an MLP, each with adapters, on the hidden states
+    concatenated with the embeddings). The census treats such a block's own children as the
+    layer's children (part_of): its attention is a mixer, its MLP the feed-forward."""
+    children = dict(layer.named_children())
+    if not any(holds_scan(child) for child in children.values()):
+        return frozenset()
+    blocks = set()
+    for top, child in children.items():
+        if holds_scan(child):
+            continue
+        inner = [name for name, m in child.named_modules() if name and uses_attention_interface(m)]
+        outside = [
+            name for name, m in child.named_modules()
+            if is_projection(m) and not any(name == a or name.startswith(a + ".") for a in inner)
+        ]  # fmt: skip
+        if inner and outside:
+            blocks.add(top)
+    return frozenset(blocks)
+
+
+def part_of(path: str, blocks: frozenset[str]) -> str:
+    """The layer's child a module path belongs to: its top-level child, or, inside an attention
+    block (attention_blocks), the block's child ("shared_transformer.self_attn")."""
+    parts = path.split(".", 2)
+    return ".".join(parts[:2]) if parts[0] in blocks and len(parts) > 1 else parts[0]
+
+
+def layer_parts(layer: nn.Module, blocks: frozenset[str]) -> list[tuple[str, nn.Module]]:
+    """(path, module) of the layer's children, each attention block replaced by its own children."""
+    out = []
+    for name, child in layer.named_children():
+        if name in blocks:
+            out.extend((f"{name}.{n}", c) for n, c in child.named_children())
+        else:
+            out.append((name, child))
+    return out
+
+
+def is_low_rank_pair(module: nn.Module) -> bool:
+    """A low-rank adapter: a module whose only children are two projections in turn, down to a
+    rank narrower than both the input and the output, then up (zamba2's per-layer adapters
+    beside its shared block's projections, added to their outputs)."""
+    children = list(module.children())
+    if len(children) != 2 or not all(is_projection(c) for c in children) or any(True for _ in module.parameters(recurse=False)):
+        return False
+    down, up = (c.weight.shape for c in children)
+    rank = int(down[0])
+    return int(up[1]) == rank and rank < int(down[1]) and rank < int(up[0])

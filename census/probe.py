@@ -57,6 +57,8 @@ from speccat.census.predicates import (
     is_stacked_experts,
     is_projection,
     mamba_inner_names,
+    attention_blocks,
+    part_of,
     QK_NORM_NAME,
     selective_scan_names,
     ssd_scan_names,
@@ -277,6 +279,7 @@ class Watcher:
     def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int]):
         self.layers = layers
         self.excluded = excluded_storages
+        self.blocks = {index: attention_blocks(layer) for index, layer in layers.items()}  # each layer's attention blocks, whose children are its children
         self.probes = {index: LayerProbe(index) for index in layers}
         self.current: LayerProbe | None = None
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
@@ -303,7 +306,12 @@ class Watcher:
     # -- where are we -----------------------------------------------------------------------
 
     def _child(self) -> str | None:
-        return self.path[0][0] if self.path else None
+        """The layer's child running now: its top-level child, or inside an attention block the
+        block's child (predicates.part_of)."""
+        if not self.path:
+            return None
+        top = self.path[0][0]
+        return part_of(self.path[-1][0], self.blocks[self.current.index]) if top in self.blocks[self.current.index] else top
 
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
         kernel = attention.current_kernel()
@@ -560,6 +568,7 @@ class Watcher:
             self.path.append((name, module))
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            probe.children_ran.add(part_of(name, self.blocks[probe.index]))  # an attention block's child
             if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
                 probe.norm_calls[name] += 1
             if is_norm(module) and self._on_stream(name, module, args, depth_one):
@@ -571,7 +580,7 @@ class Watcher:
             elif is_stacked_experts(module) and args and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
                 probe.experts_rows += int(args[0].numel()) // int(args[0].shape[-1])  # the token slots the experts ran over
             if is_projection(module):
-                child = name.split(".", 1)[0]
+                child = part_of(name, self.blocks[probe.index])
                 probe.projection_order.setdefault(child, []).append(name)
                 if args and isinstance(args[0], torch.Tensor):
                     probe.projection_inputs.setdefault(child, set()).add(_storage_key(args[0]))
@@ -617,10 +626,11 @@ class Watcher:
             for index, layer in self.layers.items():
                 handles.append(layer.register_forward_pre_hook(self._layer_pre(index), with_kwargs=True))
                 handles.append(layer.register_forward_hook(self._layer_post(index), with_kwargs=True))
+                blocks = self.blocks[index]
                 for name, module in layer.named_modules():
                     if not name:
                         continue
-                    handles.append(module.register_forward_pre_hook(self._enter(name, module, "." not in name)))
+                    handles.append(module.register_forward_pre_hook(self._enter(name, module, part_of(name, blocks) == name)))
                     handles.append(module.register_forward_hook(self._leave))
             yield
         finally:

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from speccat.census.predicates import holds_scan, is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_rg_lru, runs_ssd_scan, runs_wkv, uses_attention_interface
+from speccat.census.predicates import attention_blocks, holds_scan, is_experts, is_experts_interface, is_projection, is_state_space_mixer, mark_stacked_experts, runs_delta_rule, runs_selective_scan, runs_short_conv, runs_rg_lru, runs_ssd_scan, runs_wkv, uses_attention_interface
 from speccat.census.spec import SpecError
 
 
@@ -30,6 +30,7 @@ class Shape:
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
+    block: bool = False  # its attention runs in a block of its own with an MLP, before its state-space mixer (predicates.attention_blocks: zamba2)
     reads_kv: bool = False  # its attention reads the keys and values an earlier layer stored (set from its probe: kv_shared)
 
     @property
@@ -48,11 +49,12 @@ def signature(index: int, layer: nn.Module) -> tuple:
     RWKV's WKV recurrence does (its time mixing), rglru when an RG-LRU's does (recurrent_gemma's
     recurrent block), full when
     the attention interface does, `full_mamba` or `full_mamba2` when the attention interface
-    and a scan run side by side (a hybrid: falcon_h1), `eager` (decided by
+    and a scan run side by side (a hybrid: falcon_h1; or the attention in a block of its own with
+    an MLP before the scan, zamba2's, marked `block` by classify), `eager` (decided by
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
-    attention, ffn, scan, attention_path = "none", "dense", None, ""
+    attention, ffn, scan = "none", "dense", None
     scan_children, mixer_children = set(), set()
     nested_scan = holds_scan(layer)  # asked of each module below only when some module runs a scan
     for name, module in layer.named_modules():
@@ -96,7 +98,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
             attention = "rglru"
             mixer_children.add(name.split(".", 1)[0])
         elif attention == "none" and uses_attention_interface(module):
-            attention, attention_path = "full", name
+            attention = "full"
             mixer_children.add(name.split(".", 1)[0])
     mixer_children |= scan_children
     if mixer_children and ffn != "moe" and not any(
@@ -104,33 +106,13 @@ def signature(index: int, layer: nn.Module) -> tuple:
     ):
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
     if scan is not None and attention == "full":
-        _refuse_nested_block(index, layer, attention_path)
-        attention = f"full_{scan}"  # a hybrid: attention beside the state-space mixer
+        attention = f"full_{scan}"  # a hybrid: attention beside the state-space mixer, or before it in a block of its own (attention_blocks)
     elif scan is not None:
         attention = scan
     if attention == "none":
         attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/routing.py)
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
     return (type(layer).__name__, attention, ffn, params)
-
-
-def _refuse_nested_block(index: int, layer: nn.Module, attention_path: str) -> None:
-    """A hybrid layer's attention must be a child of its own: the census books a layer's saves by
-    its top-level children (attention, mixer, feed-forward) and the records price attention on
-    the layer's stream. A block of its own around the attention, with projections outside it
-    (zamba's and zamba2's shared transformer: attention and an MLP on the hidden states
-    concatenated with the embeddings, then a linear, before the Mamba layer) is refused."""
-    top = attention_path.split(".", 1)[0]
-    outside = [
-        name for name, module in layer.get_submodule(top).named_modules(prefix=top)
-        if is_projection(module) and not (name == attention_path or name.startswith(attention_path + "."))
-    ]
-    if outside:
-        raise SpecError(
-            "unsupported_layer",
-            f"layer {index} ({type(layer).__name__}): its attention ({attention_path}) runs inside a block of its own beside a state-space mixer, "
-            f"with projections outside the attention ({outside[0]}, ...: a shared transformer block); the census prices a hybrid's attention as a child of the layer",
-        )
 
 
 def _built_alike(layer: nn.Module) -> tuple:
@@ -157,7 +139,7 @@ def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
             seen[alike] = (sig, marked)
         shape = shapes.get(sig)
         if shape is None:
-            shape = shapes[sig] = Shape(sig[1], sig[2], sig)
+            shape = shapes[sig] = Shape(sig[1], sig[2], sig, block=bool(attention_blocks(layer)))
         shape.layers.append(index)
         stack.append((index, shape))
     return stack
@@ -215,7 +197,7 @@ def split_by_layer_config(stack: list[tuple[int, Shape]], config: Any) -> list[t
         key = (id(shape), values[index])
         part = groups.get(key)
         if part is None:
-            part = groups[key] = Shape(shape.attention, shape.ffn, shape.signature)
+            part = groups[key] = Shape(shape.attention, shape.ffn, shape.signature, block=shape.block)
         part.layers.append(index)
         out.append((index, part))
     return out
@@ -234,7 +216,7 @@ def merge_alike(stack: list[tuple[int, Shape]], alike: Callable[[Shape, Shape], 
             into[id(shape)] = shape
         else:
             into[id(shape)] = target
-    merged = {id(k): Shape(k.attention, k.ffn, k.signature) for k in kept}
+    merged = {id(k): Shape(k.attention, k.ffn, k.signature, block=k.block) for k in kept}
     out = []
     for index, shape in stack:
         target = merged[id(into[id(shape)])]

@@ -3,8 +3,9 @@ hybrid; docs/census.md, "State-space mixers"): what the census books for one suc
 a real CPU forward and backward of the same layer, storage by storage; the layer through the
 census's kernels computes what transformers' own path computes; its kind, flavours and counts;
 priced within the records' tolerance at every point the census measures it at, tp ranks
-included (a Mamba2 mixer is whole on every transformers tp rank); and the hybrids the census
-refuses (a shared transformer block around the attention: zamba, zamba2).
+included (a Mamba2 mixer is whole on every transformers tp rank); and a hybrid whose attention
+runs in a block of its own (zamba2's shared transformer block: tests/test_census_shared_block.py
+compares it with a real layer) named apart from falcon_h1's.
 
 The census runs the attention through `speccat::flash_attention` (what a flash kernel keeps: q,
 k, v, its output and the fp32 log-sum-exp) and the mixer through
@@ -142,18 +143,25 @@ def test_priced_within_tolerance_at_every_measured_point_but_tp(model_type):
     assert abs(ratio - 1) <= records.tolerance, (row["kind"], row["point"], row["priced_per_token"], got)
 
 
-@pytest.mark.parametrize("model_type", ["zamba", "zamba2"])
-def test_a_shared_transformer_block_beside_a_mamba_layer_is_refused(model_type):
-    """zamba's and zamba2's hybrid layers run a transformer block of their own (attention and an
-    MLP on the hidden states concatenated with the embeddings, then a linear) before the Mamba
-    layer: refused before any probe, naming the block's attention and a projection outside it."""
+def test_zamba2s_default_config_gives_a_kind_of_its_own_for_its_block_hybrids():
+    """zamba2's default config: its `hybrid_layer_ids` give the stack, a hybrid (a shared
+    transformer block before its Mamba2 layer) of kind `full_mamba2_dense_block` at each of
+    them, a Mamba2 layer of kind `mamba2` everywhere else; flavours full_mamba2 and dense, never
+    falcon_h1's name."""
     from transformers import CONFIG_MAPPING
 
-    config = {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type}
-    with pytest.raises(SpecError) as err:
-        run_census(config, name=model_type, seq_length=256)
-    assert err.value.reason == "unsupported_layer"
-    assert "runs inside a block of its own beside a state-space mixer" in str(err.value) and ".self_attn)" in str(err.value)
+    defaults = CONFIG_MAPPING["zamba2"]()
+    spec = run_census({**defaults.to_dict(), "model_type": "zamba2"}, name="zamba2", seq_length=256)
+    stack = ["full_mamba2_dense_block" if i in defaults.hybrid_layer_ids else "mamba2" for i in range(defaults.num_hidden_layers)]
+    groups = []
+    for kind in stack:
+        if groups and groups[-1]["kind"] == kind:
+            groups[-1]["count"] += 1
+        else:
+            groups.append({"kind": kind, "count": 1})
+    assert spec["layers"] == groups
+    assert spec["flavours"] == {"mamba2": {"attention": "mamba2", "ffn": "none"}, "full_mamba2_dense_block": {"attention": "full_mamba2", "ffn": "dense"}}
+    assert spec["intermediate_size"] == defaults.intermediate_size and spec["head_dim"] == defaults.attention_head_dim
 
 
 def test_a_hybrid_whose_mixers_did_not_both_run_is_refused():

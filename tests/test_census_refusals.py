@@ -70,7 +70,7 @@ def test_cli_prints_a_refusal_as_one_line_without_json(capsys):
 
 @pytest.mark.slow
 def test_cli_process_shows_no_traceback():
-    for name in ("hidden_size_1e9.json", "remote_code.json", "zamba_mamba_heads.json"):
+    for name in ("hidden_size_1e9.json", "remote_code.json", "cpmant_prompt_tokens.json"):
         done = subprocess.run(
             [sys.executable, "-m", "speccat.flows.cli", "census", str(CORPUS / name), "--json"],
             capture_output=True,

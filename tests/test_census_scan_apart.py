@@ -123,18 +123,83 @@ def test_the_torch_path_keeps_the_per_token_state_tensors_the_kernel_recomputes(
         assert pair in slow_pairs, pair
 
 
-def test_a_mixer_scanning_per_head_is_refused():
-    """zamba's mixer runs one selective scan per Mamba head: the census prices one scan over the
-    inner width, so such a layer is refused rather than described as one head's width."""
-    from speccat.census.describe import LayerView, check_probes
-    from speccat.census.probe import KernelCall, LayerProbe
-    from speccat.census.shapes import Shape
-    from speccat.census.spec import SpecError
+# zamba: a Mamba mixer scanning per Mamba head (two), and hybrid layers running a transformer
+# block (attention and an MLP over the hidden states beside the embeddings, tied between the
+# hybrid layers) before their Mamba layer
+TINY_ZAMBA = {
+    "model_type": "zamba", "hidden_size": 64, "num_hidden_layers": 4, "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"],
+    "vocab_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4, "attention_hidden_size": 128, "attention_head_dim": 32,
+    "intermediate_size": 128, "n_mamba_heads": 2, "mamba_d_state": 8, "mamba_dt_rank": 4,
+}  # fmt: skip
 
-    probe = LayerProbe(0, kernels=[KernelCall("scan", "mamba", (1, 32, 8), (32, 4), (), apart=True) for _ in range(2)])
-    view = LayerView(0, torch.nn.Module(), probe, Shape("mamba", "none", ()), 16)
-    with pytest.raises(SpecError, match="one per Mamba head"):
-        check_probes([view])
+
+def _real_zamba_layer(index: int, seq: int, monkeypatch, **inputs):
+    """One real bf16 forward and backward of tiny zamba's layer `index` on CPU, its scans and conv
+    through speccat's ops and its attention through speccat's kernel: the storages it saved."""
+    from transformers.models.zamba import modeling_zamba
+
+    from speccat.census.attention import ATTENTION_IMPL, register, speccat_causal_conv1d_fn
+    from speccat.census.scan_apart import speccat_selective_scan_fn
+
+    register()
+    monkeypatch.setattr(modeling_zamba, "mamba_selective_scan", speccat_selective_scan_fn)
+    monkeypatch.setattr(modeling_zamba, "causal_conv1d_fn", speccat_causal_conv1d_fn)
+    model = tiny_model({**TINY_ZAMBA, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
+    torch.manual_seed(1)
+    x = torch.randn(1, seq, TINY_ZAMBA["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+    kept, _ = saves_and_grads(model, model.model.layers[index], x, **inputs)
+    monkeypatch.undo()
+    return kept
+
+
+def test_a_mixer_scanning_per_head_is_booked_as_the_real_one_keeps_it(monkeypatch):
+    """zamba's mixer runs one selective scan per Mamba head, each over its head's share of the
+    inner width with its own x and dt weights (3-D parameters): the census states the whole
+    mixer (inner width, heads, dt rank) and books what each scan keeps; a real bf16 forward and
+    backward of the Mamba layer and of a hybrid layer (its transformer block first) on CPU keeps
+    exactly these storages (worked by hand), and the census books their bytes, op by op."""
+    h, di, heads, n, r, s, ff, w2, att_heads = 64, 128, 2, 8, 4, 32, 128, 128, 4
+    hd = di // heads
+    spec = run_census(TINY_ZAMBA, name="tiny-zamba", seq_length=s)
+    kind = {"mamba": "mamba", "hybrid": "full_mamba_dense_block"}
+    assert spec["layers"] == [{"kind": kind[t], "count": 1} for t in TINY_ZAMBA["layers_block_type"]]
+    assert (spec["ssm_inner_size"], spec["ssm_num_heads"], spec["ssm_dt_rank"], spec["ssm_state_size"], spec["ssm_conv_kernel"]) == (di, heads, r, n, 4)
+    assert all(spec["variants"][k]["scan_apart"] and not spec["variants"][k]["scan_norms"] for k in kind.values())
+    assert spec["ops"]["mamba"]["linrec"] == heads and spec["measured"]["mamba"]["attention_impl"] == "speccat::selective_scan"
+    f32, bf16 = torch.float32, torch.bfloat16
+    norm = [((1, s, h), f32, FP32 * s * h), ((1, s, 1), f32, FP32 * s), ((1, s, h), bf16, BF16 * s * h)]  # RMSNorm: fp32 input, rstd, bf16 normalised
+    mamba = norm + [
+        ((s, h), bf16, BF16 * s * h),  # in_proj's input (the norm's output)
+        ((1, di, s), bf16, BF16 * di * s),  # the conv's input (x, contiguous)
+        ((1, hd, s), bf16, BF16 * di * s),  # each head's u: a view of the conv's whole output (x_proj's matmul keeps it first)
+        ((heads, 4, s), bf16, BF16 * heads * (r + 2 * n) * s),  # the per-head x projections' output: dt (the dt matmul keeps it), B, C
+        ((heads, hd, s), bf16, BF16 * di * s),  # Δ of every head (the dt matmul's output)
+        ((heads, hd, n), f32, FP32 * di * n),  # exp(A_log), kept by exp
+        ((hd, n), f32, FP32 * di * n),  # A = −exp(A_log): each head's a view of one storage
+        ((hd,), f32, FP32 * di),  # dt's bias in fp32, each head's a view of one storage
+        *[((hd,), f32, FP32 * hd)] * heads,  # D in fp32, one per head
+        *[((1, hd, s), bf16, BF16 * hd * s)] * (2 * heads),  # per head: the gate z (made contiguous) and the output before it
+        *[((1, hd, 1, 2 * n), f32, FP32 * hd * 2 * n)] * heads,  # per head: the fp32 chunk states
+        ((s, di), bf16, BF16 * di * s),  # out_proj's input
+    ]
+    block = [((1, s, w2), f32, FP32 * s * w2), ((1, s, 1), f32, FP32 * s), ((1, s, w2), bf16, BF16 * s * w2)]  # the norm over two widths
+    block += [((s, w2), bf16, BF16 * s * w2)]  # q, k, v projections' input
+    block += [((1, att_heads, s, w2 // att_heads), bf16, BF16 * s * w2)] * 3  # q, k, v
+    block += [((1, s, att_heads, w2 // att_heads), bf16, BF16 * s * w2), ((1, att_heads, s), f32, FP32 * att_heads * s)]  # output, log-sum-exp
+    block += norm  # pre_ff_layernorm, the hidden width
+    block += [((s, h), bf16, BF16 * s * h), *[((1, s, ff), bf16, BF16 * s * ff)] * 3, ((s, ff), bf16, BF16 * s * ff)]  # MLP: input, gate (act's input), act's output, up, down's input
+    block += [((s, h), bf16, BF16 * s * h)]  # the linear's input
+    embeddings = torch.randn(1, s, h, dtype=torch.bfloat16, requires_grad=True)
+    for name, index, expected, inputs in [("mamba", 0, mamba, {}), ("full_mamba_dense_block", 3, block + mamba, {"original_hidden_states": embeddings, "layer_idx": 3})]:
+        real = signature(_real_zamba_layer(index, s, monkeypatch, **inputs).values())
+        assert real == sorted(expected, key=str), name
+        measured = spec["measured"][name]["bytes_per_token"]
+        assert sum(measured.values()) * s == sum(n for _, _, n in real), name
+    # the scans' own saves: Δ, A, dt's bias, and per head D, z, the output and the chunk states
+    scans = BF16 * di * s + FP32 * di * n + FP32 * di + heads * (FP32 * hd + 2 * BF16 * hd * s + FP32 * hd * 2 * n)
+    assert spec["measured"]["mamba"]["bytes_per_token"]["linrec"] * s == scans
+    assert spec["measured"]["full_mamba_dense_block"]["bytes_per_token"]["other"] * s == BF16 * s * h
+    assert spec["measured"]["full_mamba_dense_block"]["bytes_per_token"]["ffMM"] * s == BF16 * s * (h + 3 * ff)
 
 
 @pytest.fixture(scope="module")

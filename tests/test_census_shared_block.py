@@ -1,12 +1,15 @@
 """A hybrid layer that runs a shared transformer block before its Mamba2 layer (zamba2's), as the
-probe runs it (docs/census.md, "Hybrid layers"; the census still refuses such a kind, which it
-does not yet describe or price).
+probe runs it and the census describes it (docs/census.md, "Hybrid layers").
 
 The probe runs the kept layers at their positions in a cut stack, and such a layer looks itself
 up by its index: a dict its modules hold keyed by the layer indices a config list names (each
 hybrid layer's adapter slot, keyed by `hybrid_layer_ids`) is re-keyed by those positions while
 they run (census/probe.py `_index_keyed_subset`), each position keeping its layer's own entry,
-and restored after. The probe then books every storage the real layer keeps on CPU."""
+and restored after. The probe then books every storage the real layer keeps on CPU. The census
+takes the block's children for the layer's (census/predicates.py `attention_blocks`): its
+attention is the attention, its MLP the feed-forward, and the linear after the block, which no
+record prices, `other`; its kind is `full_mamba2_dense_block`, and the block's weights, held by
+every hybrid layer, count once in the model."""
 
 from __future__ import annotations
 
@@ -133,3 +136,83 @@ def test_the_probe_books_what_the_real_hybrid_layer_keeps_storage_by_storage(mon
     assert sum(probe.saved_bytes.values()) == sum(n for _, _, n in real)
     # the three RMSNorms' saves, the block's over two widths, are booked to the norms
     assert probe.saved_bytes["normOp"] == S * ((FP32 + BF16) * W2 + FP32 + 2 * ((FP32 + BF16) * H + FP32))
+
+
+def _real_layer(config: dict, index: int, seq: int, monkeypatch, **inputs):
+    """One real bf16 forward and backward of layer `index` on CPU through the census's kernels:
+    the storages it saved (its inputs and the weights left out)."""
+    import torch
+    from layer_runs import saves_and_grads, tiny_model
+    from transformers.models.zamba2 import modeling_zamba2
+
+    from speccat.census.attention import ATTENTION_IMPL, register
+    from speccat.census.scans import speccat_mamba_split_conv1d_scan_combined
+
+    register()
+    monkeypatch.setattr(modeling_zamba2, "mamba2_split_conv1d_scan_combined", speccat_mamba_split_conv1d_scan_combined)
+    model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
+    torch.manual_seed(1)
+    x = torch.randn(1, seq, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+    kept, _ = saves_and_grads(model, model.model.layers[index], x, **inputs)
+    monkeypatch.undo()
+    return kept
+
+
+def test_the_census_books_each_zamba2_layer_as_the_real_one_keeps_it(monkeypatch):
+    """The census of a tiny zamba2 (two Mamba2 layers, two hybrid layers sharing one block with
+    adapters of their own): the kinds and counts its `layers_block_type` gives, and for each kind
+    the bytes booked per op, by hand from the widths, adding up to what the real layer keeps on
+    CPU storage by storage."""
+    import torch
+    from layer_runs import signature
+
+    from speccat.census import run_census
+
+    H, HEADS, FF, R, MH, N, S = 64, 4, 128, 8, 2, 16, 32
+    W2, DH, DI = 2 * H, 2 * H // HEADS, 2 * H
+    spec = run_census(ZAMBA2, name="zamba2", seq_length=S)
+    kind = {"mamba": "mamba2", "hybrid": "full_mamba2_dense_block"}
+    assert spec["layers"] == [{"kind": kind[t], "count": 1} for t in ZAMBA2["layers_block_type"]]
+    assert spec["flavours"]["full_mamba2_dense_block"] == {"attention": "full_mamba2", "ffn": "dense"}
+    assert spec["intermediate_size"] == FF and (spec["num_attention_heads"], spec["head_dim"]) == (HEADS, DH)
+    norm = lambda width: (FP32 + BF16) * width + FP32  # noqa: E731  an RMSNorm: fp32 input, bf16 output, fp32 rstd
+    mamba2 = {"attMM": BF16 * H + FP32 * MH / S, "normOp": norm(H), "linrec": BF16 * (2 * DI + 2 * N + MH) + BF16 * DI + FP32 + FP32 * MH / S}
+    hybrid = {
+        # the norm's output the q, k, v projections read (two widths), the three adapters' middles; in_proj's input, exp(A_log)
+        "attMM": BF16 * W2 + 3 * BF16 * R + mamba2["attMM"],
+        "attBMM": 3 * BF16 * W2,  # q, k, v
+        "softmax": BF16 * W2 + FP32 * HEADS,  # the kernel's output, its log-sum-exp
+        # gate_up's input, its adapter's middle, the activation's output and down's input
+        "ffMM": BF16 * H + BF16 * R + 2 * BF16 * FF,
+        "ffAct": BF16 * 2 * FF,  # the activation's input: a view of gate_up's whole output
+        "normOp": norm(W2) + norm(H) + mamba2["normOp"],
+        "linrec": mamba2["linrec"],
+        "other": BF16 * H,  # the linear's input: the block's output
+    }
+    embeddings = torch.randn(1, S, H, dtype=torch.bfloat16, requires_grad=True)
+    for name, index, expected, inputs in [
+        ("mamba2", 0, mamba2, {}),
+        ("full_mamba2_dense_block", 3, hybrid, {"original_hidden_states": embeddings, "layer_idx": 3}),
+    ]:
+        measured = {op: n for op, n in spec["measured"][name]["bytes_per_token"].items() if n}
+        assert measured == pytest.approx(expected, abs=1e-9), name
+        real = signature(_real_layer(ZAMBA2, index, S, monkeypatch, **inputs).values())
+        assert sum(measured.values()) * S == sum(n for _, _, n in real), name
+
+
+def test_the_shared_block_counts_once_in_the_model():
+    """Every hybrid layer holds the shared block (and every layer's adapters in it): each counts
+    its share, so the model's parameters are the built model's (each part rounded down)."""
+    from speccat.census import run_census
+
+    built = _built(ZAMBA2)
+    spec = run_census(ZAMBA2, name="zamba2", seq_length=32)
+    params = spec["params"]
+    counted = sum(params[p] for p in ("embedding", "output", "final_norm"))
+    counted += sum(group["count"] * sum(params["kinds"][group["kind"]].values()) for group in spec["layers"])
+    real = sum(p.numel() for p in built.model.parameters())
+    hybrid_layers = ZAMBA2["layers_block_type"].count("hybrid")
+    assert real - len(params["kinds"]["mamba2"]) * hybrid_layers < counted <= real
+    block = sum(p.numel() for p in built.layers[1].shared_transformer.parameters())
+    own = sum(p.numel() for n, p in built.layers[1].named_parameters() if not n.startswith("shared_transformer."))
+    assert sum(params["kinds"]["full_mamba2_dense_block"].values()) == own + block // hybrid_layers
