@@ -7,7 +7,7 @@ so that read cannot run. Where the experts interface runs, grouped_mm takes the 
 tensor and the bytes a layer keeps do not depend on how the slots fall among the experts; the
 census states the same for code that reads the counts: it assumes even loads.
 
-While the probed layers run, a TorchFunctionMode watches every `topk`: its `k` and the slots it
+While probed layers holding stacked experts run (assumed_routing), a TorchFunctionMode watches every `topk`: its `k` and the slots it
 chose (rows × k). A `.tolist()` of a fake 1-D integer tensor with one entry per candidate of the
 last top-k (the per-expert counts the router made from its choices) is answered with those slots
 split evenly: slots // n to every expert, one more to the first slots % n. Nothing else is
@@ -22,11 +22,14 @@ their sizes (tests/test_census_jetmoe.py runs a real layer with its router force
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
+from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
+
+from speccat.census.predicates import is_stacked_experts
 
 _TOPK = {torch.topk, torch.Tensor.topk}
 _UNBIND = {torch.unbind, torch.Tensor.unbind}
@@ -80,3 +83,12 @@ class EvenExpertCounts(TorchFunctionMode):
 def even_expert_counts() -> Iterator[EvenExpertCounts]:
     with EvenExpertCounts() as mode:
         yield mode
+
+
+def assumed_routing(layers: Iterable[nn.Module]) -> contextlib.AbstractContextManager:
+    """even_expert_counts while layers holding stacked experts run (the only experts whose own code
+    may read the counts: the experts interface takes them as a tensor); otherwise nothing, so
+    that other layers' ops pass through no extra mode."""
+    if any(is_stacked_experts(m) for layer in layers for m in layer.modules()):
+        return even_expert_counts()
+    return contextlib.nullcontext()

@@ -62,7 +62,7 @@ from speccat.census.predicates import (
     ssd_scan_names,
     wkv_names,
 )
-from speccat.census.expert_counts import even_expert_counts
+from speccat.census.expert_counts import assumed_routing
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
 from speccat.census.scan_apart import speccat_selective_scan_fn
@@ -879,7 +879,7 @@ def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
     for way in inputs.ways(decoder):
         tracker = readers.StoredReads(built.layers)
         try:
-            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), even_expert_counts(), tracker.hooks():
+            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
                 decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
         except Exception:  # the model's code fails this way too: the next
             continue
@@ -934,7 +934,7 @@ def _run_layers(
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
-            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), even_expert_counts():
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:

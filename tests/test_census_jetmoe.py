@@ -59,6 +59,25 @@ def test_counts_made_from_a_top_k_are_read_as_even_loads_on_fake_tensors():
         assert torch.tensor([1, 2, 3, 4]).tolist() == [1, 2, 3, 4]  # real values are read as they are
 
 
+def test_the_assumed_routing_runs_only_where_stacked_experts_are():
+    """Pushed for layers holding stacked experts (marked by structure), not for others."""
+    import contextlib
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from speccat.census.expert_counts import EvenExpertCounts, assumed_routing
+    from speccat.census.predicates import mark_stacked_experts
+
+    with torch.device("meta"):
+        jetmoe = AutoModelForCausalLM.from_config(AutoConfig.for_model(**TINY)).model.layers
+        llama = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", hidden_size=48, intermediate_size=40, num_hidden_layers=1, num_attention_heads=4, vocab_size=128)).model.layers
+    for layer in (*jetmoe, *llama):
+        mark_stacked_experts(layer)
+    with assumed_routing(jetmoe) as mode:
+        assert isinstance(mode, EvenExpertCounts)
+    assert isinstance(assumed_routing(llama), contextlib.nullcontext)
+
+
 # -- a real layer, storage by storage --------------------------------------------------------
 
 
