@@ -137,7 +137,7 @@ class LayerView:
             return self.experts_path.rsplit(".", 1)[0] if "." in self.experts_path else ""
         return self.experts_path
 
-    def experts_weights(self) -> list[torch.Tensor]:
+    def experts_weights(self) -> list[nn.Parameter]:
         """The 3-D weights of the routed experts (every module of a group), in module order."""
         return [p for path in self.experts_group for p in self.module(path).parameters(recurse=False) if p.dim() == 3]
 
