@@ -63,16 +63,24 @@ class LayerView:
     attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
     ffn_children: set[str] = field(init=False)  # other top-level children that ran, holding projections or experts (and see __post_init__)
     side_children: set[str] = field(init=False)  # feed-forward children beside the MLP (_side_children), split off ffn_children
-    experts_path: str | None = field(init=False)
+    experts_path: str | None = field(init=False)  # the routed experts of the feed-forward (the first, for a group)
+    experts_group: list[str] = field(init=False)  # every routed-experts module of the feed-forward (see __post_init__)
     gate: LayerGate | None = field(init=False)  # a per-layer input gate beside the MLP (census/layer_gate.py)
 
     def __post_init__(self):
         self.blocks = attention_blocks(self.layer)
         self.attention_children = {k.child for k in self.probe.kernels if k.child}
         self.ffn_children, self.experts_path = set(), None
-        for name, module in self.layer.named_modules():
-            if name and is_experts(module):
-                self.experts_path = name
+        # The feed-forward's routed experts: one module (the experts interface, llama4's stacked
+        # experts), or stacked experts split by projection beside one router (jetmoe's MoE:
+        # input_linear, output_linear), a group taken together. Routed experts inside the
+        # attention (jetmoe's mixture of attention heads: routed q and o projections) are the
+        # attention's: measured with it, no part of the feed-forward.
+        self.experts_group = [
+            name for name, module in self.layer.named_modules() if name and name.split(".", 1)[0] not in self.attention_children and is_experts(module)
+        ]
+        if self.experts_group:
+            self.experts_path = self.experts_group[0]
         ran = self.probe.children_ran
         for name, child in self.children():
             if (
@@ -131,6 +139,21 @@ class LayerView:
     @property
     def experts(self) -> nn.Module | None:
         return self.module(self.experts_path) if self.experts_path else None
+
+    @property
+    def experts_owner(self) -> str | None:
+        """Where the experts' activation belongs: inside the experts module, or for a group, in
+        the block that holds it (jetmoe's activation between its two stacked projections)."""
+        if len(self.experts_group) > 1:
+            return self.experts_path.rsplit(".", 1)[0] if "." in self.experts_path else ""
+        return self.experts_path
+
+    def experts_weights(self) -> list[nn.Parameter]:
+        """The 3-D weights of the routed experts (every module of a group), in module order."""
+        return [p for path in self.experts_group for p in self.module(path).parameters(recurse=False) if p.dim() == 3]
+
+    def in_experts(self, name: str) -> bool:
+        return any(name.startswith(path + ".") for path in self.experts_group)
 
     @property
     def moe_block(self) -> str | None:
@@ -426,9 +449,15 @@ class LayerView:
         return any(is_projection(m) and m.weight.shape[0] == 1 for _, m in self.shared_children())
 
     def expert_width(self) -> int | None:
+        """One expert's width (predicates.expert_width); for a group of stacked projections, the
+        width the last one (back to the hidden size) reads: its weight's size that is not the
+        hidden size."""
         experts = self.experts
         if experts is None:
             return None
+        if len(self.experts_group) > 1:
+            last = self.experts_weights()[-1]
+            return int(next(n for n in last.shape[1:] if n != self.hidden)) if self.hidden in last.shape[1:] else None
         return expert_width(experts, self.hidden)
 
     def experts_impl(self) -> str:
@@ -455,14 +484,14 @@ class LayerView:
         if experts is None or not self.probe.tokens:
             return False
         count = expert_count(experts)
-        return self.probe.experts_rows == count * self.probe.tokens and count > self.top_k()
+        return self.probe.experts_rows[self.experts_path] == count * self.probe.tokens and count > self.top_k()
 
     def ff_matmuls(self) -> int:
         """The layer's feed-forward weights over one h×width projection's (one expert's for MoE)."""
         experts = self.experts
         if experts is not None:
             width = self.expert_width()
-            weights = sum(p.numel() // expert_count(experts) for p in experts.parameters(recurse=False) if p.dim() == 3)
+            weights = sum(p.numel() // expert_count(experts) for p in self.experts_weights())
         else:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
@@ -496,7 +525,7 @@ class LayerView:
     def activations(self) -> int:
         """Activation calls of one expert (MoE) or of the dense MLP."""
         if self.experts_path:
-            return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_path)
+            return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_owner)
         gate = self.gate.activations if self.gate else frozenset()
         return sum(n for owner, n in self.probe.activations.items() if self.part(owner) in self.ffn_children and owner not in gate)
 
@@ -558,7 +587,7 @@ class LayerView:
                 part = "norm"
             elif child in self.attention_children:
                 part = "attention"
-            elif self.experts_path and name.startswith(self.experts_path + "."):
+            elif self.in_experts(name):
                 part = "ffn_routed"
             elif child == self.moe_block:
                 part = "ffn_shared" if any(name.startswith(p + ".") for p, _ in self.shared_children()) else "ffn_router"

@@ -65,6 +65,7 @@ from speccat.census.predicates import (
     wkv_names,
     rg_lru_names,
 )
+from speccat.census.expert_counts import assumed_routing
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
 from speccat.census.scan_apart import speccat_selective_scan_fn
@@ -222,7 +223,7 @@ class LayerProbe:
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
     experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with
-    experts_rows: int = 0  # token slots the routed experts ran over (the chosen ones, or every expert for every token)
+    experts_rows: Counter = field(default_factory=Counter)  # experts' path -> token slots they ran over (the chosen ones, or every expert for every token)
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
     kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
     booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
@@ -576,9 +577,11 @@ class Watcher:
             if is_experts_interface(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
                 probe.routing_weights_dtype = args[2].dtype
                 probe.experts_top_k = int(args[1].shape[-1])
-                probe.experts_rows += int(args[1].numel())
+                probe.experts_rows[name] += int(args[1].numel())
             elif is_stacked_experts(module) and args and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
-                probe.experts_rows += int(args[0].numel()) // int(args[0].shape[-1])  # the token slots the experts ran over
+                probe.experts_rows[name] += int(args[0].numel()) // int(args[0].shape[-1])  # the token slots the experts ran over
+                if not depth_one and self.kernel_count_in_child[name.split(".", 1)[0]] > 0:
+                    probe.output_projections.append(name)  # routed after the attention's kernel: its output projection (jetmoe's mixture of attention heads)
             if is_projection(module):
                 child = part_of(name, self.blocks[probe.index])
                 probe.projection_order.setdefault(child, []).append(name)
@@ -896,7 +899,7 @@ def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
     for way in inputs.ways(decoder):
         tracker = readers.StoredReads(built.layers)
         try:
-            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), tracker.hooks():
+            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
                 decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
         except Exception:  # the model's code fails this way too: the next
             continue
@@ -951,7 +954,7 @@ def _run_layers(
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
-            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention):
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:

@@ -77,7 +77,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
             raise SpecError("unsupported_layer", f"layer {index} ({type(layer).__name__}) holds {name} ({type(module).__name__}): a state-space mixer no family prices")
         if is_experts(module):
             ffn = "moe"
-        elif name.rsplit(".", 1)[-1] == "experts":
+        elif name.rsplit(".", 1)[-1] == "experts" and not any(is_experts(m) for m in module.modules()):
             raise SpecError("unsupported_layer", f"layer {index}: {name} is not built with transformers' experts interface, so it cannot run grouped_mm")
         if runs_delta_rule(module):
             if scan is not None:

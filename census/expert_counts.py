@@ -1,0 +1,94 @@
+"""Per-expert token counts read as values, answered with the census's assumed routing: even loads.
+
+Some routed experts are run by code that needs the router's counts as Python numbers: jetmoe's
+router sums its top-k choices per expert and reads the sums with `.tolist()`, then splits the
+experts' input by them (one `F.linear` per expert over its slice). Fake tensors have no values,
+so that read cannot run. Where the experts interface runs, grouped_mm takes the counts as a
+tensor and the bytes a layer keeps do not depend on how the slots fall among the experts; the
+census states the same for code that reads the counts: it assumes even loads.
+
+While probed layers holding stacked experts run (assumed_routing), a TorchFunctionMode watches every `topk`: its `k` and the slots it
+chose (rows × k). A `.tolist()` of a fake 1-D integer tensor with one entry per candidate of the
+last top-k (the per-expert counts the router made from its choices) is answered with those slots
+split evenly: slots // n to every expert, one more to the first slots % n. Nothing else is
+answered; any other data-dependent read still fails as before. The rule is by structure (a
+top-k, then a count per candidate read as numbers), never by the model's name.
+
+What the experts keep at those counts is what the real module keeps when its router sends the
+tokens evenly: the slices of the experts' input are views of one storage, kept once whatever
+their sizes (tests/test_census_jetmoe.py runs a real layer with its router forced to even loads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.overrides import TorchFunctionMode
+
+from speccat.census.predicates import is_stacked_experts
+
+_TOPK = {torch.topk, torch.Tensor.topk}
+_UNBIND = {torch.unbind, torch.Tensor.unbind}
+
+
+def even_counts(slots: int, experts: int) -> list[int]:
+    """`slots` split among `experts`: slots // experts each, one more to the first slots % experts."""
+    base, extra = divmod(slots, experts)
+    return [base + (i < extra) for i in range(experts)]
+
+
+class EvenExpertCounts(TorchFunctionMode):
+    """Answers the read of per-expert counts with even loads over the last top-k's slots. A fake
+    tensor's `.tolist()` is Python code that unbinds the tensor and reads each element with
+    `.item()`: the unbind of a counts tensor is noted, and each element's `.item()` answered."""
+
+    def __init__(self):
+        super().__init__()
+        self.last: tuple[int, int] | None = None  # (candidates, slots) of the last top-k
+        self.answers: dict[int, tuple[torch.Tensor, int]] = {}  # id of an unbound count -> (it, kept alive; its value)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.item and id(args[0]) in self.answers and self.answers[id(args[0])][0] is args[0]:
+            return self.answers[id(args[0])][1]
+        out = func(*args, **kwargs)
+        if func in _UNBIND and self._counts(args[0]) and (args[1] if len(args) > 1 else kwargs.get("dim", 0)) == 0:
+            candidates, slots = self.last
+            self.answers = {id(t): (t, n) for t, n in zip(out, even_counts(slots, candidates))}
+        elif func in _TOPK:
+            scores = args[0]
+            k = args[1] if len(args) > 1 else kwargs["k"]
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+            candidates = int(scores.shape[dim])
+            self.last = (candidates, scores.numel() // candidates * int(k))
+        return out
+
+    def _counts(self, t) -> bool:
+        return (
+            isinstance(t, FakeTensor)
+            and self.last is not None
+            and t.dim() == 1
+            and not t.dtype.is_floating_point
+            and not t.dtype.is_complex
+            and t.dtype is not torch.bool
+            and int(t.shape[0]) == self.last[0]
+        )
+
+
+@contextlib.contextmanager
+def even_expert_counts() -> Iterator[EvenExpertCounts]:
+    with EvenExpertCounts() as mode:
+        yield mode
+
+
+def assumed_routing(layers: Iterable[nn.Module]) -> contextlib.AbstractContextManager:
+    """even_expert_counts while layers holding stacked experts run (the only experts whose own code
+    may read the counts: the experts interface takes them as a tensor); otherwise nothing, so
+    that other layers' ops pass through no extra mode."""
+    if any(is_stacked_experts(m) for layer in layers for m in layer.modules()):
+        return even_expert_counts()
+    return contextlib.nullcontext()
