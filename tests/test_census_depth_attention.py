@@ -3,7 +3,7 @@ with per-query sinks beside its relative position bias, and its block attention 
 attend over the block states stored down the stack's depth. What the census books for every layer
 of a tiny inkling2_text, each probed at its place in the stack, against a real CPU forward and
 backward of the whole decoder, storage by storage; the kinds and what they keep against the
-config, by hand.
+config, by hand; and every layer of a tiny inkling2_loop_text, whose looped layers run twice.
 
 inkling2 supports neither flash nor SDPA attention (its sinks are one logit per head and query,
 which no kernel takes): transformers trains it through its eager code, which is what the census
