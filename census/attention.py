@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 import torch
@@ -24,6 +26,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
 from speccat.census import kda, kernels
+from speccat.census.predicates import is_learned_query_attention
 from speccat.census.spec import SpecError
 
 # The name registered with transformers; it must not contain "flash", "sdpa" or "flex", which
@@ -31,6 +34,10 @@ from speccat.census.spec import SpecError
 ATTENTION_IMPL = "speccat"
 
 _KERNEL: ContextVar[str | None] = ContextVar("speccat_kernel", default=None)
+# While attention runs as the model's eager code (see `_as_written`): census/routing.py leaves it be
+_AS_WRITTEN: ContextVar[bool] = ContextVar("speccat_as_written", default=False)
+# Told (q, k, v, window, causal) of each self-attention run as written, while a probe watches
+_ON_EAGER: ContextVar[Callable | None] = ContextVar("speccat_on_eager", default=None)
 # Tensor inputs a model may pass through the attention interface that change nothing the kernel
 # computes: the positions (already applied to q and k by the rotary embedding).
 POSITIONAL_INPUTS = frozenset({"position_ids"})
@@ -39,6 +46,21 @@ _SEEDS = random.Random(0x5EED)  # dropout seeds, from a generator of our own (no
 
 def current_kernel() -> str | None:
     return _KERNEL.get()
+
+
+def as_written_now() -> bool:
+    """Attention is running as the model's own eager code: nothing routes it (census/routing.py)."""
+    return _AS_WRITTEN.get()
+
+
+@contextlib.contextmanager
+def eager_seen(callback: Callable) -> Iterator[None]:
+    """`callback(q, k, v, window, causal)` is told of each self-attention run as written."""
+    token = _ON_EAGER.set(callback)
+    try:
+        yield
+    finally:
+        _ON_EAGER.reset(token)
 
 
 @contextlib.contextmanager
@@ -71,11 +93,18 @@ def speccat_attention(
     score per head, query and key, see `_score_bias`) is the kernel's `bias`, as transformers'
     SDPA path hands it to torch's memory-efficient kernel inside a float mask.
 
+    Per-query sinks (inkling2's) and an attention over something other than the sequence with
+    learned queries (inkling2's over the stack's depth) run as the model's own eager code instead
+    (`_as_written`): no kernel stands for them, and the model supports none.
+
     The mask is not read: causality (the module's `is_causal`, true when it states none, except
     for keys of another length than the queries: a cross-attention's encoder states), the
     sliding window, softcapping, sinks (`s_aux`) and sparse `indices` are the kernel's own
     arguments, as they are for FlashAttention.
     """
+    if _learned_queries(module) or _per_query_sinks(query, key, kwargs) is not None:
+        given = {"dropout": dropout, "scaling": scaling, "sliding_window": sliding_window, "softcap": softcap, "is_causal": is_causal, "s_aux": s_aux, "indices": indices}
+        return _as_written(module, query, key, value, attention_mask, {**{k: v for k, v in given.items() if v is not None}, **kwargs})
     bias = _score_bias(query, key, kwargs)
     _refuse_unknown_inputs(module, {name: value for name, value in kwargs.items() if value is not bias})
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -109,16 +138,64 @@ def _score_bias(query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.T
     return found[0] if len(found) == 1 else None
 
 
+def _learned_queries(module: torch.nn.Module | None) -> bool:
+    """The caller is an attention over something other than the sequence, with learned queries
+    (census/predicates.py `is_learned_query_attention`: inkling2's attention over the stack's depth)."""
+    return module is not None and is_learned_query_attention(module)
+
+
+def _per_query_sinks(query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
+    """A floating tensor keyword of one logit per head and query, (b or 1, heads, s, 1), beside
+    keys of more than one token: sinks per query (inkling2's, projected from each token), which
+    take probability mass without a value. No kernel takes them (FlashAttention's and SDPA's
+    sinks are per head); None when there are none."""
+    b, heads, s = query.shape[:3]
+    if key.shape[2] <= 1:
+        return None
+    found = [
+        value
+        for value in kwargs.values()
+        if isinstance(value, torch.Tensor)
+        and value.is_floating_point()
+        and value.dim() == 4
+        and tuple(value.shape[1:]) == (heads, s, 1)
+        and value.shape[0] in (1, b)
+    ]
+    return found[0] if found else None
+
+
+def _as_written(module: torch.nn.Module, query, key, value, attention_mask, kwargs: dict) -> tuple[torch.Tensor, None]:
+    """The attention as the model's own eager code computes it (`eager_attention_forward` of the
+    module's modeling file, the function transformers' attention interface falls back to), with
+    autograd, routed nowhere: what it keeps is what training through transformers keeps, as the
+    model supports no fused kernel for it. A self-attention is told to the probe (`eager_seen`)."""
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None:
+        _refuse_unknown_inputs(module, kwargs)
+        raise SpecError("unsupported_layer", f"{type(module).__name__}: its attention runs only as its own eager code, which its module does not name")
+    learned = _learned_queries(module)
+    if not learned and (callback := _ON_EAGER.get()) is not None:
+        causal = getattr(module, "is_causal", True)
+        callback(query, key, value, int(kwargs.get("sliding_window") or 0), bool(causal))
+    token = _AS_WRITTEN.set(True)
+    try:
+        with _kernel_scope("depth_attention" if learned else "eager_attention"):
+            out, _ = eager(module, query, key, value, attention_mask, **kwargs)
+    finally:
+        _AS_WRITTEN.reset(token)
+    return out, None
+
+
 def _refuse_unknown_inputs(module: torch.nn.Module, kwargs: dict) -> None:
     """A tensor the kernel does not take would be dropped without a word, and the attention
-    computed (and priced) without it: per-query sinks (inkling2's: a logit per head and query,
-    which no kernel speccat models takes), or a second score bias. Refused instead."""
+    computed (and priced) without it: a second score bias, say. Refused instead (per-query sinks
+    run as the model's eager code: `_as_written`)."""
     unknown = sorted(name for name, value in kwargs.items() if isinstance(value, torch.Tensor) and name not in POSITIONAL_INPUTS)
     if unknown:
         raise SpecError(
             "unsupported_layer",
             f"{type(module).__name__}: its attention passes the tensor {', '.join(unknown)}, which speccat's flash kernel does not take "
-            "(per-query sinks or a second score bias: no kernel speccat models computes it)",
+            "(no kernel speccat models computes it)",
         )
 
 

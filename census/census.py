@@ -40,7 +40,7 @@ from speccat.census import remote
 from speccat.census.predicates import is_norm
 from speccat.census.probe import LayerProbe, encoder_input, probe_layers
 from speccat.census.resolve import resolve_config
-from speccat.census.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, uses_experts_interface
+from speccat.census.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, split_each_layer, uses_experts_interface
 from speccat.census.spec import ModelSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,11 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     holders = parameter_holders(built.layers)  # read on meta: the probe converts the layers it runs
     candidates = list(dict.fromkeys(shape for _, shape in stack))
     probes = probe_layers(built, [shape.first for shape in candidates], seq_length, flops=True)
+    if any(probe.reads_depth for probe in probes.values()):
+        # what a layer keeps depends on its place (it attends over states stored down the depth):
+        # every layer is probed at its place, and kept apart only where what it keeps differs
+        stack = split_each_layer(stack)
+        probes = probe_layers(built, [index for index, _ in stack], seq_length, flops=True)
     check_tokens(probes, seq_length)
     stack = merge_alike(stack, lambda a, b: _same_measurement(probes[a.first], probes[b.first]))
     shapes = list(dict.fromkeys(shape for _, shape in stack))

@@ -44,6 +44,7 @@ MIXER_OPS = {
     "none": "none",
 }
 SCAN_APART_OP = "speccat::selective_scan"
+EAGER_OP = "eager"  # softmax attention run as the model's eager code (census/attention.py `_as_written`)
 EXPERTS_IMPL = "grouped_mm"
 
 
@@ -204,7 +205,8 @@ class LayerView:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
         mixers = self.shape.attention.split("_", 1) if self.shape.attention.startswith("full_") else [self.shape.attention]
         ops = [
-            SCAN_APART_OP if mixer == "mamba" and self.scan_apart() else KDA_OP if self.delta_gate_channel_bytes() else MIXER_OPS[mixer]
+            SCAN_APART_OP if mixer == "mamba" and self.scan_apart() else KDA_OP if self.delta_gate_channel_bytes()
+            else EAGER_OP if mixer in ("full", "cross") and any(k.eager for k in self.attention_kernels()) else MIXER_OPS[mixer]
             for mixer in mixers
         ]
         return "+".join(ops)  # a hybrid's both: the attention kernel and the scan's

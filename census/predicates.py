@@ -263,6 +263,19 @@ def uses_attention_interface(module: nn.Module) -> bool:
     return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
 
 
+def is_learned_query_attention(module: nn.Module) -> bool:
+    """An attention over something other than the sequence, with learned queries: a module that
+    dispatches through the attention interface, holds parameters of its own (the queries) and no
+    projection (inkling2's block attention residuals: per token, one learned query over the
+    block states stored down the stack's depth). No flash kernel stands for it (docs/census.md,
+    "Attention run as written")."""
+    return (
+        uses_attention_interface(module)
+        and any(True for _ in module.parameters(recurse=False))
+        and not any(is_projection(m) for m in module.modules())
+    )
+
+
 def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of each gated delta rule the module's forward calls."""
     home = sys.modules[type(module).__module__]

@@ -53,6 +53,7 @@ from speccat.census.predicates import (
     is_activation_region,
     is_experts,
     is_experts_interface,
+    is_learned_query_attention,
     is_norm,
     is_stacked_experts,
     is_projection,
@@ -96,6 +97,7 @@ OUTPUT_KEEPING_ACTIVATIONS = {torch.ops.aten.relu.default}
 TOKEN_SHIFT_OP = torch.ops.aten.constant_pad_nd.default
 TOKEN_MIX_OP = torch.ops.aten.mul.Tensor
 SIGMOID_OP = torch.ops.aten.sigmoid.default
+SOFTMAX_PACKETS = (torch.ops.aten._softmax, torch.ops.aten.softmax)
 DROPOUT_OPS = {
     torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
     torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
@@ -183,6 +185,7 @@ class KernelCall:
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/readers.py: keys and values an earlier layer stored)
+    eager: bool = False  # a softmax attention run as the model's eager code (census/attention.py `_as_written`), not the flash kernel
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,9 @@ class LayerProbe:
     # other inputs: gemma-4's per-layer input times its gate's activation (census/layer_gate.py)
     input_products: set[int] = field(default_factory=set)
     value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    # the layer was called with a stack of hidden states beside its own, (…, n, width): states
+    # stored down the stack's depth, n growing with the layer's place (census/readers.py)
+    reads_depth: bool = False
     norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
 
 
@@ -315,7 +321,12 @@ class Watcher:
         return part_of(self.path[-1][0], self.blocks[self.current.index]) if top in self.blocks[self.current.index] else top
 
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
+        if any(is_learned_query_attention(module) for _, module in self.path):
+            return OTHER  # an attention over the stack's depth, its norm included: no op the records price (census/attention.py)
         kernel = attention.current_kernel()
+        if kernel == "eager_attention":  # softmax attention run as written: its probabilities are softmax's, the rest attBMM's
+            made = self.creator.get(key)
+            return "softmax" if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS else "attBMM"
         if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
             made = self.creator.get(key)
             return "softmax" if made is not None and made.probe.calls[made.call] is OPS_KERNEL else "attBMM"
@@ -506,6 +517,18 @@ class Watcher:
             and not any(is_activation_region(m) for _, m in self.path)
         )
 
+    def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool) -> None:
+        """A softmax self-attention ran as the model's eager code (census/attention.py): one call."""
+        if self.current is None or self.forward_done:
+            return
+        self.current.kernels.append(
+            KernelCall(
+                "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), window, causal,
+                heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2), eager=True,
+            )
+        )
+        self.kernel_count_in_child[self._child()] += 1
+
     def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """A linear attention's value matmul ran in torch (census/routing.py): one call per module
         that runs it, however many blocks of tokens it is written in."""
@@ -546,6 +569,7 @@ class Watcher:
                 self.current.tokens = hidden.numel() // max(int(hidden.shape[-1]), 1)
                 self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
+            self.current.reads_depth = readers.reads_depth((args, kwargs), hidden)
 
         return hook
 
@@ -608,6 +632,8 @@ class Watcher:
         """A norm call on the layer's hidden stream (see LayerProbe.stream_norms)."""
         if any(is_norm(m) for _, m in self.path[:-1]) or not args or not isinstance(args[0], torch.Tensor):
             return False
+        if any(is_learned_query_attention(m) for _, m in self.path[:-1]):
+            return False  # the norm of an attention over the stack's depth (census/attention.py)
         if not depth_one and any(where[:1] == (name.split(".", 1)[0],) for where in self.linear_modules.get(self.current.index, ())):
             return False  # the output norm of a linear attention run in torch, whatever its width (census/routing.py)
         return depth_one or (args[0].shape[-1] == self.current.hidden_width and not QK_NORM_NAME.match(name.rsplit(".", 1)[-1]))
@@ -859,6 +885,12 @@ def run_layers(
         if wider == sorted(indices):
             raise
         watcher = _run_some_way(built, wider, *args)
+    if any(probe.reads_depth for probe in watcher.probes.values()):
+        # layers that read the states stored down the stack's depth run with every layer before them
+        built.sources = readers.with_earlier(built.sources or {}, len(built.layers))
+        wider = readers.with_sources(indices, built.sources)
+        if wider != sorted(watcher.probes):
+            watcher = _run_some_way(built, wider, *args)
     # the layers run only for what they store (a source another probed layer reads) are not probed
     watcher.probes = {index: watcher.probes[index] for index in indices}
     return watcher
@@ -903,7 +935,7 @@ def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
                 decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
         except Exception:  # the model's code fails this way too: the next
             continue
-        return tracker.sources
+        return readers.with_earlier(tracker.sources, len(every)) if tracker.depth else tracker.sources
     return {}
 
 
@@ -932,6 +964,11 @@ def _run_layers(
             fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             with fake_mode:
                 decoder.to_empty(device="cpu")
+        with fake_mode:  # layers an earlier probe of this decoder left on meta (run now with the layers after them)
+            for layer in kept.values():
+                for module in layer.modules():
+                    if any(t.is_meta for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
+                        module.to_empty(device="cpu", recurse=False)
         for layer in kept.values():
             _mark_inline_activations(layer)
         # Held alive through the forward: a model may replace a buffer as it runs (ctrl casts its
@@ -954,7 +991,7 @@ def _run_layers(
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
-            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()):
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()), attention.eager_seen(watcher.note_eager_attention):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             if counted:

@@ -12,6 +12,10 @@ op makes inside a layer is that layer's; an op inside layer j that reads a stora
 made, which reached j by none of its call's tensor arguments, makes i a *source* of j. Nothing is
 read from names: any side channel between layers (a dict, a module attribute, a cache) shows up
 the same way.
+
+A layer called with a stack of hidden states beside its own (…, n, width), states the decoder
+stores down the depth and hands every layer (inkling2's block states), reads from every layer
+before it: it runs with all of them (`with_earlier`), told by the shape of what it is called with.
 """
 
 from __future__ import annotations
@@ -24,6 +28,18 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+
+def reads_depth(args: Any, hidden: Any) -> bool:
+    """A layer called with `args` (its call's arguments) and hidden states `hidden` is also given a
+    stack of hidden states: a tensor with their dims, one more before the width, and the width."""
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() == 0:
+        return False
+    return any(
+        isinstance(t, torch.Tensor) and t is not hidden and t.dim() == hidden.dim() + 1
+        and t.shape[:-2] == hidden.shape[:-1] and t.shape[-1] == hidden.shape[-1]
+        for t in tree_leaves(args)
+    )
 
 
 def _keys(tree: Any) -> set[int]:
@@ -41,6 +57,7 @@ class StoredReads(TorchDispatchMode):
         self.maker: dict[int, int] = {}  # storage -> the layer that made it
         self.alive: list[Any] = []  # every storage seen, held so no identity is reused
         self.sources: dict[int, set[int]] = {}  # layer -> the layers whose stored tensors it read
+        self.depth = False  # some layer was called with a stack of hidden states (`reads_depth`)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -60,6 +77,7 @@ class StoredReads(TorchDispatchMode):
         def enter(index: int):
             def hook(module, args, kwargs):
                 self.current, self.passed = index, _keys((args, kwargs))
+                self.depth = self.depth or reads_depth((args, kwargs), args[0] if args else kwargs.get("hidden_states"))
 
             return hook
 
@@ -76,6 +94,14 @@ class StoredReads(TorchDispatchMode):
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def with_earlier(sources: dict[int, set[int]], count: int) -> dict[int, set[int]]:
+    """`sources` with every layer of a stack of `count` reading from every layer before it: layers
+    called with a stack of hidden states stored down the depth (inkling2's block states: the
+    decoder appends a block's input to them every few layers, and each layer attends over them),
+    so what a layer keeps depends on its place, and a probe runs it at that place."""
+    return {index: set(sources.get(index, ())) | set(range(index)) for index in range(count)}
 
 
 def with_sources(indices: Iterable[int], sources: dict[int, set[int]]) -> list[int]:

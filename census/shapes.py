@@ -203,6 +203,18 @@ def split_by_layer_config(stack: list[tuple[int, Shape]], config: Any) -> list[t
     return out
 
 
+def split_each_layer(stack: list[tuple[int, Shape]]) -> list[tuple[int, Shape]]:
+    """The stack with every layer a candidate shape of its own (its shape's signature kept): for
+    layers whose place in the stack changes what they keep (census/readers.py `with_earlier`),
+    to be probed each at its place and merged back where they measured the same."""
+    out = []
+    for index, shape in stack:
+        part = Shape(shape.attention, shape.ffn, shape.signature)
+        part.layers.append(index)
+        out.append((index, part))
+    return out
+
+
 def merge_alike(stack: list[tuple[int, Shape]], alike: Callable[[Shape, Shape], bool]) -> list[tuple[int, Shape]]:
     """Candidate shapes of one signature merged where `alike` says their probes measured the same,
     each into the first earlier candidate it matches (stack order of first layers)."""
