@@ -22,6 +22,7 @@ from typing import Any
 
 from speccat.census.limits import LIMITS
 from speccat.census.spec import SpecError
+from speccat.census.training import TRAINING, check_kernels
 
 EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -177,6 +178,7 @@ RAW_CHECKS: tuple[Callable[[Mapping], None], ...] = (
     check_layer_types,
     check_heads_divide,
     check_top_k,
+    check_kernels,  # a kernel the census does not model (census/training.yaml `kernels`)
 )
 
 
@@ -274,7 +276,12 @@ def check_layer_indices(language: Mapping, cfg: Any, *, nested: bool) -> None:
             raise SpecError("bad_value", f"{field}: names layer {beyond[0]}, outside the stack of {layers} layers (0 to {layers - 1})")
 
 
-RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes, check_router_k, check_layer_indices)
+def check_resolved_kernels(language: Mapping, cfg: Any, *, nested: bool) -> None:
+    """The kernel fields again as the config class resolves them (its defaults included)."""
+    check_kernels({field: getattr(cfg, field, None) for field in TRAINING.kernels})
+
+
+RESOLVED_CHECKS: tuple[Callable[..., None], ...] = (check_required, check_resolved_sizes, check_router_k, check_layer_indices, check_resolved_kernels)
 
 
 def check_resolved(language: Mapping, cfg: Any, *, nested: bool) -> None:

@@ -16,6 +16,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from speccat.census import checks
 from speccat.census.config import census_config, language_config
 from speccat.census.spec import SpecError
+from speccat.census.training import set_training
 
 
 def resolve_config(config: Mapping) -> tuple[Any, Any, bool]:
@@ -48,6 +49,8 @@ def _config_objects(config: Mapping) -> tuple[Any, Any, bool]:
     except Exception as err:  # building a config object only parses it: any failure is the config's
         raise SpecError("bad_value", f"config: transformers refuses it: {type(err).__name__}: {err}") from None
     nested = text is not top
+    for cfg in (top, text) if nested else (top,):
+        set_training(cfg)  # a census run is a training run (census/training.yaml)
     if nested and type(text) is type(top):
         _keep_decoder_fields(top, text)
     if nested and "tie_word_embeddings" in config:
