@@ -81,8 +81,8 @@ def _settle_eager(views: list[LayerView]) -> None:
         if view.attention_kernels():
             view.shape.attention = "full"
             continue
-        if view.linear_eager_kernels():
-            view.shape.attention = "linear_eager"  # a linear attention run in torch (census/routing.py)
+        if view.linear_eager_kernels():  # a linear attention run in torch (census/routing.py), its decay gated by the tokens or not
+            view.shape.attention = "linear_eager_gated" if any(k.gated for k in view.linear_eager_kernels()) else "linear_eager"
             continue
         if view.feed_forward_only():
             view.shape.attention = "none"  # a block of only an MLP or MoE (nemotron_h's)

@@ -41,8 +41,11 @@ MIXER_OPS = {
     "rwkv": "speccat::wkv",
     "rglru": "speccat::rg_lru_scan",
     "linear_eager": "eager",  # torch code as written, no kernel stands in (census/routing.py)
+    "linear_eager_gated": "eager",  # the same, its decay computed from the tokens (xLSTM's mLSTM)
     "none": "none",
 }
+# a linear attention run in torch: its decay a constant of the module, or computed from the tokens
+LINEAR_EAGER = ("linear_eager", "linear_eager_gated")
 SCAN_APART_OP = "speccat::selective_scan"
 EAGER_OP = "eager"  # softmax attention run as the model's eager code (census/attention.py `_as_written`)
 EXPERTS_IMPL = "grouped_mm"
@@ -330,7 +333,7 @@ class LayerView:
     def linear_eager_kernels(self) -> list[KernelCall]:
         """The linear attentions run in torch (census/routing.py), one per module that ran one, of a
         layer whose mixer is one (a layer that also called the attention interface is not)."""
-        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.attention in ("eager", "linear_eager") else []
+        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.attention in ("eager", *LINEAR_EAGER) else []
 
     def linear_eager_variants(self) -> dict[str, bool | int]:
         """What a linear attention run in torch does around its blocks, read off what ran in its
@@ -338,7 +341,7 @@ class LayerView:
         norm calls (its output norm); 0 for every other mixer."""
         calls = self.linear_eager_kernels()
         children = {k.child for k in calls if k.child}
-        width = calls[0].q[-3] * calls[0].v[-1] if calls else 0
+        width = calls[0].q[1] * calls[0].v[-1] if calls else 0
         inside = lambda path: self.part(path) in children  # noqa: E731
         return {
             "mixer_act": sum(n for owner, n in self.probe.activations.items() if inside(owner)),
@@ -941,9 +944,9 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         if conv:
             facts["lru_conv_kernel"] = conv
     eager = next((v for v in views if v.linear_eager_kernels()), None)
-    if eager is not None:  # q of its first block (b, heads, block, head dim): the block is min(its size, s)
+    if eager is not None:  # q of its first block (b, heads, block, head dim), or of every chunk (b, heads, chunks, block, head dim): the block is min(its size, s)
         q = eager.linear_eager_kernels()[0].q
-        facts["linear_eager_heads"], facts["linear_eager_block"], facts["linear_eager_head_dim"] = q[-3], q[-2], q[-1]
+        facts["linear_eager_heads"], facts["linear_eager_block"], facts["linear_eager_head_dim"] = q[1], q[-2], q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
         facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]

@@ -145,6 +145,10 @@ def _unpack(saved: Any) -> Any:
 # LayerNorm's mean and rstd are in the accumulation dtype (fp32 for half inputs).
 _CUDA_MASK_DTYPE = torch.bool
 _LAYER_NORM_OPS = {torch.ops.aten.native_layer_norm.default}
+# Outputs a CPU kernel fills that the CUDA kernel leaves empty, by op and output position:
+# log_sigmoid's buffer (exp(−|x|), which the CUDA backward recomputes; torch's own decomposition
+# of log_sigmoid_forward makes it empty on CUDA), kept by its backward: 0 bytes on CUDA.
+_EMPTY_ON_CUDA = {torch.ops.aten.log_sigmoid_forward.default: 1}
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -166,7 +170,8 @@ class KernelCall:
     # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
     # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
     # or "rglru" (the RG-LRU's recurrence: q = its input x (b, s, width), k = its gate a (b, s, width), v = ())
-    # or "linear_eager" (a linear attention run in torch, census/routing.py: q, k, v of one block (…, n, d))
+    # or "linear_eager" (a linear attention run in torch, census/routing.py: q, k, v of one block
+    # (b, heads, n, d), or of every chunk (b, heads, chunks, n, d) as xLSTM's mLSTM writes them)
     kind: str
     child: str | None  # the layer's top-level child it ran in
     q: tuple[int, ...]
@@ -184,6 +189,7 @@ class KernelCall:
     in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
+    gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/routing.py)
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/readers.py: keys and values an earlier layer stored)
     eager: bool = False  # a softmax attention run as the model's eager code (census/attention.py `_as_written`), not the flash kernel
 
@@ -488,6 +494,10 @@ class Watcher:
                 self.dropout_storages.add(key)
                 self.cuda_nbytes[key] = mask.numel() * _CUDA_MASK_DTYPE.itemsize
                 self.kept.append(mask.untyped_storage())  # alive, so no later storage can take its identity
+        elif func in _EMPTY_ON_CUDA:
+            buffer = out[_EMPTY_ON_CUDA[func]]
+            self.cuda_nbytes[_storage_key(buffer)] = 0
+            self.kept.append(buffer.untyped_storage())  # alive, so no later storage can take its identity
         elif func in _LAYER_NORM_OPS:
             self.cuda_nbytes.update(layer_norm_stats_cuda_nbytes(func, args, out))
             self.kept.extend(stat.untyped_storage() for stat in out[1:])
@@ -529,9 +539,10 @@ class Watcher:
         )
         self.kernel_count_in_child[self._child()] += 1
 
-    def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gated: bool = False) -> None:
         """A linear attention's value matmul ran in torch (census/routing.py): one call per module
-        that runs it, however many blocks of tokens it is written in."""
+        that runs it, however many blocks of tokens it is written in; `gated`: its decay was
+        computed from the tokens."""
         probe = self.current
         if probe is None or self.forward_done:
             return
@@ -540,7 +551,7 @@ class Watcher:
             return
         self.linear_modules[probe.index].add(where)
         # not counted per child: the projections around it are the mixer's own (describe.py scan_projections)
-        probe.kernels.append(KernelCall("linear_eager", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+        probe.kernels.append(KernelCall("linear_eager", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gated=gated))
 
     def _in_mlp(self) -> bool:
         """The op runs in an MLP's own code (its module holds two or more projections, is no
@@ -575,7 +586,12 @@ class Watcher:
 
     def _layer_post(self, index: int):
         def hook(module, args, kwargs, output):
-            outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor)}
+            # the hidden states it hands on (the next layer's input) are not the layer's to keep;
+            # other outputs (xLSTM's recurrent states, which training drops) are kept only by
+            # what saved them, and stay booked
+            probe = self.probes[index]
+            hidden = (*probe.hidden_dims, probe.hidden_width)
+            outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor) and tuple(t.shape) == hidden}
             self.outputs |= outputs
             for key in outputs:
                 savers = self.seen.get(key)

@@ -20,9 +20,12 @@ kernel keeps:
   into the values, as a decayed linear attention written in blocks of n tokens computes within
   each block. No production kernel stands behind such torch code, so it runs as written, with
   autograd, and is measured as it runs; `on_linear` is told (q, k, v) of each such value
-  matmul (census/probe.py records the mixer). Products of s × s rows were taken for softmax
+  matmul and whether its decay is gated (census/probe.py records the mixer): a decay mask that
+  requires grad, computed from the tokens (xLSTM's mLSTM: its input and forget gates), where a
+  constant decay (minimax's per-head slopes) does not. Products of s × s rows were taken for softmax
   scores and ran without autograd: their chain is run again, op by op, with autograd, before
-  the value matmul. Products of fewer rows are only followed (the ops run as written), through
+  the value matmul, and so is the chain wherever else it is read afterwards (a normaliser's row
+  sum over the scores: xLSTM's). Products of fewer rows are only followed (the ops run as written), through
   the ops whose result keeps their n × n shape (a decay mask, a scale): a softmax on them is
   blockwise softmax attention, which the kernel does not stand in for.
 
@@ -66,6 +69,13 @@ class _Scores:
     # softmax, each tensor of the chain is remade from its recipe (func, args, kwargs) with autograd
     deferred: bool = True
     recipes: dict[int, tuple] = field(default_factory=dict)
+    # the scores were combined with an n × n tensor that requires grad: a decay computed from the
+    # tokens (xLSTM's input and forget gates), not a constant of the module (minimax's slopes)
+    gated: bool = False
+    # a value matmul showed the deferred scores are a linear attention's: every later op reading
+    # the chain (xLSTM's normaliser sums the scores' rows) reads it remade with autograd (`made`)
+    linear: bool = False
+    made: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 def _as_heads(x: torch.Tensor) -> torch.Tensor:
@@ -78,7 +88,7 @@ def _as_heads(x: torch.Tensor) -> torch.Tensor:
 class AttentionRoute(TorchFunctionMode):
     """Routes SDPA calls and eager attention of the running layers to speccat's kernel."""
 
-    def __init__(self, seq_length: int, on_linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None):
+    def __init__(self, seq_length: int, on_linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], None] | None = None):
         super().__init__()
         self.seq = seq_length
         self.on_linear = on_linear
@@ -125,12 +135,20 @@ class AttentionRoute(TorchFunctionMode):
     def _linear(self, func, scores: _Scores, weights, value):
         """The value matmul of a linear attention, with autograd (its chain remade when deferred)."""
         if scores.deferred:
-            weights = self._remade(weights, scores, {})
+            weights = self._remade(weights, scores, scores.made)
+            scores.linear = True
             if scores.dropout:  # a dropout on the scores was passed over while they were taken for softmax's
                 weights = F.dropout(weights, scores.dropout)
         if self.on_linear is not None:
-            self.on_linear(scores.q, scores.k, value)
+            self.on_linear(scores.q, scores.k, value, scores.gated)
         return func(weights, value)
+
+    def _note_gate(self, scores: _Scores, args, kwargs) -> None:
+        """The scores meet a tensor of their n × n shape that requires grad: a gated decay."""
+        n = scores.q.shape[-2]
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor) and not self._is_marked(t) and t.requires_grad and t.dim() >= 2 and tuple(t.shape[-2:]) == (n, n):
+                scores.gated = True
 
     def _is_score(self, a, b) -> bool:
         s = self.seq
@@ -169,6 +187,10 @@ class AttentionRoute(TorchFunctionMode):
                         return self._linear(func, scores, args[0], value)
                     if scores.deferred:
                         return self._kernel(scores.q, scores.k, value, scores.dropout)
+            self._note_gate(scores, args, kwargs)
+            if scores.linear:  # a linear attention's chain read elsewhere: remade, with autograd
+                args, kwargs = (tree_map(lambda a: self._remade(a, scores, scores.made), x) for x in (args, kwargs))
+                return func(*args, **kwargs)
             if not scores.deferred:  # a square product of fewer rows: followed, run as written
                 if func in _SOFTMAXES:
                     scores.softmax = True
@@ -227,7 +249,7 @@ class AttentionRoute(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def route_attention(seq_length: int, on_linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None] | None = None) -> Iterator[AttentionRoute]:
+def route_attention(seq_length: int, on_linear: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], None] | None = None) -> Iterator[AttentionRoute]:
     with AttentionRoute(seq_length, on_linear) as mode:
         yield mode
 

@@ -26,7 +26,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "rwkv", "rglru", "none", or "eager" until the probe settles it
+    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "rwkv", "rglru", "none", or "eager" until the probe settles it (then also "linear_eager", "linear_eager_gated")
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)

@@ -34,7 +34,7 @@ SETTING_NAMES: tuple[str, ...] = (
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "rglru", "dlru", "cross", "hybrid", "recurrent", "linear_eager", "lin_block", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "rglru", "dlru", "cross", "hybrid", "recurrent", "linear_eager", "linear_eager_gated", "lin_block", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
 FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
@@ -152,7 +152,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values["n_lkh"] = spec["linear_num_key_heads"]
         if need("k_conv", "linear_conv_kernel_dim"):
             values["k_conv"] = spec["linear_conv_kernel_dim"]
-    elif mixer == "linear_eager":  # a linear attention run in torch: its heads, head width and block
+    elif mixer in ("linear_eager", "linear_eager_gated"):  # a linear attention run in torch: its heads, head width and block
         for name, field in (("a", "linear_eager_heads"), ("dh", "linear_eager_head_dim"), ("lin_block", "linear_eager_block")):
             if need(name, field):
                 values[name] = spec[field]
@@ -184,6 +184,8 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             if need(name, field):
                 values[name] = spec[field]
     values["linear_eager"] = 1 if mixer == "linear_eager" else 0
+    # one whose decay is computed from the tokens (xLSTM's mLSTM): no record prices its recurrence yet
+    values["linear_eager_gated"] = 1 if mixer == "linear_eager_gated" else 0
     values["cross"] = 1 if mixer == "cross" else 0  # attention to encoder states
     ssm_fields = {
         "mamba": (("di", "ssm_inner_size"), ("ds", "ssm_state_size"), ("dtr", "ssm_dt_rank")),
@@ -239,7 +241,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values[name] = stated[name]
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
-    values["recurrent"] = linear or values["ssm"] > 0 or values["rwkv"] > 0 or values["rglru"] > 0 or values["linear_eager"] == 1  # the kind runs a recurrence (linear attention, a Mamba mixer, RWKV's WKV, an RG-LRU, a linear attention run in torch)
+    values["recurrent"] = linear or values["ssm"] > 0 or values["rwkv"] > 0 or values["rglru"] > 0 or values["linear_eager"] == 1 or values["linear_eager_gated"] == 1  # the kind runs a recurrence (linear attention, a Mamba mixer, RWKV's WKV, an RG-LRU, a linear attention run in torch)
     return KindValues(kind, _floats(values), absent)
 
 
