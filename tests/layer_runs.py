@@ -43,6 +43,23 @@ def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True, **inputs
     return {k: t for k, t in saved.items() if k not in left_out}, grads
 
 
+def layer_saves(monkeypatch, modeling, kernels: dict, config: dict, index: int, seq: int, **inputs) -> dict[int, torch.Tensor]:
+    """One real bf16 forward and backward of the tiny model's layer `index` on CPU, with the
+    modeling module's kernel functions swapped for speccat's stand-ins (`kernels`: name -> op) and
+    its attention through speccat's kernel: the storages it saved (saves_and_grads)."""
+    from speccat.census.attention import ATTENTION_IMPL, register
+
+    register()
+    for name, op in kernels.items():
+        monkeypatch.setattr(modeling, name, op)
+    model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
+    torch.manual_seed(1)
+    x = torch.randn(1, seq, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+    kept, _ = saves_and_grads(model, model.model.layers[index], x, **inputs)
+    monkeypatch.undo()
+    return kept
+
+
 def signature(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
     """(shape, dtype, storage bytes) of each tensor, sorted: what a layer keeps, comparable."""
     return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
+from layer_runs import assert_same_grads, layer_saves, saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
@@ -138,18 +138,11 @@ def _real_zamba_layer(index: int, seq: int, monkeypatch, **inputs):
     through speccat's ops and its attention through speccat's kernel: the storages it saved."""
     from transformers.models.zamba import modeling_zamba
 
-    from speccat.census.attention import ATTENTION_IMPL, register, speccat_causal_conv1d_fn
+    from speccat.census.attention import speccat_causal_conv1d_fn
     from speccat.census.scan_apart import speccat_selective_scan_fn
 
-    register()
-    monkeypatch.setattr(modeling_zamba, "mamba_selective_scan", speccat_selective_scan_fn)
-    monkeypatch.setattr(modeling_zamba, "causal_conv1d_fn", speccat_causal_conv1d_fn)
-    model = tiny_model({**TINY_ZAMBA, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
-    torch.manual_seed(1)
-    x = torch.randn(1, seq, TINY_ZAMBA["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
-    kept, _ = saves_and_grads(model, model.model.layers[index], x, **inputs)
-    monkeypatch.undo()
-    return kept
+    kernels = {"mamba_selective_scan": speccat_selective_scan_fn, "causal_conv1d_fn": speccat_causal_conv1d_fn}
+    return layer_saves(monkeypatch, modeling_zamba, kernels, TINY_ZAMBA, index, seq, **inputs)
 
 
 def test_a_mixer_scanning_per_head_is_booked_as_the_real_one_keeps_it(monkeypatch):

@@ -141,21 +141,13 @@ def test_the_probe_books_what_the_real_hybrid_layer_keeps_storage_by_storage(mon
 def _real_layer(config: dict, index: int, seq: int, monkeypatch, **inputs):
     """One real bf16 forward and backward of layer `index` on CPU through the census's kernels:
     the storages it saved (its inputs and the weights left out)."""
-    import torch
-    from layer_runs import saves_and_grads, tiny_model
+    from layer_runs import layer_saves
     from transformers.models.zamba2 import modeling_zamba2
 
-    from speccat.census.attention import ATTENTION_IMPL, register
     from speccat.census.scans import speccat_mamba_split_conv1d_scan_combined
 
-    register()
-    monkeypatch.setattr(modeling_zamba2, "mamba2_split_conv1d_scan_combined", speccat_mamba_split_conv1d_scan_combined)
-    model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
-    torch.manual_seed(1)
-    x = torch.randn(1, seq, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
-    kept, _ = saves_and_grads(model, model.model.layers[index], x, **inputs)
-    monkeypatch.undo()
-    return kept
+    kernels = {"mamba2_split_conv1d_scan_combined": speccat_mamba_split_conv1d_scan_combined}
+    return layer_saves(monkeypatch, modeling_zamba2, kernels, config, index, seq, **inputs)
 
 
 def test_the_census_books_each_zamba2_layer_as_the_real_one_keeps_it(monkeypatch):
