@@ -125,17 +125,13 @@ def _score_bias(query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.T
     there is none. Two such tensors are left to `_refuse_unknown_inputs`."""
     b, heads, s = query.shape[:3]
     t = key.shape[2]
-    found = [
-        value
-        for value in kwargs.values()
-        if isinstance(value, torch.Tensor)
-        and value.is_floating_point()
-        and value.dim() == 4
-        and tuple(value.shape[2:]) == (s, t)
-        and value.shape[0] in (1, b)
-        and value.shape[1] in (1, heads)
-    ]
+    found = _floating_4d(kwargs, lambda shape: tuple(shape[2:]) == (s, t) and shape[0] in (1, b) and shape[1] in (1, heads))
     return found[0] if len(found) == 1 else None
+
+
+def _floating_4d(kwargs: dict, fits) -> list[torch.Tensor]:
+    """The floating 4-D tensor keywords whose shape `fits`."""
+    return [v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 4 and fits(v.shape)]
 
 
 def _learned_queries(module: torch.nn.Module | None) -> bool:
@@ -152,15 +148,7 @@ def _per_query_sinks(query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> to
     b, heads, s = query.shape[:3]
     if key.shape[2] <= 1:
         return None
-    found = [
-        value
-        for value in kwargs.values()
-        if isinstance(value, torch.Tensor)
-        and value.is_floating_point()
-        and value.dim() == 4
-        and tuple(value.shape[1:]) == (heads, s, 1)
-        and value.shape[0] in (1, b)
-    ]
+    found = _floating_4d(kwargs, lambda shape: tuple(shape[1:]) == (heads, s, 1) and shape[0] in (1, b))
     return found[0] if found else None
 
 
