@@ -20,6 +20,7 @@ from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
 from speccat.census.layer_gate import LayerGate, find_layer_gate
+from speccat.census.expert_counts import even_counts
 from speccat.census.predicates import QK_NORM_NAME, is_low_rank_pair, layer_parts, part_blocks, part_of, expert_candidates, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
@@ -523,14 +524,18 @@ class LayerView:
         return self.experts is None and bool(self.probe.act_kept & self._projection_reads(self.ffn_children))
 
     def activations(self) -> int:
-        """Activation calls of one expert (MoE) or of the dense MLP. Experts run one by one (a
-        loop over the experts hit: longcat_flash's) call it once each: a whole multiple of the
-        experts that compute, over them."""
+        """Activation calls of one expert (MoE) or of the dense MLP. Stacked experts run one by
+        one (a loop over the experts hit: longcat_flash's) call it once each expert that ran: a
+        whole multiple of the experts that compute and get a slot at the census's assumed even
+        loads (census/expert_counts.py), over them."""
         if self.experts_path:
             calls = sum(n for owner, n in self.probe.activations.items() if owner == self.experts_owner)
-            count = expert_count(self.experts)
-            looped = not is_experts_interface(self.experts) and count > 1 and calls >= count and calls % count == 0
-            return calls // count if looped else calls
+            experts = self.experts
+            if is_experts_interface(experts) or not self.probe.tokens:
+                return calls
+            loads = even_counts(self.probe.tokens * self.top_k(), expert_candidates(experts))
+            ran = sum(1 for n in loads[: expert_count(experts)] if n)
+            return calls // ran if ran > 1 and calls % ran == 0 else calls
         gate = self.gate.activations if self.gate else frozenset()
         return sum(n for owner, n in self.probe.activations.items() if self.part(owner) in self.ffn_children and owner not in gate)
 
