@@ -22,8 +22,8 @@ integer tensor): a `nonzero` of a mask with one entry per candidate of the last 
 candidates that even loads give a slot (every one when there are at least as many slots as
 candidates), as an int64 index (hits, 1) whose rows' `.item()` read their expert's index; a
 one-argument `where` (a `nonzero` with `as_tuple`) of a mask with one entry per slot of the
-last top-k, after such an index was read, is that expert's even count of positions (one int64
-index per dimension). The index tensors are fake (their values are never read; only the
+last top-k, the first after such an index was read, is that expert's even count of positions
+(one int64 index per dimension). The index tensors are fake (their values are never read; only the
 expert indices are). Every candidate the router chooses among is counted, zero experts (which
 hold no weights to compute with and pass the token on) included: a slot sent to one does no
 matmul but still keeps what the model's own code keeps for it.
@@ -115,7 +115,7 @@ class EvenExpertCounts(TorchFunctionMode):
             self._hit_rows = []
             return self.hits[0]
         if as_tuple and mask.numel() == slots and self.expert is not None:
-            n = counts[self.expert]
+            n, self.expert = counts[self.expert], None  # one answer per index read
             return tuple(torch.empty(n, dtype=torch.int64, device=mask.device) for _ in range(max(mask.dim(), 1)))
         return None
 

@@ -58,6 +58,8 @@ def test_the_experts_hit_and_their_slots_are_read_as_even_loads_on_fake_tensors(
             sizes[expert] = (slot.numel(), token.numel())
         assert sizes == {0: (4, 4), 1: (4, 4), 2: (3, 3), 3: (3, 3), 4: (3, 3), 5: (3, 3)}
         with pytest.raises(DynamicOutputShapeException):
+            torch.where(mask[5])  # one answer per index read: the last was answered
+        with pytest.raises(DynamicOutputShapeException):
             mask.sum(dim=(0, 1)).nonzero()  # one entry per token, not per candidate
         with pytest.raises(DynamicOutputShapeException):
             torch.greater(scores, 0).nonzero()  # not a mask of the top-k's candidates
