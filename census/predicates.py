@@ -364,7 +364,8 @@ def part_blocks(layer: nn.Module) -> frozenset[str]:
 
 def part_of(path: str, blocks: frozenset[str]) -> str:
     """The layer's child a module path belongs to: its top-level child, or, inside an attention
-    block (attention_blocks), the block's child ("shared_transformer.self_attn")."""
+    block or a container (part_blocks), the block's child ("shared_transformer.self_attn",
+    "self_attn.0")."""
     parts = path.split(".", 2)
     return ".".join(parts[:2]) if parts[0] in blocks and len(parts) > 1 else parts[0]
 
