@@ -20,7 +20,8 @@ from speccat.catalogue.vocabulary import OPS, OTHER, UNPRICED_OPS
 from speccat.census.build import Built
 from speccat.census.counts import FIXED_COUNTS
 from speccat.census.layer_gate import LayerGate, find_layer_gate
-from speccat.census.predicates import QK_NORM_NAME, attention_blocks, is_low_rank_pair, layer_parts, part_of, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
+from speccat.census.expert_counts import even_counts
+from speccat.census.predicates import QK_NORM_NAME, is_low_rank_pair, layer_parts, part_blocks, part_of, expert_candidates, expert_count, expert_width, experts_bias, is_activation_region, is_experts, is_experts_interface, is_layer_norm, is_norm, is_projection
 from speccat.census.probe import KernelCall, LayerProbe
 from speccat.census.shapes import Shape
 from speccat.census.spec import SpecError
@@ -72,7 +73,7 @@ class LayerView:
     gate: LayerGate | None = field(init=False)  # a per-layer input gate beside the MLP (census/layer_gate.py)
 
     def __post_init__(self):
-        self.blocks = attention_blocks(self.layer)
+        self.blocks = part_blocks(self.layer)
         self.attention_children = {k.child for k in self.probe.kernels if k.child}
         self.ffn_children, self.experts_path = set(), None
         # The feed-forward's routed experts: one module (the experts interface, llama4's stacked
@@ -496,7 +497,7 @@ class LayerView:
         experts = self.experts
         if experts is not None:
             width = self.expert_width()
-            weights = sum(p.numel() // expert_count(experts) for p in self.experts_weights())
+            weights = sum(p.numel() // int(p.shape[0]) for p in self.experts_weights())  # one expert's slice of each
         else:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
@@ -528,9 +529,18 @@ class LayerView:
         return self.experts is None and bool(self.probe.act_kept & self._projection_reads(self.ffn_children))
 
     def activations(self) -> int:
-        """Activation calls of one expert (MoE) or of the dense MLP."""
+        """Activation calls of one expert (MoE) or of the dense MLP. Stacked experts run one by
+        one (a loop over the experts hit: longcat_flash's) call it once each expert that ran: a
+        whole multiple of the experts that compute and get a slot at the census's assumed even
+        loads (census/expert_counts.py), over them."""
         if self.experts_path:
-            return sum(n for owner, n in self.probe.activations.items() if owner == self.experts_owner)
+            calls = sum(n for owner, n in self.probe.activations.items() if owner == self.experts_owner)
+            experts = self.experts
+            if is_experts_interface(experts) or not self.probe.tokens:
+                return calls
+            loads = even_counts(self.probe.tokens * self.top_k(), expert_candidates(experts))
+            ran = sum(1 for n in loads[: expert_count(experts)] if n)
+            return calls // ran if ran > 1 and calls % ran == 0 else calls
         gate = self.gate.activations if self.gate else frozenset()
         return sum(n for owner, n in self.probe.activations.items() if self.part(owner) in self.ffn_children and owner not in gate)
 
@@ -714,7 +724,7 @@ class LayerView:
         kernels = self.attention_kernels()
         router = [op for child in self.ffn_children for op in self.probe.router_ops.get(child, [])]
         experts = self.experts
-        n_exp = expert_count(experts) if experts is not None else -1
+        n_exp = expert_candidates(experts) if experts is not None else -1  # the router scores every candidate, zero experts too
         dense = self.dense_width()
         return {
             "norm_upcast": upcast,

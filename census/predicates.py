@@ -98,16 +98,18 @@ def is_experts_interface(module: nn.Module) -> bool:
 
 def has_expert_dimension(module: nn.Module) -> bool:
     """Every parameter of the module's own carries one leading expert dimension (3-D weights,
-    2-D biases, the same first size, at least two experts), and no child holds parameters: the
-    shape of routed experts outside the experts interface (llama4's Llama4TextExperts), or of
-    shared experts stacked alike."""
+    2-D biases, at least two experts), and no child holds parameters: the shape of routed
+    experts outside the experts interface (llama4's Llama4TextExperts), or of shared experts
+    stacked alike. The first sizes may differ: experts that hold only some of the weights
+    (longcat_flash's zero experts, slices of gate_up_proj that no down_proj follows) are
+    candidates the router chooses among (expert_candidates), not experts that compute
+    (expert_count)."""
     own = list(module.parameters(recurse=False))
     if not any(p.dim() == 3 for p in own) or any(p.dim() not in (2, 3) for p in own):
         return False  # asked first: most modules hold no 3-D weight of their own
     if is_experts_interface(module) or isinstance(module, nn.modules.conv._ConvNd) or any(True for c in module.children() for _ in c.parameters()):
         return False
-    leading = {int(p.shape[0]) for p in own}
-    return len(leading) == 1 and min(leading) >= 2
+    return min(int(p.shape[0]) for p in own) >= 2
 
 
 _STACKED = "_speccat_stacked_experts"  # set on the built layer's module by mark_stacked_experts
@@ -144,19 +146,35 @@ def is_experts(module: nn.Module) -> bool:
 
 
 def expert_count(module: nn.Module) -> int:
-    """The routed experts a module holds (the leading dimension of its weights)."""
+    """The routed experts a module holds that compute: the leading dimension every one of its
+    weights has (the smallest)."""
     if is_experts_interface(module):
         return int(module.num_experts)
-    return int(next(p for p in module.parameters(recurse=False) if p.dim() == 3).shape[0])
+    return min(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 3)
+
+
+def expert_candidates(module: nn.Module) -> int:
+    """The experts a router chooses among: the largest leading dimension of the weights (beyond
+    expert_count, experts that compute nothing: longcat_flash's zero experts pass a token on)."""
+    if is_experts_interface(module):
+        return int(module.num_experts)
+    return max(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 3)
 
 
 def expert_width(module: nn.Module, hidden: int) -> int:
-    """One expert's width: the interface's intermediate size; for stacked experts, the input
-    width of the last weight that maps back to the hidden size ((experts, width, hidden), as
-    bmm multiplies), else the output width of one read from it ((experts, hidden, width))."""
+    """One expert's width: the interface's intermediate size; for stacked experts, read off the
+    last weight (the one back to the hidden size) when it is (experts, width, hidden), as bmm
+    multiplies, or (experts, hidden, width), as F.linear's (out, in) (longcat_flash's down_proj
+    after a gate_up_proj of (experts, 2·width, hidden)); else the input width of the last weight
+    that maps back to the hidden size, else the output width of one read from it."""
     if is_experts_interface(module):
         return int(getattr(module, "intermediate_dim", None) or module.intermediate_size)
     weights = [p for p in module.parameters(recurse=False) if p.dim() == 3]
+    last = weights[-1]
+    if int(last.shape[2]) == hidden:
+        return int(last.shape[1])
+    if int(last.shape[1]) == hidden and len(weights) > 1 and int(weights[0].shape[2]) == hidden:
+        return int(last.shape[2])
     back = [p for p in weights if int(p.shape[2]) == hidden]
     if back:
         return int(back[-1].shape[1])
@@ -167,7 +185,7 @@ def router_of(block: nn.Module, experts: nn.Module) -> nn.Module | None:
     """The router of stacked experts: a projection beside them in their block (at any depth
     outside them) with one output per expert."""
     inside = set(map(id, experts.modules()))
-    count = expert_count(experts)
+    count = expert_candidates(experts)
     return next((m for m in block.modules() if id(m) not in inside and is_projection(m) and int(m.weight.shape[0]) == count), None)
 
 
@@ -348,9 +366,19 @@ def attention_blocks(layer: nn.Module) -> frozenset[str]:
     return frozenset(blocks)
 
 
+def part_blocks(layer: nn.Module) -> frozenset[str]:
+    """The layer's children whose own children are its parts (part_of, layer_parts): its
+    attention blocks, and its containers (a ModuleList or ModuleDict runs no forward of its
+    own: longcat_flash's `self_attn` holds its two attentions, `mlps` its two MLPs,
+    `input_layernorm` its two norms, each a part of the layer as a plain child would be)."""
+    containers = {name for name, child in layer.named_children() if isinstance(child, (nn.ModuleList, nn.ModuleDict))}
+    return attention_blocks(layer) | containers
+
+
 def part_of(path: str, blocks: frozenset[str]) -> str:
     """The layer's child a module path belongs to: its top-level child, or, inside an attention
-    block (attention_blocks), the block's child ("shared_transformer.self_attn")."""
+    block or a container (part_blocks), the block's child ("shared_transformer.self_attn",
+    "self_attn.0")."""
     parts = path.split(".", 2)
     return ".".join(parts[:2]) if parts[0] in blocks and len(parts) > 1 else parts[0]
 

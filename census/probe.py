@@ -58,7 +58,7 @@ from speccat.census.predicates import (
     is_stacked_experts,
     is_projection,
     mamba_inner_names,
-    attention_blocks,
+    part_blocks,
     part_of,
     QK_NORM_NAME,
     selective_scan_names,
@@ -292,7 +292,7 @@ class Watcher:
     def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int]):
         self.layers = layers
         self.excluded = excluded_storages
-        self.blocks = {index: attention_blocks(layer) for index, layer in layers.items()}  # each layer's attention blocks, whose children are its children
+        self.blocks = {index: part_blocks(layer) for index, layer in layers.items()}  # each layer's attention blocks and containers, whose children are its children
         self.probes = {index: LayerProbe(index) for index in layers}
         self.current: LayerProbe | None = None
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
@@ -799,6 +799,17 @@ def _index_keyed_subset(config: Any, layers: dict[int, nn.Module], keep: list[in
             setattr(module, key, value)
 
 
+def _count_per_layer(config: Any, stated: Any, total: int) -> int:
+    """How many of what the config's layer count counts each module of the stack holds: 1, or,
+    where the count is a property derived from other fields, the whole multiple it states of the
+    stack's length (longcat_flash's num_hidden_layers is 2 × num_layers, the stack's length, and
+    setting it sets num_layers to half: set to the probed layers' count it would run none)."""
+    derived = isinstance(getattr(type(config), "num_hidden_layers", None), property)
+    if derived and isinstance(stated, int) and total > 0 and stated > total and stated % total == 0:
+        return stated // total
+    return 1
+
+
 @contextlib.contextmanager
 def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool) -> Iterator[None]:
     """Make the config's per-layer lists match the kept layers while they run, and its layer
@@ -815,8 +826,9 @@ def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool)
                 originals[key] = value
         try:
             if probed_count:
-                config.num_hidden_layers = len(keep)
-                originals["num_hidden_layers"] = total
+                stated = config.num_hidden_layers
+                config.num_hidden_layers = len(keep) * _count_per_layer(config, stated, total)
+                originals["num_hidden_layers"] = stated
         except (AttributeError, NotImplementedError):
             pass  # a config that derives its layer count from others (prophetnet); its decoder loops over the stack
         yield

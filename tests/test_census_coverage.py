@@ -59,12 +59,15 @@ def test_a_flat_config_that_states_no_layer_count_is_refused_after_the_build():
     assert sum(count for _, count in stack(spec)) == 3
 
 
-def test_longcat_flash_passes_the_layer_count_and_stops_at_its_experts():
+def test_longcat_flash_passes_the_layer_count_and_runs_its_layers():
+    """Its layer count is num_layers, the stack's length (num_hidden_layers, 2 × num_layers, is
+    derived and not in its dict). At 32 tokens its 32 × 12 slots reach the first 384 of its
+    768 candidates at even loads, one each, all experts that compute: each runs its SiLU once."""
     data = CONFIG_MAPPING["longcat_flash"]().to_dict()
     assert "num_hidden_layers" not in data and data["num_layers"] == 28
-    with pytest.raises(SpecError) as err:
-        run_census({**data, "model_type": "longcat_flash", "num_layers": 2}, name="tiny/longcat", seq_length=32)
-    assert err.value.reason == "unsupported_layer" and "experts interface" in str(err.value)
+    spec = run_census({**data, "model_type": "longcat_flash", "num_layers": 2}, name="tiny/longcat", seq_length=32).to_dict()
+    assert spec["num_hidden_layers"] == 2 and sum(count for _, count in stack(spec)) == 2
+    assert spec["ops"][spec["layers"][0]["kind"]]["ffAct"] == 1
 
 
 def test_a_class_without_a_layer_count_needs_none():
