@@ -36,7 +36,7 @@ their sizes (tests/test_census_jetmoe.py runs a real layer with its router force
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -131,16 +131,10 @@ class EvenExpertCounts(TorchFunctionMode):
         )
 
 
-@contextlib.contextmanager
-def even_expert_counts() -> Iterator[EvenExpertCounts]:
-    with EvenExpertCounts() as mode:
-        yield mode
-
-
 def assumed_routing(layers: Iterable[nn.Module]) -> contextlib.AbstractContextManager:
-    """even_expert_counts while layers holding stacked experts run (the only experts whose own code
+    """EvenExpertCounts while layers holding stacked experts run (the only experts whose own code
     may read the counts: the experts interface takes them as a tensor); otherwise nothing, so
     that other layers' ops pass through no extra mode."""
     if any(is_stacked_experts(m) for layer in layers for m in layer.modules()):
-        return even_expert_counts()
+        return EvenExpertCounts()
     return contextlib.nullcontext()

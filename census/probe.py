@@ -262,6 +262,11 @@ class LayerProbe:
     norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
 
 
+def _heads_major(q: torch.Tensor) -> bool:
+    """q's memory is (b, h, s, d): an attention's output is laid out so too (KernelCall.heads_major)."""
+    return q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2)
+
+
 class Made(NamedTuple):
     """Which call of which probe made a storage (Watcher.creator)."""
 
@@ -442,7 +447,7 @@ class Watcher:
             probe.kernels.append(
                 KernelCall(
                     "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
-                    heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2),
+                    heads_major=_heads_major(q),
                     v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
                     qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
                     kv_same=_storage_key(k) == _storage_key(v) and k.storage_offset() == v.storage_offset() and k.shape == v.shape and k.stride() == v.stride(),
@@ -534,7 +539,7 @@ class Watcher:
         self.current.kernels.append(
             KernelCall(
                 "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), window, causal,
-                heads_major=q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2), eager=True,
+                heads_major=_heads_major(q), eager=True,
             )
         )
         self.kernel_count_in_child[self._child()] += 1

@@ -42,12 +42,12 @@ def test_even_counts_split_the_slots_with_the_remainder_first():
 def test_counts_made_from_a_top_k_are_read_as_even_loads_on_fake_tensors():
     from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-    from speccat.census.expert_counts import even_expert_counts
+    from speccat.census.expert_counts import EvenExpertCounts
 
     fake = FakeTensorMode()
     with fake:
         logits = torch.randn(10, 4)
-    with even_expert_counts(), fake:
+    with EvenExpertCounts(), fake:
         _, chosen = logits.topk(2, dim=1)
         counts = torch.zeros(10, 4).scatter(1, chosen, 1).long().sum(0)
         assert counts.tolist() == [5, 5, 5, 5]  # 10 tokens × top-2 over 4 experts
@@ -55,7 +55,7 @@ def test_counts_made_from_a_top_k_are_read_as_even_loads_on_fake_tensors():
             counts[:3].tolist()  # not one count per candidate of the top-k: not answered
         with pytest.raises(DataDependentOutputException):
             counts.float().tolist()  # not integer counts
-    with even_expert_counts():
+    with EvenExpertCounts():
         assert torch.tensor([1, 2, 3, 4]).tolist() == [1, 2, 3, 4]  # real values are read as they are
 
 

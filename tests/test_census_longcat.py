@@ -39,12 +39,12 @@ TINY = {
 def test_the_experts_hit_and_their_slots_are_read_as_even_loads_on_fake_tensors():
     from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensorMode
 
-    from speccat.census.expert_counts import even_expert_counts
+    from speccat.census.expert_counts import EvenExpertCounts
 
     fake = FakeTensorMode()
     with fake:
         scores = torch.randn(10, 6)
-    with even_expert_counts(), fake:
+    with EvenExpertCounts(), fake:
         chosen = scores.topk(2, dim=1)[1]  # 20 slots among 6 candidates: 4, 4, 3, 3, 3, 3
         mask = torch.nn.functional.one_hot(chosen, num_classes=6).permute(2, 1, 0)  # (candidates, k, tokens)
         hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
@@ -68,12 +68,12 @@ def test_the_experts_hit_and_their_slots_are_read_as_even_loads_on_fake_tensors(
 def test_fewer_slots_than_candidates_hit_the_first_ones():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from speccat.census.expert_counts import even_expert_counts
+    from speccat.census.expert_counts import EvenExpertCounts
 
     fake = FakeTensorMode()
     with fake:
         scores = torch.randn(2, 8)
-    with even_expert_counts(), fake:
+    with EvenExpertCounts(), fake:
         chosen = scores.topk(2, dim=1)[1]  # 4 slots among 8 candidates
         counts = torch.nn.functional.one_hot(chosen, num_classes=8).sum(dim=(0, 1))
         hit = torch.greater(counts, 0).nonzero()
