@@ -82,7 +82,8 @@ def build(top: Any, text: Any) -> Built:
 
 def locate(model: nn.Module) -> Built:
     """Where the parts of a built model are, and its whole-model parameter parts."""
-    model.train()
+    if not all(module.training for module in model.modules()):  # from_config builds in training mode: setting it again costs every module a __setattr__
+        model.train()
     stack = find_stack(model)
     decoder, layers = stack.runner, stack.layers
     embedding = model.get_input_embeddings()

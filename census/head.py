@@ -28,7 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from speccat.catalogue.vocabulary import END_PARTS
 from speccat.census.build import Built
 from speccat.census.predicates import is_norm
-from speccat.census.probe import fake_mode_of, layer_norm_stats_cuda_nbytes
+from speccat.census.fake import fake_mode_of, make_fake
+from speccat.census.probe import layer_norm_stats_cuda_nbytes
 
 
 class _CudaWidths(TorchDispatchMode):
@@ -97,14 +98,13 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     fake = fake_mode_of(built.decoder) or FakeTensorMode(allow_non_fake_inputs=True)  # the layers' probes made the decoder fake already
     params: set[int] = set()  # the storages of the parameters of every module the ends run
 
-    def make_fake(module: torch.nn.Module, *_) -> None:
+    def faked(module: torch.nn.Module, *_) -> None:
         if not all(isinstance(t, FakeTensor) for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
-            module.to_empty(device="cpu", recurse=False)
+            make_fake(module, fake, recurse=False)
         params.update(p.untyped_storage()._cdata for p in module.parameters(recurse=False))
 
-    with fake:
-        for module in (*built.embedding.modules(), *norm.modules(), *head.modules()):
-            make_fake(module)
+    for module in (*built.embedding.modules(), *norm.modules(), *head.modules()):
+        faked(module)
     # part -> storage -> (the tensor, kept alive so a storage's identity cannot be reused; its bytes)
     booked: dict[str, dict[int, tuple[torch.Tensor, int]]] = {name: {} for name in END_PARTS}
     part = ["embedding"]
@@ -127,7 +127,7 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
         # what else the causal LM's forward runs outside its decoder is made fake as it is called:
         # a multimodal model's vision tower, which a text-only forward never calls, stays on meta
         inside = set(built.decoder.modules())
-        hooks = [m.register_forward_pre_hook(make_fake) for m in built.model.modules() if m not in inside]
+        hooks = [m.register_forward_pre_hook(faked) for m in built.model.modules() if m not in inside]
         try:
             if not _run_logits(built, normed, ids):
                 return None

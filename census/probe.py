@@ -67,6 +67,7 @@ from speccat.census.predicates import (
     rg_lru_names,
 )
 from speccat.census.expert_counts import assumed_routing
+from speccat.census.fake import fake_mode_of, make_fake, make_meta_fake
 from speccat.census.routing import route_attention
 from speccat.census.spec import SpecError
 from speccat.census.scan_apart import speccat_selective_scan_fn
@@ -957,10 +958,7 @@ def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
     decoder = built.decoder
     every = list(range(len(built.layers)))
     fake_mode = fake_mode_of(decoder) or FakeTensorMode(allow_non_fake_inputs=True)
-    with fake_mode:
-        for module in decoder.modules():  # what earlier probes left on meta (the layers they did not run)
-            if any(t.is_meta for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
-                module.to_empty(device="cpu", recurse=False)
+    make_meta_fake(decoder, fake_mode)
     for way in inputs.ways(decoder):
         tracker = readers.StoredReads(built.layers)
         try:
@@ -995,13 +993,9 @@ def _run_layers(
         fake_mode = fake_mode or fake_mode_of(decoder)
         if fake_mode is None:
             fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-            with fake_mode:
-                decoder.to_empty(device="cpu")
-        with fake_mode:  # layers an earlier probe of this decoder left on meta (run now with the layers after them)
-            for layer in kept.values():
-                for module in layer.modules():
-                    if any(t.is_meta for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
-                        module.to_empty(device="cpu", recurse=False)
+            make_fake(decoder, fake_mode)
+        for layer in kept.values():  # layers an earlier probe of this decoder left on meta (run now with the layers after them)
+            make_meta_fake(layer, fake_mode)
         for layer in kept.values():
             _mark_inline_activations(layer)
         # Held alive through the forward: a model may replace a buffer as it runs (ctrl casts its
@@ -1038,7 +1032,10 @@ def _run_layers(
                 return watcher
             _book_bytes(watcher)
             if backward:
-                hidden_out.float().sum().backward()
+                # back to the stack's input: every probed layer's backward runs (each kernel's
+                # too); the weights' own gradients, which read only what the forward saved, are
+                # not asked for (docs/census.md, "Measured bytes")
+                torch.autograd.backward(hidden_out.float().sum(), inputs=_stack_inputs(extra, built))
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
         raise ModelCodeError(
             "unsupported_layer",
@@ -1061,10 +1058,10 @@ def _run_layers(
     return watcher
 
 
-def fake_mode_of(decoder: nn.Module) -> FakeTensorMode | None:
-    """The mode of a decoder an earlier probe made fake (a second probe of the same layers)."""
-    weight = next(decoder.parameters(), None)
-    return weight.fake_mode if isinstance(weight, FakeTensor) else None
+def _stack_inputs(given: dict[str, Any], built: Built) -> list[torch.Tensor]:
+    """What the decoder was given that the backward runs back to: the input embeddings (and
+    encoder states), or, from token ids, the embedding's weight."""
+    return [t for t in given.values() if isinstance(t, torch.Tensor) and t.requires_grad] or [built.embedding.weight]
 
 
 def _model_code(err: BaseException) -> str:

@@ -117,6 +117,8 @@ class AttentionRoute(TorchFunctionMode):
         return id(t) in self.followed and self.followed[id(t)][0]() is t
 
     def _scores_of(self, args, kwargs) -> _Scores | None:
+        if not self.marked and not self.followed:  # no scores made yet: most calls of a forward
+            return None
         for t in tree_flatten((args, kwargs))[0]:
             if self._is_marked(t):
                 return (self.marked[id(t)] if id(t) in self.marked else self.followed[id(t)])[1]
