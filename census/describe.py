@@ -376,10 +376,23 @@ class LayerView:
     # -- ffn ---------------------------------------------------------------------------------
 
     def shared_children(self) -> list[tuple[str, nn.Module]]:
+        """The MoE's shared experts: the MoE block's children named shared, and an MLP that is the
+        layer's own child beside the MoE block and reads the MoE's input (granitemoehybrid's and
+        granitemoeshared's `shared_mlp`): it runs on every token as a shared expert does. An MLP
+        fed another input (longcat_flash's dense MLPs, one per sublayer) is not one."""
         block = self.moe_block
         if block is None:
             return []
-        return [(f"{block}.{n}", m) for n, m in self.module(block).named_children() if SHARED_NAME.search(n)]
+        inside = [(f"{block}.{n}", m) for n, m in self.module(block).named_children() if SHARED_NAME.search(n)]
+        moe_input = self._projection_reads({block})
+        beside = [
+            (name, self.module(name)) for name in sorted(self.ffn_children - {block}) if self._is_mlp(name) and self._projection_reads({name}) & moe_input
+        ]
+        return inside + beside
+
+    def _is_mlp(self, child: str) -> bool:
+        """A feed-forward child holding two or more projections (an up and a down)."""
+        return sum(1 for m in self.module(child).modules() if is_projection(m)) >= 2
 
     def _width_back_to_hidden(self, paths: list[str]) -> int | None:
         """The input width of the last projection (in call order) whose output is the hidden size."""
@@ -595,6 +608,7 @@ class LayerView:
         short by less than one parameter per part and such layer)."""
         parts = Counter({part: Fraction(0) for part in ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")})
         norm_paths = [n for n, m in self.layer.named_modules() if n and is_norm(m)]
+        shared_paths = [path for path, _ in self.shared_children()]
         holders = holders or {}
         for name, param in self.layer.named_parameters():
             child = self.part(name)
@@ -604,8 +618,10 @@ class LayerView:
                 part = "attention"
             elif self.in_experts(name):
                 part = "ffn_routed"
+            elif any(name.startswith(p + ".") for p in shared_paths):
+                part = "ffn_shared"
             elif child == self.moe_block:
-                part = "ffn_shared" if any(name.startswith(p + ".") for p, _ in self.shared_children()) else "ffn_router"
+                part = "ffn_router"
             elif child in self.ffn_children:
                 part = "ffn_dense"
             else:

@@ -1,0 +1,55 @@
+"""An MLP that is the layer's own child beside its MoE block and reads the MoE's input (granite's
+`shared_mlp`: `moe(x) + shared_mlp(x)`) is the MoE's shared expert: its width is the spec's
+shared width, its parameters are `ffn_shared`, and the records price it as one. An MLP fed
+another input is not one."""
+
+from __future__ import annotations
+
+import pytest
+
+from speccat.catalogue.records import points
+from speccat.census import run_census
+from speccat.census.family import family_for
+from speccat.flows.analysis import pricing_inputs
+
+H, FF, SHARED, EXPERTS = 64, 32, 48, 4
+GRANITE_SHARED = {
+    "model_type": "granitemoeshared", "hidden_size": H, "intermediate_size": FF, "shared_intermediate_size": SHARED,
+    "num_local_experts": EXPERTS, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256,
+}  # fmt: skip
+
+
+def _worst_ratio(spec) -> float:
+    records, grid, _, _ = pricing_inputs()
+    rows = points.price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid)
+    return points.worst_ratio(spec, rows)[2]
+
+
+def test_a_shared_mlp_beside_the_moe_is_its_shared_expert():
+    spec = run_census(GRANITE_SHARED, name="tiny-granite-shared", seq_length=256)
+    assert (spec["moe_intermediate_size"], spec["shared_expert_intermediate_size"]) == (FF, SHARED)
+    params = spec["params"]["kinds"]["decoder"]
+    # input_linear h → 2·shared (gate and up), output_linear shared → h; no biases
+    assert (params["ffn_shared"], params["ffn_dense"]) == (H * 2 * SHARED + SHARED * H, 0)
+    assert params["ffn_router"] == H * EXPERTS
+    assert abs(_worst_ratio(spec) - 1) <= 0.02
+
+
+def test_without_a_shared_mlp_there_is_no_shared_expert():
+    spec = run_census({**GRANITE_SHARED, "shared_intermediate_size": 0}, name="tiny-granite", seq_length=256)
+    assert "shared_expert_intermediate_size" not in spec
+    assert spec["params"]["kinds"]["decoder"]["ffn_shared"] == 0
+    assert abs(_worst_ratio(spec) - 1) <= 0.02
+
+
+@pytest.mark.parametrize("model_type", ["granitemoehybrid"])
+def test_transformers_default_mamba2_moe_hybrid_with_a_shared_mlp_is_priced(model_type):
+    """transformers' default granitemoehybrid: Mamba2 mixers, 8 routed experts of 11008 and a
+    shared MLP of 1024 (its config's shared_intermediate_size) in every layer."""
+    from transformers import CONFIG_MAPPING
+
+    config = {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type}
+    spec = run_census(config, name=model_type, seq_length=256)
+    assert (spec["num_experts"], spec["moe_intermediate_size"], spec["shared_expert_intermediate_size"]) == (8, 11008, 1024)
+    assert abs(_worst_ratio(spec) - 1) <= 0.02
