@@ -705,11 +705,17 @@ class LayerView:
         return any(is_projection(m) and _bias(m) for _, m in self.named(dense)) or any(is_projection(m) and _bias(m) for m in shared)
 
     def output_gate(self, heads: int, head_dim: int) -> bool:
+        """The attention's output multiplied by a sigmoid gate of the heads' width: the gate made
+        by q_proj beside the queries (twice heads × head_dim wide: Qwen3-Next), or a projection of
+        its own in the attention whose output's sigmoid multiplies a tensor (afmoe's gate_proj)."""
         for child in self.attention_children:
             q_proj = getattr(self.module(child), "q_proj", None)
             if q_proj is not None and is_projection(q_proj) and q_proj.weight.shape[0] == 2 * heads * head_dim:
                 return True
-        return False
+        return any(
+            products and self.part(path) in self.attention_children and self.module(path).weight.shape[0] == heads * head_dim
+            for path, products in self.probe.sigmoid_gates.items()
+        )
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from speccat.catalogue.records import points
+from layer_runs import priced_vs_measured
+
 from speccat.census import run_census
-from speccat.census.family import family_for
-from speccat.flows.analysis import pricing_inputs
 
 H, FF, SHARED, EXPERTS = 64, 32, 48, 4
 GRANITE_SHARED = {
@@ -20,10 +19,9 @@ GRANITE_SHARED = {
 }  # fmt: skip
 
 
-def _worst_ratio(spec) -> float:
-    records, grid, _, _ = pricing_inputs()
-    rows = points.price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid)
-    return points.worst_ratio(spec, rows)[2]
+def _priced(spec) -> bool:
+    """Every kind priced by the records within 2% of what the census measured, at its point."""
+    return all(abs(priced / measured - 1) <= 0.02 for priced, measured in priced_vs_measured(spec, 256).values())
 
 
 def test_a_shared_mlp_beside_the_moe_is_its_shared_expert():
@@ -33,14 +31,14 @@ def test_a_shared_mlp_beside_the_moe_is_its_shared_expert():
     # input_linear h → 2·shared (gate and up), output_linear shared → h; no biases
     assert (params["ffn_shared"], params["ffn_dense"]) == (H * 2 * SHARED + SHARED * H, 0)
     assert params["ffn_router"] == H * EXPERTS
-    assert abs(_worst_ratio(spec) - 1) <= 0.02
+    assert _priced(spec)
 
 
 def test_without_a_shared_mlp_there_is_no_shared_expert():
     spec = run_census({**GRANITE_SHARED, "shared_intermediate_size": 0}, name="tiny-granite", seq_length=256)
     assert "shared_expert_intermediate_size" not in spec
     assert spec["params"]["kinds"]["decoder"]["ffn_shared"] == 0
-    assert abs(_worst_ratio(spec) - 1) <= 0.02
+    assert _priced(spec)
 
 
 @pytest.mark.parametrize("model_type", ["granitemoehybrid"])
@@ -52,4 +50,5 @@ def test_transformers_default_mamba2_moe_hybrid_with_a_shared_mlp_is_priced(mode
     config = {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type}
     spec = run_census(config, name=model_type, seq_length=256)
     assert (spec["num_experts"], spec["moe_intermediate_size"], spec["shared_expert_intermediate_size"]) == (8, 11008, 1024)
-    assert abs(_worst_ratio(spec) - 1) <= 0.02
+    assert _priced(spec)
+
