@@ -194,13 +194,15 @@ class LayerView:
         if self.probe.kernels:
             return False
         children = [(n, c) for n, c in self.layer.named_children() if not is_norm(c) and any(True for _ in c.parameters())]
+        return bool(children) and all(any(is_experts(m) for m in c.modules()) or self._is_mlp(n) for n, c in children)
 
-        def mlp(name: str, child: nn.Module) -> bool:
-            leaves = [m for m in child.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
-            ran_activation = any(owner == name or owner.startswith(name + ".") for owner in self.probe.activations)
-            return "Attention" not in type(child).__name__ and ran_activation and all(is_projection(m) for m in leaves)
-
-        return bool(children) and all(any(is_experts(m) for m in c.modules()) or mlp(n, c) for n, c in children)
+    def _is_mlp(self, path: str) -> bool:
+        """The module at `path` is an MLP: projections and an activation that ran, no other module
+        with parameters, no attention class."""
+        module = self.module(path)
+        leaves = [m for m in module.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
+        ran_activation = any(owner == path or owner.startswith(path + ".") for owner in self.probe.activations)
+        return "Attention" not in type(module).__name__ and ran_activation and all(is_projection(m) for m in leaves)
 
     def scan_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "scan"]
@@ -389,10 +391,6 @@ class LayerView:
             (name, self.module(name)) for name in sorted(self.ffn_children - {block}) if self._is_mlp(name) and self._projection_reads({name}) & moe_input
         ]
         return inside + beside
-
-    def _is_mlp(self, child: str) -> bool:
-        """A feed-forward child holding two or more projections (an up and a down)."""
-        return sum(1 for m in self.module(child).modules() if is_projection(m)) >= 2
 
     def _width_back_to_hidden(self, paths: list[str]) -> int | None:
         """The input width of the last projection (in call order) whose output is the hidden size."""

@@ -22,13 +22,13 @@ model with no final norm.
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from speccat.catalogue.vocabulary import END_PARTS
 from speccat.census.build import Built
 from speccat.census.predicates import is_norm
-from speccat.census.fake import fake_mode_of, make_fake
+from speccat.census.fake import fake_mode_of, make_fake, on_meta
 from speccat.census.probe import layer_norm_stats_cuda_nbytes
 
 
@@ -99,7 +99,7 @@ def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     params: set[int] = set()  # the storages of the parameters of every module the ends run
 
     def faked(module: torch.nn.Module, *_) -> None:
-        if not all(isinstance(t, FakeTensor) for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))):
+        if on_meta(module):
             make_fake(module, fake, recurse=False)
         params.update(p.untyped_storage()._cdata for p in module.parameters(recurse=False))
 

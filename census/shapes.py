@@ -13,7 +13,7 @@ merge_alike); census/kinds.py names each final shape's kind.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import nn
@@ -36,6 +36,11 @@ class Shape:
     @property
     def first(self) -> int:
         return self.layers[0]
+
+    def emptied(self) -> Shape:
+        """A shape of the same facts with no layers yet: a candidate this one is split into, or
+        the shape candidates are merged into."""
+        return replace(self, layers=[])
 
 
 def signature(index: int, layer: nn.Module) -> tuple:
@@ -197,7 +202,7 @@ def split_by_layer_config(stack: list[tuple[int, Shape]], config: Any) -> list[t
         key = (id(shape), values[index])
         part = groups.get(key)
         if part is None:
-            part = groups[key] = Shape(shape.attention, shape.ffn, shape.signature, block=shape.block)
+            part = groups[key] = shape.emptied()
         part.layers.append(index)
         out.append((index, part))
     return out
@@ -209,7 +214,7 @@ def split_each_layer(stack: list[tuple[int, Shape]]) -> list[tuple[int, Shape]]:
     to be probed each at its place and merged back where they measured the same."""
     out = []
     for index, shape in stack:
-        part = Shape(shape.attention, shape.ffn, shape.signature)
+        part = shape.emptied()
         part.layers.append(index)
         out.append((index, part))
     return out
@@ -228,7 +233,7 @@ def merge_alike(stack: list[tuple[int, Shape]], alike: Callable[[Shape, Shape], 
             into[id(shape)] = shape
         else:
             into[id(shape)] = target
-    merged = {id(k): Shape(k.attention, k.ffn, k.signature, block=k.block) for k in kept}
+    merged = {id(k): k.emptied() for k in kept}
     out = []
     for index, shape in stack:
         target = merged[id(into[id(shape)])]
