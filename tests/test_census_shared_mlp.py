@@ -52,3 +52,12 @@ def test_transformers_default_mamba2_moe_hybrid_with_a_shared_mlp_is_priced(mode
     assert (spec["num_experts"], spec["moe_intermediate_size"], spec["shared_expert_intermediate_size"]) == (8, 11008, 1024)
     assert _priced(spec)
 
+
+
+def test_what_the_shared_mlp_keeps_is_worked_by_hand():
+    """The layer with its shared MLP keeps, per token and in bf16 beyond the same layer without
+    it: input_linear's output (gate and up, 2·shared), the activation's output and the product
+    output_linear reads (shared each). Its input is the router's, kept once."""
+    with_mlp = run_census(GRANITE_SHARED, name="tiny-granite-shared", seq_length=256)["measured"]["decoder"]["bytes_per_token"]
+    without = run_census({**GRANITE_SHARED, "shared_intermediate_size": 0}, name="tiny-granite", seq_length=256)["measured"]["decoder"]["bytes_per_token"]
+    assert sum(with_mlp.values()) - sum(without.values()) == 2 * (2 * SHARED + SHARED + SHARED)
