@@ -202,18 +202,89 @@ def is_state_space_mixer(name: str, module: nn.Module) -> bool:
     return not is_norm(module) and bool(_STATE_SPACE_CLASS.search(type(module).__name__) or _STATE_SPACE_ATTRIBUTE.search(leaf))
 
 
+# How deep the census follows the functions a forward calls to find the kernels it reaches
+# (the forward → causal_conv1d_forward → causal_conv1d_fn in transformers 5.25).
+_CALL_DEPTH = 3
+
+
+def kernel_hook_name(obj: Any) -> str | None:
+    """The name transformers gives a kernelizable function: the `kernel_layer_name` that the
+    kernels package's use_kernel_forward_from_hub sets (transformers' hub-kernel names, such as
+    `causal_conv1d_fn` or `chunk_gated_delta_rule`). It names what the function is, whatever
+    a modeling file calls it (5.25's `mamba_selective_scan` is the hook `selective_scan_fn`)."""
+    name = getattr(obj, "kernel_layer_name", None)
+    return name if isinstance(name, str) else None
+
+
+def _hooked_function(obj: Any) -> Any:
+    """The Python function behind a kernel hook (kernels wraps a function into a module whose
+    forward closes over it), else the object itself."""
+    if kernel_hook_name(obj) is not None and not inspect.isfunction(obj):
+        forward = getattr(type(obj), "forward", None)
+        if inspect.isfunction(forward):
+            return inspect.getclosurevars(forward).nonlocals.get("func", obj)
+    return obj
+
+
+def _reads(function: Any) -> tuple[Any, tuple[str, ...]]:
+    """(the module whose globals a function reads, the global names its code reads)."""
+    function = inspect.unwrap(function) if callable(function) else function
+    code = getattr(function, "__code__", None)
+    home = sys.modules.get(getattr(function, "__module__", None) or "")
+    return home, (code.co_names if code is not None else ())
+
+
+@lru_cache(maxsize=None)
+def _reached(cls: type) -> tuple[tuple[str, Any, str], ...]:
+    """(identity, home module, global name) of every global a module class's forward reads,
+    directly or through the functions it calls in its own modeling file and through kernel
+    hooks: the identity is the hook's name where the global is a kernel hook, else the global's
+    own name. The census finds its kernels' stand-ins by these identities, so a kernel moved
+    into a helper or renamed in a modeling file is still found by the hook transformers lists it
+    under (docs/census.md, "Kernels found by what they are")."""
+    start_home, start_names = _reads(cls.forward)
+    own_file = cls.__module__
+    found: dict[tuple[int, str], tuple[str, Any, str]] = {}
+    frontier = [(start_home, start_names)]
+    for _ in range(_CALL_DEPTH):
+        following = []
+        for home, names in frontier:
+            for name in names:
+                obj = getattr(home, name, None) if home is not None else None
+                key = (id(home), name)
+                if key in found:
+                    continue
+                hook = kernel_hook_name(obj)
+                found[key] = (hook or name, home, name)
+                function = _hooked_function(obj)
+                if hook is not None or (inspect.isfunction(function) and function.__module__ == own_file):
+                    following.append(_reads(function))
+        frontier = following
+    return tuple(found.values())
+
+
 @lru_cache(maxsize=None)
 def _forward_names(cls: type) -> tuple[str, ...]:
-    """The global names a module class's forward reads (through its decorators)."""
-    code = getattr(inspect.unwrap(cls.forward), "__code__", None)
-    return code.co_names if code is not None else ()
+    """The identities of the globals a module class's forward reads, through the functions and
+    kernel hooks it calls (_reached)."""
+    return tuple(identity for identity, _, _ in _reached(cls))
 
 
 @lru_cache(maxsize=None)
 def _calls(cls: type, *patterns: re.Pattern) -> bool:
-    """Whether a module class's forward reads a global name matching any of the patterns (asked
-    of every module of every layer while classifying: answered once per class)."""
+    """Whether a module class's forward reaches a global whose identity matches any of the
+    patterns (asked of every module of every layer while classifying: answered once per class)."""
     return any(p.search(name) for name in _forward_names(cls) for p in patterns)
+
+
+def _kernel_globals(module: nn.Module, pattern: re.Pattern) -> list[tuple[Any, str]]:
+    """(home module, global name) of each callable the module's forward reaches whose identity
+    matches the pattern: where the census points the name at its stand-in while the layer runs."""
+    return [
+        (home, name)
+        for identity, home, name in _reached(type(module))
+        if home is not None and pattern.search(identity) and callable(getattr(home, name, None))
+    ]
 
 
 def runs_delta_rule(module: nn.Module) -> bool:
@@ -264,6 +335,14 @@ def runs_short_conv(module: nn.Module) -> bool:
     return len(convs) == 1 and not own and sum(1 for m in leaves if is_projection(m)) == 2 and len(leaves) == 3
 
 
+def expects_conv_kernel(module: nn.Module) -> bool:
+    """A mixer whose training path runs its causal convolution in a kernel (causal-conv1d, or
+    fused into the scan): a gated delta rule, a Mamba or Mamba2 mixer, a short convolution. A
+    depthwise convolution run in torch inside one is a fallback the census did not stand in
+    for (census/probe.py refuses it as `kernel_fallback`)."""
+    return runs_delta_rule(module) or runs_selective_scan(module) or runs_ssd_scan(module) or runs_short_conv(module)
+
+
 def runs_wkv(module: nn.Module) -> bool:
     """Whether the module's forward calls RWKV's WKV recurrence (transformers' `rwkv_linear_attention`,
     which runs the WKV CUDA kernel in training on a GPU): RWKV's time mixing."""
@@ -296,44 +375,37 @@ def is_learned_query_attention(module: nn.Module) -> bool:
 
 def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of each gated delta rule the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _DELTA_RULE.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _DELTA_RULE)
 
 
 def kda_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of each chunked Kimi delta attention the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _KDA.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _KDA)
 
 
 def causal_conv1d_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the causal-conv1d function the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _CAUSAL_CONV1D.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _CAUSAL_CONV1D)
 
 
 def mamba_inner_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the fused selective scan (`mamba_inner_fn`) the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _MAMBA_INNER.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _MAMBA_INNER)
 
 
 def selective_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the selective scan (`selective_scan_fn`) the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _SELECTIVE_SCAN.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _SELECTIVE_SCAN)
 
 
 def ssd_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the fused Mamba2 mixer (`mamba_split_conv1d_scan_combined`) the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _SSD_COMBINED.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _SSD_COMBINED)
 
 
 def wkv_names(module: nn.Module) -> list[tuple[Any, str]]:
     """(defining module, global name) of the WKV recurrence (`rwkv_linear_attention`) the module's forward calls."""
-    home = sys.modules[type(module).__module__]
-    return [(home, n) for n in _forward_names(type(module)) if _WKV.search(n) and callable(getattr(home, n, None))]
+    return _kernel_globals(module, _WKV)
 
 
 def rg_lru_names(module: nn.Module) -> list[tuple[Any, str]]:

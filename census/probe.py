@@ -47,6 +47,7 @@ from speccat.census.checks import LAYER_INDEX_LISTS
 from speccat.census.flops import LayerFlops
 from speccat.census.predicates import (
     causal_conv1d_names,
+    expects_conv_kernel,
     delta_rule_names,
     kda_names,
     is_activation,
@@ -84,6 +85,7 @@ OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
 OPS_CONV = torch.ops.speccat.causal_conv1d.default
 OPS_WKV = torch.ops.speccat.wkv.default
 OPS_RG_LRU = torch.ops.speccat.rg_lru_scan.default
+CONVOLUTION = torch.ops.aten.convolution.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
 # child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
 # the child's op (attMM); the part matters only to what recomputing it frees (census/recompute.py).
@@ -321,6 +323,7 @@ class Watcher:
         self.outputs: set[int] = set()  # the probed layers' outputs
         self.creator: dict[int, Made] = {}  # storage -> the call that made it
         self.linear_modules: dict[int, set[tuple[str, ...]]] = {}  # layer -> module paths a linear attention ran in
+        self.fallbacks: list[str] = []  # kernel mixers that ran a depthwise convolution in torch (see _note_fallback)
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -437,6 +440,8 @@ class Watcher:
         if probe is None or self.forward_done:
             return
         self._note_call(probe, func, out)
+        if func is CONVOLUTION:
+            self._note_fallback(args)
         if attention.current_kernel() is None:
             self._note_variant_op(probe, func, args, out)
             if func is torch.ops.aten.gather.default and out.dim() >= 2 and out.shape[-1] == out.shape[-2]:
@@ -523,6 +528,18 @@ class Watcher:
             probe.sigmoid_gates.setdefault(path, set())
             self.gate_outputs[_storage_key(out)] = path
             self.kept.append(out.untyped_storage())
+
+    def _note_fallback(self, args: tuple) -> None:
+        """A depthwise 1-D convolution run in torch inside a mixer whose causal conv runs in a
+        kernel (predicates.expects_conv_kernel): the census's stand-in did not see the kernel
+        function (renamed, or moved where no hook lists it), so what ran is the torch fallback,
+        which keeps other tensors. Noted here, refused after the forward."""
+        x, weight, groups = args[0], args[1], args[8]
+        if weight.dim() != 3 or groups <= 1 or groups != x.shape[1]:
+            return
+        mixer = next((name for name, module in self.path if expects_conv_kernel(module)), None)
+        if mixer is not None:
+            self.fallbacks.append(f"{mixer} ({type(dict(self.path)[mixer]).__name__})")
 
     def _sigmoid_of_projection(self, x: Any) -> bool:
         """An inline sigmoid (outside any activation module) of the output the last projection returned."""
@@ -1021,6 +1038,12 @@ def _run_layers(
             with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()), attention.eager_seen(watcher.note_eager_attention):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
+            if watcher.fallbacks:
+                raise SpecError(
+                    "kernel_fallback",
+                    f"{watcher.fallbacks[0]}: a depthwise convolution ran in torch where the causal-conv1d kernel runs in training; "
+                    "the census found no kernel function to stand in for (renamed or moved without a kernel hook), so it would measure the torch fallback",
+                )
             if counted:
                 for index, layer in kept.items():
                     watcher.probes[index].forward_flops = counted.of(layer)

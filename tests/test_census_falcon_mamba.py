@@ -1,18 +1,17 @@
-"""falcon-mamba's Mamba mixer (docs/census.md, "State-space mixers"): in training it calls the
-fused `mamba_inner_fn` with norm weights for B, C and Δ, which mamba_ssm's MambaInnerFn applies
-inside the kernel (B and C over the state, Δ over the inner width after the dt projection). The
-census runs it through `speccat::mamba_inner` with those norms: what it books for one layer is
-checked against a real CPU forward and backward, storage by storage; the op's numbers against
-MambaInnerFn's function written from the mixer's own modules and transformers' torch scan; and
-the default config priced against measured at every point.
+"""falcon-mamba's Mamba mixer (docs/census.md, "State-space mixers"). Since transformers 5.25 it
+has no fused path: in training it runs the causal conv1d kernel, its projections and the norms on
+B, C and Δ in torch, then the selective scan kernel (the scan apart, as jamba's). What the census
+books for one layer is checked against a real CPU forward and backward through speccat's conv and
+scan; the ops' numbers against transformers' torch path; the default config priced against
+measured at every point; and speccat::mamba_inner's norm weights, which a fused mixer with norms
+passes, against the plain kernel.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
-from layer_runs import assert_same_grads, saves_and_grads, tiny_model
+from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
 
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
@@ -31,83 +30,53 @@ def _model(dtype):
     return tiny_model(TINY_FALCON_MAMBA, dtype)
 
 
-def _fused(monkeypatch):
+def _run_layer(model, monkeypatch, kernels: bool):
+    """One real forward and backward of layer 0: (its saved storages, the grads). With `kernels`,
+    the conv and the scan run through speccat's ops; else transformers' torch code."""
     from transformers.models.falcon_mamba import modeling_falcon_mamba
 
-    from speccat.census.scans import speccat_mamba_inner_fn
+    from speccat.census.attention import speccat_causal_conv1d_fn
+    from speccat.census.scan_apart import speccat_selective_scan_fn
 
-    monkeypatch.setattr(modeling_falcon_mamba, "mamba_inner_fn", speccat_mamba_inner_fn)
+    if kernels:
+        monkeypatch.setattr(modeling_falcon_mamba, "mamba_selective_scan", speccat_selective_scan_fn)
+        monkeypatch.setattr(modeling_falcon_mamba, "causal_conv1d_fn", speccat_causal_conv1d_fn)
+    torch.manual_seed(1)
+    x = torch.randn(1, S, H, dtype=next(model.parameters()).dtype, requires_grad=True)
+    kept, grads = saves_and_grads(model, model.backbone.layers[0], x, square=False)
+    monkeypatch.undo()
+    return kept, grads
 
 
-def test_the_census_books_what_the_kernel_keeps_storage_by_storage(monkeypatch):
-    """A real bf16 forward and backward of one layer through speccat::mamba_inner (with the B, C
-    and Δ norms) keeps exactly what the plain Mamba kernel keeps (the norms add no saved tensor:
-    B and C are kept after their norm, the weights are buffers), and the census books it."""
+def test_the_census_books_what_the_kernels_keep_storage_by_storage(monkeypatch):
+    """transformers 5.25 dropped falcon-mamba's fused path (mamba_inner_fn could only normalise Δ
+    after its projection, and falcon-mamba normalises it before): in training the mixer runs the
+    causal conv1d, its projections and norms in torch, then the selective scan, as jamba's does.
+    A real bf16 forward and backward of one layer through speccat's conv and scan keeps what the
+    census books, byte for byte; the scan's share is worked by hand from the shapes."""
     spec = run_census(TINY_FALCON_MAMBA, name="tiny-falcon-mamba", seq_length=S)
     assert spec["layers"] == [{"kind": "mamba", "count": 2}]
-    assert spec["measured"]["mamba"]["attention_impl"] == "speccat::mamba_inner"
-    assert not spec["variants"]["mamba"]["scan_apart"] and not spec["variants"]["mamba"]["scan_norms"]
-    model = _model(torch.bfloat16)
-    _fused(monkeypatch)
-    x = torch.randn(1, S, H, dtype=torch.bfloat16, requires_grad=True)
-    kept, _ = saves_and_grads(model, model.backbone.layers[0], x, square=False)
-    kept = list(kept.values())
-    f32, bf16 = torch.float32, torch.bfloat16
-    expected = [
-        ((1, S, H), f32), ((1, S, 1), f32), ((1, S, H), bf16),  # the block's RMSNorm
-        ((S, H), bf16),  # in_proj's input
-        ((D, N), f32),  # exp(A_log)
-        # the fused kernel: xz, x_dbl, A, B and C (normalised, contiguous copies), D and dt's
-        # bias in fp32, the fp32 chunk states, the scan's output before the gate
-        ((1, 2 * D, S), bf16), ((S, R + 2 * N), bf16), ((D, N), f32), ((1, 1, N, S), bf16), ((1, 1, N, S), bf16),
-        ((D,), f32), ((D,), f32), ((1, D, 1, 2 * N), f32), ((1, D, S), bf16),
-    ]  # fmt: skip
-    assert sorted(((tuple(t.shape), t.dtype) for t in kept), key=str) == sorted(expected, key=str)
+    assert spec["measured"]["mamba"]["attention_impl"] == "speccat::selective_scan"
+    assert spec["variants"]["mamba"]["scan_apart"] and spec["variants"]["mamba"]["scan_norms"]
+    kept, _ = _run_layer(_model(torch.bfloat16), monkeypatch, kernels=True)
+    real = signature(kept.values())
     booked = spec["measured"]["mamba"]["bytes_per_token"]
-    assert sum(booked.values()) * S == sum(t.untyped_storage().nbytes() for t in kept)
-    assert booked["linrec"] * S == S * BF16 * (2 * D + R + 2 * N + 2 * N + D) + FP32 * (D * 2 * N + D * N + 2 * D)
+    assert sum(booked.values()) * S == sum(nbytes for _, _, nbytes in real)
+    # the scan: Δ, B and C (contiguous copies), z, the output before the gate (bf16), A, D and
+    # dt's bias and the chunk states (fp32), one chunk since S < 2048
+    assert booked["linrec"] * S == S * BF16 * (3 * D + 2 * N) + FP32 * (D * 2 * N + D * N + 2 * D)
+    # the conv kernel's input is a view of in_proj's whole output (both halves), kept once
+    assert ((1, D, S), torch.bfloat16, BF16 * S * 2 * D) in real
 
 
-def _inner_fn_with_norms(mixer, h):
-    """MambaInnerFn's function with falcon-mamba's norms, from the mixer's own modules and
-    transformers' torch scan: Δ is normalised over the inner width after the dt projection
-    (the torch path of transformers normalises the rank-wide input instead: another function)."""
-    from transformers.models.falcon_mamba.modeling_falcon_mamba import mamba_selective_scan
-
-    x, z = mixer.in_proj(h).transpose(1, 2).chunk(2, dim=1)
-    u = F.silu(mixer.conv1d(x)[..., :S])
-    dt, B, C = torch.split(mixer.x_proj(u.transpose(1, 2)), [R, N, N], dim=-1)
-    delta = mixer.dt_layernorm(dt @ mixer.dt_proj.weight.t())
-    A = -torch.exp(mixer.A_log.float())
-    B, C = mixer.b_layernorm(B), mixer.c_layernorm(C)
-    y = mamba_selective_scan(
-        u, delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), D=mixer.D.float(), z=z,
-        delta_bias=mixer.dt_proj.bias.float(), delta_softplus=True,
-    )  # fmt: skip
-    return mixer.out_proj(y.transpose(1, 2))
-
-
-def test_the_kernel_op_computes_mamba_inner_fn_with_the_norms(monkeypatch):
-    """fp32 on CPU: speccat::mamba_inner with the norm weights gives MambaInnerFn's function's
-    output and gradients (of the input and every parameter)."""
+def test_the_ops_compute_what_the_torch_path_computes(monkeypatch):
+    """fp32 on CPU: the mixer through speccat's conv and scan gives the output and gradients of
+    transformers' own torch conv and scan, for the input and every parameter."""
     model = _model(torch.float32)
-    mixer = model.backbone.layers[0].mixer
-    torch.manual_seed(1)
-    h = torch.randn(1, S, H)
-    results = []
-    for run in ("kernel", "reference"):
-        model.zero_grad()
-        x = h.clone().requires_grad_(True)
-        if run == "kernel":
-            _fused(monkeypatch)
-            out = mixer(x)
-            monkeypatch.undo()
-        else:
-            out = _inner_fn_with_norms(mixer, x)
-        out.square().sum().backward()
-        results.append({"out": out.detach(), "x": x.grad} | {n: p.grad.clone() for n, p in mixer.named_parameters()})
-    kernel, reference = results
-    assert_same_grads(kernel, reference)
+    _, ours = _run_layer(model, monkeypatch, kernels=True)
+    model.zero_grad()
+    _, torch_path = _run_layer(model, monkeypatch, kernels=False)
+    assert_same_grads(ours, torch_path)
 
 
 def test_the_default_falcon_mamba_is_priced_within_one_percent_at_every_point(records, grid):
