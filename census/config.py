@@ -83,9 +83,30 @@ def load_config_file(path: str | Path) -> dict:
     return parse_config_text(path.read_bytes(), str(path))
 
 
+# Words that mark a flat config's `*_config` mapping as describing something other than the
+# language model: another modality's model, or how the weights are stored.
+OTHER_PART_WORDS = frozenset(
+    {"vision", "visual", "image", "video", "audio", "speech", "vq", "backbone", "qformer", "quantization", "compression"}
+)
+
+
 def _is_sub_config(key: str, value: Any) -> bool:
-    """vision_config, audio_config, quantization_config...: mappings that do not describe the language model."""
-    return key.endswith("_config") and isinstance(value, Mapping)
+    """A flat config's `*_config` mapping that does not describe its language model: another
+    modality's (vision_config, audio_config), a model of its own that states its model_type
+    (moshi's depth_decoder_config: moshi_depth), how the weights are stored
+    (quantization_config), or another tool's settings (transformers.js_config, no config
+    field). The other `*_config` mappings are parts of the language model that transformers
+    builds it from, and stay: dbrx's attn_config and ffn_config (model_type ""), mpt's
+    attn_config, kimi_linear's linear_attn_config, gemma4_text's per_layer_config. Dropped, the
+    model would be built from their class defaults (dbrx: a DbrxAttentionConfig without
+    rope_theta, which transformers cannot build; kimi_linear: other layer types), and configs
+    that differ in them would share a config_hash."""
+    if not (key.endswith("_config") and isinstance(value, Mapping)):
+        return False
+    if not key.isidentifier() or not OTHER_PART_WORDS.isdisjoint(key.lower().split("_")):
+        return True
+    own = value.get("model_type")
+    return isinstance(own, str) and bool(own)
 
 
 def language_config(config: Mapping) -> dict:
@@ -94,7 +115,9 @@ def language_config(config: Mapping) -> dict:
     A nested config gives its `text_config`, with the top-level `model_type` when the text
     config states none, and the top-level `tie_word_embeddings` when stated (a composite model
     ties its output head by its own config). A flat config gives itself without the other
-    modalities' sub-configs (vision_config, ...) and without quantization_config.
+    modalities' sub-configs (vision_config, ...), without quantization_config and without
+    other tools' settings (transformers.js_config); its language model's own sub-configs
+    (dbrx's attn_config and ffn_config) stay.
     """
     if not isinstance(config, Mapping):
         raise SpecError("bad_value", f"config: must be a JSON object, got {type(config).__name__}")

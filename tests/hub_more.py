@@ -6,7 +6,7 @@ config by hand. Shared by the census, pricing and refresh tests.
 # Refused, each with its reason and why. Remote code is refused by design; the others are the
 # census's own limits (docs/census.md, Known limits), not transformers'.
 REFUSED = {
-    "databricks/dbrx-instruct": ("bad_value", "transformers 5.24 cannot build it: its attn_config states no rope_theta the class reads"),
+    "databricks/dbrx-instruct": ("unsupported_layer", "its experts (DbrxExperts) keep every expert's weights in 2-D matrices and loop over the experts the router chose: neither the experts interface nor stacked experts (tests/test_census_dbrx.py)"),
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": ("unsupported_layer", "latent MoE (moe_latent_size 1024): its experts run in a latent width, not a whole number of hidden-size projections"),
 }
 
