@@ -477,6 +477,13 @@ class LayerView:
             return int(next(n for n in last.shape[1:] if n != self.hidden)) if self.hidden in last.shape[1:] else None
         return expert_width(experts, self.hidden)
 
+    def router_candidates(self, router: list) -> int:
+        """The candidates the router chooses among: the experts' (expert_candidates), or more
+        where its top-k chose among more (experts of the interface that hold only the experts
+        that compute, the router's other candidates handled outside them: longcat_flash's zero
+        experts since transformers 5.25, which its MoE block passes on itself)."""
+        return max([expert_candidates(self.experts)] + [op.in_last for op in router if op.name == "topk"])
+
     def experts_impl(self) -> str:
         """How the routed experts ran: grouped_mm (the experts interface), or their own code over
         every token (`dense`) or over the chosen slots (`stacked`)."""
@@ -744,7 +751,7 @@ class LayerView:
         kernels = self.attention_kernels()
         router = [op for child in self.ffn_children for op in self.probe.router_ops.get(child, [])]
         experts = self.experts
-        n_exp = expert_candidates(experts) if experts is not None else -1  # the router scores every candidate, zero experts too
+        n_exp = self.router_candidates(router) if experts is not None else -1  # the router scores every candidate, zero experts too
         dense = self.dense_width()
         return {
             "norm_upcast": upcast,

@@ -101,7 +101,8 @@ def has_expert_dimension(module: nn.Module) -> bool:
     2-D biases, at least two experts), and no child holds parameters: the shape of routed
     experts outside the experts interface (llama4's Llama4TextExperts), or of shared experts
     stacked alike. The first sizes may differ: experts that hold only some of the weights
-    (longcat_flash's zero experts, slices of gate_up_proj that no down_proj follows) are
+    (longcat_flash's zero experts in transformers 5.24, slices of gate_up_proj that no
+    down_proj follows) are
     candidates the router chooses among (expert_candidates), not experts that compute
     (expert_count)."""
     own = list(module.parameters(recurse=False))
@@ -155,7 +156,9 @@ def expert_count(module: nn.Module) -> int:
 
 def expert_candidates(module: nn.Module) -> int:
     """The experts a router chooses among: the largest leading dimension of the weights (beyond
-    expert_count, experts that compute nothing: longcat_flash's zero experts pass a token on)."""
+    expert_count, experts that compute nothing: longcat_flash's zero experts pass a token on).
+    The interface's experts hold only those that compute; a router may choose among more (see
+    census/describe.py's router_candidates)."""
     if is_experts_interface(module):
         return int(module.num_experts)
     return max(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 3)

@@ -205,6 +205,7 @@ class OpSeen:
     out_dtype: torch.dtype | None
     out_last: int  # the output's last dim (0 for a 0-dim output)
     in_dtype: torch.dtype | None
+    in_last: int = 0  # the first tensor input's last dim (0 for a 0-dim input): what a top-k chose among
 
 
 @dataclass
@@ -410,6 +411,7 @@ class Watcher:
             first_out.dtype if isinstance(first_out, torch.Tensor) else None,
             int(first_out.shape[-1]) if isinstance(first_out, torch.Tensor) and first_out.dim() else 0,
             first_in.dtype if first_in is not None else None,
+            int(first_in.shape[-1]) if first_in is not None and first_in.dim() else 0,
         )
         norm = next((name for name, m in reversed(self.path) if is_norm(m)), None)
         if norm is not None:

@@ -1,10 +1,15 @@
 """LongCat-Flash (longcat_flash): a layer of two sublayers (two MLA attentions, two dense MLPs)
-plus a shortcut MoE whose routed experts run as a loop over the experts hit, zero (identity)
-experts among them (docs/census.md, "Counts read as values" and "Layers of sublayers").
+plus a shortcut MoE whose router chooses among routed and zero (identity) experts (docs/census.md,
+"Counts read as values" and "Layers of sublayers"). Since transformers 5.25 its routed experts are
+transformers' experts interface (grouped_mm over every slot) and the MoE block handles the zero
+experts itself: their gate weights scale the token beside the experts, and their slots go to
+routed experts with weight 0 (transformers 5.24 ran the experts as a loop over the experts hit,
+zero experts among them).
 
-- the census's assumed routing (census/expert_counts.py): the experts hit (a `nonzero` of a
-  per-candidate mask) and each one's slots (a one-argument `where` of its per-slot mask) are
-  answered with even loads over every candidate, zero experts included; nothing else is;
+- the census's assumed routing (census/expert_counts.py), which experts run as such a loop ask
+  for: the experts hit (a `nonzero` of a per-candidate mask) and each one's slots (a
+  one-argument `where` of its per-slot mask) are answered with even loads over every
+  candidate, zero experts included; nothing else is;
 - the probe's layer count where the config's counts the sublayers (num_hidden_layers is
   2 × num_layers, the stack's length);
 - a tiny layer's census bytes against a real CPU forward and backward of the same layer with its
@@ -24,7 +29,6 @@ B, F, L = 2, 4, 8  # bf16, fp32, int64 bytes
 H, S, NH, QR, KR, NOPE, ROPE, V, M = 32, 16, 2, 16, 8, 8, 4, 8, 24  # hidden, tokens, heads, q and kv lora ranks, head dims, dense MLP width
 E, Z, K, I = 4, 2, 3, 16  # routed experts, zero experts, top-k, expert width
 C, N = E + Z, S * K  # the router's candidates, the token slots
-PER = N // C  # slots per candidate at even loads
 TINY = {
     "model_type": "longcat_flash", "hidden_size": H, "num_layers": 2, "num_attention_heads": NH, "q_lora_rank": QR,
     "kv_lora_rank": KR, "qk_nope_head_dim": NOPE, "qk_rope_head_dim": ROPE, "head_dim": ROPE, "v_head_dim": V,
@@ -149,15 +153,23 @@ def _expected():
     # the two dense MLPs: input, SiLU's output, up's output, down's input (SiLU's input: ffAct)
     dense = [((S, H), bf16, S * H * B), ((1, S, M), bf16, S * M * B), ((1, S, M), bf16, S * M * B), ((S, M), bf16, S * M * B)] * 2
     dense_act = [((1, S, M), bf16, S * M * B)] * 2
-    # the router: its fp32 input, the fp32 copy of its weight (F.linear's), the softmax, the top-k's indices
+    # the router: its fp32 input, the fp32 copy of its weight (F.linear's), the softmax over every
+    # candidate, zero experts included, the top-k's indices
     router = [((S, H), f32, S * H * F), ((H, C), f32, H * C * F), ((S, C), f32, S * C * F), ((S, K), i64, S * K * L)]
-    # every candidate hit: its positions (slot and token, one storage), the tokens gathered, the
-    # gate weights gathered, the weighted output index_add keeps; a routed one also its down
-    # projection's output, SiLU's output and down's input (its gate_up output: ffAct)
-    each = [((PER,), i64, PER * 2 * L), ((PER, H), bf16, PER * H * B), ((PER, 1), f32, PER * F), ((PER, H), bf16, PER * H * B)]
-    routed = [((PER, H), bf16, PER * H * B), ((PER, I), bf16, PER * I * B), ((PER, I), bf16, PER * I * B)]
-    moe = router + each * C + routed * E
-    moe_act = [((PER, I), bf16, PER * 2 * I * B)] * E
+    # the zero experts, beside the experts: the bool masks of the two masked_fills (the zero
+    # experts' weights kept, the routed ones' kept), and the summed zero-expert weight the
+    # token is scaled by (the token itself is the MLPs' input, already kept)
+    zero = [((S, K), torch.bool, S * K)] * 2 + [((S, 1), f32, S * F)]
+    # the experts interface over every slot, zero experts' too (sent to routed experts with
+    # weight 0): the sort's permutation indexing the weights, its token index (perm // k)
+    # gathering the tokens and the index the output is summed back with; grouped_mm's int32
+    # offsets (one per expert, both matmuls'); the tokens gathered (gate_up's input), SiLU's
+    # output, down's input, down's output and the sorted fp32 weights (the weighting product's);
+    # gate_up's output, SiLU's input: ffAct
+    experts = [((N,), i64, N * L)] * 3 + [((E,), torch.int32, E * 4)]
+    experts += [((N, H), bf16, N * H * B), ((N, I), bf16, N * I * B), ((N, I), bf16, N * I * B), ((N, H), bf16, N * H * B), ((N, 1), f32, N * F)]
+    moe = router + zero + experts
+    moe_act = [((N, I), bf16, N * 2 * I * B)]
     return {
         "normOp": norms, "attMM": attention, "attBMM": kernel, "softmax": out,
         "ffMM": dense + moe, "ffAct": dense_act + moe_act,
@@ -171,30 +183,30 @@ def test_the_census_books_what_a_real_layer_keeps_at_even_loads(spec):
     assert booked == {op: sum(n for *_, n in storages) for op, storages in expected.items()}
 
 
-def test_the_bytes_depend_on_the_slots_sent_to_zero_experts_not_their_spread():
-    """A routed slot keeps more than a slot sent to a zero expert (which only passes its token
-    on): what the layer keeps depends on how many slots go to the zero experts. With as many as
-    at even loads, spread differently (routed slots over two experts, the zero ones over one),
-    it keeps the same bytes; with more slots to the zero experts, less (docs/census.md)."""
+def test_the_bytes_depend_on_neither_the_spread_nor_the_slots_sent_to_zero_experts():
+    """Every slot runs through the experts interface, a slot sent to a zero expert too (to a
+    routed expert, with weight 0; transformers 5.24's loop gave it no matmul): what the layer
+    keeps depends neither on how the slots spread among the experts nor on how many reach a
+    zero expert, so the census's even loads are every routing's bytes (docs/census.md)."""
 
     def total(chosen):
         return sum(n for *_, n in _kept(chosen))
 
     even = total(_even())
     slot = torch.arange(K)[None].expand(S, K)
-    # the even routing sends N·E/C slots to routed experts: here token t's slots 0 and 1 go to
-    # routed experts 0 and 1, its slot 2 to zero expert E (the same 2/3 share when K = 3, C = 6)
+    # token t's slots 0 and 1 to routed experts 0 and 1, its slot 2 to zero expert E: the even
+    # routing's zero-expert share (a third when K = 3, C = 6), spread otherwise
     assert E * K == 2 * C
     skewed = torch.where(slot < 2, slot, torch.full_like(slot, E)).contiguous()
     assert total(skewed) == even
-    assert total(torch.tensor([E, E + 1, 0]).expand(S, K).contiguous()) < even  # two of each token's three slots to the zero experts
+    assert total(torch.tensor([E, E + 1, 0]).expand(S, K).contiguous()) == even  # two of each token's three slots to the zero experts
 
 
 def test_the_tiny_layer_states_its_kind(spec):
     kind = spec["layers"][0]["kind"]
     assert spec["layers"] == [{"kind": kind, "count": 2}]
     assert (spec["num_experts"], spec["num_experts_per_tok"], spec["moe_intermediate_size"]) == (E, K, I)
-    assert spec["measured"][kind]["experts_impl"] == "stacked"
+    assert spec["measured"][kind]["experts_impl"] == "grouped_mm"  # transformers' experts interface
 
 
 # -- the registry default --------------------------------------------------------------------
@@ -223,14 +235,14 @@ def test_the_registry_default_states_its_kinds_and_counts():
     }  # fmt: skip
     variants = spec["variants"][kind]
     assert variants["router_scores_all"] and variants["router_fp32_input"]  # a softmax over all 768 candidates, of an fp32 input
-    assert not variants["experts_dense"] and spec["measured"][kind]["experts_impl"] == "stacked"
+    assert not variants["experts_dense"] and spec["measured"][kind]["experts_impl"] == "grouped_mm"
     priced, measured = priced_vs_measured(spec, 256)[kind]
     assert abs(priced / measured - 1) > 0.02  # the records price one mixer and one feed-forward: stored unpriced
     h, heads = 6144, 64
     mla = h * 1536 + 1536 * heads * (128 + 64) + h * (512 + 64) + 512 * heads * (128 + 128) + heads * 128 * h
     assert spec["params"]["kinds"][kind] == {
         "attention": 2 * mla,
-        "ffn_routed": (512 + 256) * 2 * 2048 * h + 512 * h * 2048,  # gate_up_proj holds the zero experts' slices too
+        "ffn_routed": 512 * 2 * 2048 * h + 512 * h * 2048,  # the experts that compute (5.24's gate_up_proj held the zero experts' slices too)
         "ffn_shared": 0,
         "ffn_router": (512 + 256) * h,
         "ffn_dense": 2 * 3 * h * 12288,
