@@ -7,7 +7,8 @@ One function per stage; the stages hand plain values to each other:
    hashes it. Transient source errors are retried; the rest become failures rows.
 3. `plan_jobs` groups the repos by config_hash (fine-tunes and re-uploads such as DeepSeek-V3
    and R1 share one) and keeps the configs the published catalogue does not hold yet at the
-   current census and records versions and at every setting of the current grid.
+   current census and records versions, measured by the current transformers and torch, and
+   at every setting of the current grid.
 4. `analyse_config` censuses and prices each new config in a child process of its own, on the
    chosen task runner: local threads (the default; each drives one census process) or a Dask
    cluster. Results are cached by config_hash and versions (flows/tasks.py).
@@ -164,21 +165,29 @@ def representative(fetched: Fetched) -> tuple:
     return (-(fetched.listing.downloads or 0), fetched.listing.repo_id)
 
 
+def library_versions(versions: dict[str, str]) -> dict[str, str]:
+    """The libraries that measure a spec, part of its identity in the catalogue: a spec
+    measured by another transformers or torch is not carried, its config is censused again."""
+    return {"transformers": versions["transformers"], "torch": versions["torch"]}
+
+
 def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
-    """One job per distinct config the catalogue does not hold at these versions: a census,
-    or only a pricing when the spec is stored but not priced under tonight's records at every
-    setting of tonight's grid (catalogue/records/settings.yaml)."""
+    """One job per distinct config the catalogue does not hold at these versions (the census's,
+    measured by tonight's transformers and torch): a census, or only a pricing when the spec is
+    stored but not priced under tonight's records at every setting of tonight's grid
+    (catalogue/records/settings.yaml)."""
     from speccat.catalogue.records.settings import load_settings
 
     by_hash: dict[str, list[Fetched]] = defaultdict(list)
     for fetched in night.fetched.values():
         by_hash[fetched.config_hash].append(fetched)
     grid = [s["setting_id"] for s in load_settings().settings]
-    held = target.stored(versions["census"], versions["records"], grid)
+    libraries = library_versions(versions)
+    held = target.stored(versions["census"], versions["records"], grid, libraries)
     specced = set() if rebuild else held.specs & set(by_hash)
     done = specced & held.priced
     to_price = sorted(specced - done)
-    specs = target.load_specs(versions["census"], to_price) if to_price else {}
+    specs = target.load_specs(versions["census"], to_price, libraries) if to_price else {}
     night.stored = len(done)
     night.new_hashes = set(by_hash) - specced
     jobs = []

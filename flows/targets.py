@@ -33,11 +33,13 @@ class _Target:
     def options(self) -> dict:
         return {}
 
-    def stored(self, census_version: str, records_version: str, setting_ids):
-        return self._store().stored(self.where(), census_version, records_version, setting_ids, **self.options())
+    def stored(self, census_version: str, records_version: str, setting_ids, libraries=None):
+        return self._store().stored(
+            self.where(), census_version, records_version, setting_ids, libraries=libraries, **self.options()
+        )
 
-    def load_specs(self, census_version: str, config_hashes) -> dict[str, dict]:
-        return self._store().load_specs(self.where(), census_version, config_hashes, **self.options())
+    def load_specs(self, census_version: str, config_hashes, libraries=None) -> dict[str, dict]:
+        return self._store().load_specs(self.where(), census_version, config_hashes, libraries=libraries, **self.options())
 
     def publish(self, night: NightData) -> None:
         self._store().publish(self.where(), night, **self.options())

@@ -28,7 +28,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +68,9 @@ TABLES: tuple[str, ...] = (
 # (filled before the schema runs), the grid's default setting, states.yaml's sharding, the ops
 # each switch set re-runs and accelerators.yaml (sql/schema/).
 REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", "state_sharding", "switch_ops", "accelerators")
+# The columns that, beside census_version, say which libraries measured a spec (part of the key
+# of every spec and price table).
+LIBRARY_COLUMNS = frozenset({"transformers_version", "torch_version"})
 # switch_sets columns that are not a switch.
 SWITCH_SET_FIXED = ("mask", "n_recomputed", "switches", "name")
 # The in-memory catalog tonight's rows are staged in; sql/steps/*.sql read it by this name.
@@ -192,52 +195,69 @@ def _held_for_copy(db_path: Path, lock_wait: float | None) -> Iterator[None]:
 
 def stored(
     db_path: str | os.PathLike, census_version: str, records_version: str, setting_ids: Iterable[str],
-    lock_wait: float | None = None,
+    lock_wait: float | None = None, libraries: Mapping[str, str] | None = None,
 ) -> Stored:
     """Which config_hashes the published catalogue has specced and priced at these versions and
     at every one of `setting_ids` (the current grid): a config priced under an older grid that
-    lacks some of them is not priced yet, so the flow prices its stored spec again. Waits for a
-    process holding the file read-write as `publish` does."""
+    lacks some of them is not priced yet, so the flow prices its stored spec again.
+
+    `libraries` ({"transformers": V, "torch": V}, tonight's) names the libraries a spec must have
+    been measured by to count: they are part of its identity, so a night on a new transformers or
+    torch holds nothing and censuses every config again. None counts a spec of any library.
+    Waits for a process holding the file read-write as `publish` does."""
     if not Path(db_path).is_file():
         return Stored(frozenset(), frozenset())
     wait = LIMITS["lock_wait_s"] if lock_wait is None else lock_wait
     with contextlib.closing(open_readonly(db_path, wait)) as con:
-        return stored_in(con, census_version, records_version, setting_ids)
+        return stored_in(con, census_version, records_version, setting_ids, libraries)
 
 
 def load_specs(
     db_path: str | os.PathLike, census_version: str, config_hashes: Iterable[str] | None = None,
-    lock_wait: float | None = None,
+    lock_wait: float | None = None, libraries: Mapping[str, str] | None = None,
 ) -> dict[str, dict]:
-    """Stored specs at a census version (all, or those named), as plain mappings.
+    """Stored specs at a census version and `libraries` (as `stored`; None: any), all or those
+    named, as plain mappings.
 
     For pricing again (under new records or a new grid) without censusing again."""
     wait = LIMITS["lock_wait_s"] if lock_wait is None else lock_wait
     with contextlib.closing(open_readonly(db_path, wait)) as con:
-        return specs_in(con, census_version, config_hashes)
+        return specs_in(con, census_version, config_hashes, libraries)
+
+
+def _library_parameters(libraries: Mapping[str, str] | None) -> dict[str, str | None]:
+    libraries = libraries or {}
+    return {"transformers": libraries.get("transformers"), "torch": libraries.get("torch")}
 
 
 def stored_in(
-    con: duckdb.DuckDBPyConnection, census_version: str, records_version: str, setting_ids: Iterable[str]
+    con: duckdb.DuckDBPyConnection, census_version: str, records_version: str, setting_ids: Iterable[str],
+    libraries: Mapping[str, str] | None = None,
 ) -> Stored:
     """`stored()` on an open catalogue (the file's, or a lake's as its default catalog)."""
+    parameters = {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
     try:
-        rows = con.execute(
-            sql.load("steps/stored"), {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
-        ).fetchall()
+        rows = con.execute(sql.load("steps/stored"), {**parameters, **_library_parameters(libraries)}).fetchall()
     except duckdb.CatalogException:
         # A catalogue published before switch_costs existed: its specs are kept, nothing counts
         # as priced, so the flow prices each spec again and the store adds the costs.
-        return Stored(frozenset(specs_in(con, census_version)), frozenset())
+        return Stored(frozenset(specs_in(con, census_version, None, libraries)), frozenset())
+    except duckdb.BinderException:
+        # A catalogue published before specs recorded their libraries: which library measured
+        # each spec is not known to this query, so nothing is held and the flow censuses every
+        # config again (the publish carries the old rows, their libraries inferred from runs).
+        return Stored(frozenset(), frozenset())
     return Stored(*(frozenset(h for held, h in rows if held == kind) for kind in ("spec", "priced")))
 
 
 def specs_in(
-    con: duckdb.DuckDBPyConnection, census_version: str, config_hashes: Iterable[str] | None = None
+    con: duckdb.DuckDBPyConnection, census_version: str, config_hashes: Iterable[str] | None = None,
+    libraries: Mapping[str, str] | None = None,
 ) -> dict[str, dict]:
     """`load_specs()` on an open catalogue (the file's, or a lake's as its default catalog)."""
     hashes = None if config_hashes is None else sorted(set(config_hashes))
-    rows = con.execute(sql.load("steps/stored_specs"), {"census": census_version, "hashes": hashes}).fetchall()
+    parameters = {"census": census_version, "hashes": hashes, **_library_parameters(libraries)}
+    rows = con.execute(sql.load("steps/stored_specs"), parameters).fetchall()
     return {h: json.loads(spec) for h, spec in rows}
 
 
@@ -392,8 +412,11 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
             dropped = [c for c in old[table] if c not in new[table]]
             if dropped:
                 raise StoreError("schema", f"{table}: the new schema drops column(s) {dropped}; stored values would be lost")
+            # A spec or price table stored before the libraries were part of a spec's key: each
+            # row gains the libraries of the night that censused it (sql/steps/carry_spec_table.sql).
+            step = "steps/carry_spec_table" if LIBRARY_COLUMNS <= set(new[table]) - set(old[table]) else "steps/carry_table"
             try:
-                con.execute(sql.render("steps/carry_table", table=table, columns=old[table], source=OLD))
+                con.execute(sql.render(step, table=table, columns=old[table], source=OLD))
             except (duckdb.ConversionException, duckdb.ConstraintException) as err:
                 raise StoreError("schema", f"{table}: stored rows do not fit the new schema: {first_line(err)}") from None
     finally:

@@ -27,7 +27,7 @@ import importlib
 import random
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -153,10 +153,12 @@ def open_lake(lake: Lake) -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
-def stored(lake: Lake, census_version: str, records_version: str, setting_ids: Iterable[str]) -> Stored:
+def stored(
+    lake: Lake, census_version: str, records_version: str, setting_ids: Iterable[str], libraries: Mapping[str, str] | None = None
+) -> Stored:
     """What the lake holds, as `store.stored()` tells it of the single file: config_hashes
-    specced at `census_version`, and those priced at both versions at every one of
-    `setting_ids`. A lake not created yet, or never published into, holds nothing."""
+    specced at `census_version` by `libraries` (None: any), and those priced at both versions at
+    every one of `setting_ids`. A lake not created yet, or never published into, holds nothing."""
     nothing = Stored(frozenset(), frozenset())
     held = catalog_file(lake)
     if held is not None and not held.exists():
@@ -165,7 +167,7 @@ def stored(lake: Lake, census_version: str, records_version: str, setting_ids: I
         with open_lake(lake) as con:
             if not _published(con):
                 return nothing
-            return stored_in(con, census_version, records_version, setting_ids)
+            return stored_in(con, census_version, records_version, setting_ids, libraries)
     except StoreError as err:
         # DuckLake's words for a catalog that holds no lake (a read-only attach creates none).
         if "does not exist" in str(err):
@@ -173,10 +175,12 @@ def stored(lake: Lake, census_version: str, records_version: str, setting_ids: I
         raise
 
 
-def load_specs(lake: Lake, census_version: str, config_hashes: Iterable[str] | None = None) -> dict[str, dict]:
-    """The lake's specs at a census version (all, or those named), as `store.load_specs()`."""
+def load_specs(
+    lake: Lake, census_version: str, config_hashes: Iterable[str] | None = None, libraries: Mapping[str, str] | None = None
+) -> dict[str, dict]:
+    """The lake's specs at a census version and `libraries` (all, or those named), as `store.load_specs()`."""
     with open_lake(lake) as con:
-        return specs_in(con, census_version, config_hashes) if _published(con) else {}
+        return specs_in(con, census_version, config_hashes, libraries) if _published(con) else {}
 
 
 def _published(con: duckdb.DuckDBPyConnection) -> bool:

@@ -3,7 +3,7 @@
 The flow fills a NightData with plain values (mappings, sequences, pyarrow tables) and calls
 `speccat.catalogue.store.file.publish(db_path, night)`. Only what is new tonight needs to be in
 `configs`, `specs` and `prices`: whatever the published catalogue already holds at the same
-census and records versions is carried over. `repos` lists every repo the source listed
+census and records versions, measured by the same transformers and torch, is carried over. `repos` lists every repo the source listed
 tonight (including those whose fetch failed, with config_hash None) and `failures` says why.
 """
 
@@ -57,19 +57,18 @@ SWITCH_COST_COLUMNS: tuple[str, ...] = (
 )
 # The price tables as staged: the catalogue tables' columns, in their order (sql/schema.sql).
 _KEY = pa.dictionary(pa.int32(), pa.string())
+# What identifies a measurement: the config, the census's version and the libraries it ran on.
+_SPEC_KEY = [("config_hash", _KEY), ("census_version", _KEY), ("transformers_version", _KEY), ("torch_version", _KEY)]
 STAGED_PRICES: dict[str, pa.Schema] = {
     "layer_prices": pa.schema(
-        [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
-         ("mask", pa.int16()), ("records_version", _KEY)]
+        [*_SPEC_KEY, ("kind", pa.string()), ("setting_id", pa.string()), ("mask", pa.int16()), ("records_version", _KEY)]
         + [(c, pa.float64()) for c in ("attention", "ffn", "norm", "total")]
     ),
     "full_prices": pa.schema(
-        [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
-         ("records_version", _KEY), ("kept", pa.float64())]
+        [*_SPEC_KEY, ("kind", pa.string()), ("setting_id", pa.string()), ("records_version", _KEY), ("kept", pa.float64())]
     ),
     "switch_costs": pa.schema(
-        [("config_hash", _KEY), ("census_version", _KEY), ("kind", pa.string()), ("setting_id", pa.string()),
-         ("mask", pa.int16()), ("records_version", _KEY)]
+        [*_SPEC_KEY, ("kind", pa.string()), ("setting_id", pa.string()), ("mask", pa.int16()), ("records_version", _KEY)]
         + [(c, pa.float64()) for c in ("recompute_flops", "recompute_bytes", "step_flops")]
         + [("representative", pa.int16()), ("on_frontier", pa.bool_())]
     ),
@@ -94,7 +93,8 @@ class NightData:
     switches: the records' switch names in mask-bit order (`Records.switches`).
     repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual").
     configs: config_hash -> the config mapping (its model_type is stored as a column).
-    specs: config_hash -> ModelSpec mapping, censused at versions["census"].
+    specs: config_hash -> ModelSpec mapping, censused at versions["census"] with
+        versions["transformers"] and versions["torch"] (stored with them: part of its key).
     prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`,
         `switch_costs`: pyarrow tables with LAYER_PRICE_COLUMNS, FULL_PRICE_COLUMNS and
         SWITCH_COST_COLUMNS, the last one row per (kind, setting) of full_prices and switch
@@ -148,6 +148,16 @@ class NightData:
     @property
     def records_version(self) -> str:
         return self.versions["records"]
+
+    @property
+    def spec_key(self) -> dict[str, str]:
+        """The versions that, with a config_hash, identify tonight's measurements: the census's
+        and the transformers and torch packages' (every spec table's key)."""
+        return {
+            "census_version": self.census_version,
+            "transformers_version": self.versions["transformers"],
+            "torch_version": self.versions["torch"],
+        }
 
     def validate(self) -> None:
         """Raise StoreError("bad_run") naming the first malformed field."""
@@ -243,21 +253,21 @@ class NightData:
             ),
             "raw_specs": _table(
                 [
-                    {"config_hash": h, "census_version": self.census_version, "spec": _canonical(s)}
+                    {"config_hash": h, **self.spec_key, "spec": _canonical(s)}
                     for h, s in sorted(self.specs.items())
                 ],
-                ("config_hash", "census_version", "spec"),
+                ("config_hash", *self.spec_key, "spec"),
             ),
         }
         tables["layer_prices"], tables["full_prices"], tables["switch_costs"] = self._price_tables()
         for name, per_config, fields in self._per_config_rows():  # keyed by the config and tonight's versions
             tables[name] = _table(
                 [
-                    {"config_hash": h, "census_version": self.census_version, "records_version": self.records_version, **row}
+                    {"config_hash": h, **self.spec_key, "records_version": self.records_version, **row}
                     for h, rows in sorted(per_config.items())
                     for row in rows
                 ],
-                ("config_hash", "census_version", "records_version") + fields,
+                ("config_hash", *self.spec_key, "records_version") + fields,
             )
         for name in ("state_sharding", "switch_ops", "accelerators"):
             rows = getattr(self, name)
@@ -299,7 +309,7 @@ class NightData:
                 table, n = parts[part], parts[part].num_rows
                 keys = {
                     "config_hash": _constant(config_hash, n),
-                    "census_version": _constant(self.census_version, n),
+                    **{k: _constant(v, n) for k, v in self.spec_key.items()},
                     "records_version": _constant(self.records_version, n),
                 }
                 schema = STAGED_PRICES[part]

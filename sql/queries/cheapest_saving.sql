@@ -14,6 +14,8 @@ SET VARIABLE _config_hash = coalesce(
     (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),
     error('repo_id ' || coalesce(getvariable('repo_id'), '(not set)') || ' has no config in the catalogue'));
 SET VARIABLE _census_version = (SELECT census_version FROM latest_run);
+SET VARIABLE _transformers_version = (SELECT transformers_version FROM latest_run);
+SET VARIABLE _torch_version = (SELECT torch_version FROM latest_run);
 SET VARIABLE _records_version = (SELECT records_version FROM latest_run);
 SET VARIABLE _accelerator = coalesce(
     (SELECT accelerator FROM accelerators
@@ -27,16 +29,19 @@ WITH costs AS (
     SELECT kind, setting_id, mask, recompute_flops, recompute_bytes, step_flops, representative, on_frontier
     FROM switch_costs
     WHERE config_hash = getvariable('_config_hash') AND census_version = getvariable('_census_version')
+      AND transformers_version = getvariable('_transformers_version') AND torch_version = getvariable('_torch_version')
       AND records_version = getvariable('_records_version') AND list_contains(getvariable('_setting_ids'), setting_id)
 ),
 prices AS (
     SELECT kind, setting_id, mask, total FROM layer_prices
     WHERE config_hash = getvariable('_config_hash') AND census_version = getvariable('_census_version')
+      AND transformers_version = getvariable('_transformers_version') AND torch_version = getvariable('_torch_version')
       AND records_version = getvariable('_records_version') AND list_contains(getvariable('_setting_ids'), setting_id)
 ),
 fulls AS (
     SELECT kind, setting_id, kept FROM full_prices
     WHERE config_hash = getvariable('_config_hash') AND census_version = getvariable('_census_version')
+      AND transformers_version = getvariable('_transformers_version') AND torch_version = getvariable('_torch_version')
       AND records_version = getvariable('_records_version') AND list_contains(getvariable('_setting_ids'), setting_id)
 ),
 seconds AS (  -- per kind, setting and point: the estimated time of the ops it re-runs
@@ -45,6 +50,7 @@ seconds AS (  -- per kind, setting and point: the estimated time of the ops it r
     FROM op_costs AS o JOIN switch_ops AS w USING (op)
     JOIN accelerators AS a ON a.accelerator = getvariable('_accelerator')
     WHERE o.config_hash = getvariable('_config_hash') AND o.census_version = getvariable('_census_version')
+      AND o.transformers_version = getvariable('_transformers_version') AND o.torch_version = getvariable('_torch_version')
       AND o.records_version = getvariable('_records_version') AND list_contains(getvariable('_setting_ids'), o.setting_id)
     GROUP BY ALL
 ),
@@ -79,6 +85,7 @@ SELECT b.setting_id, b.kind, k.layers AS layers_count, b.mask, coalesce(w.name, 
        getvariable('_accelerator') AS accelerator, b.recompute_s
 FROM best AS b
 JOIN kinds AS k ON k.config_hash = getvariable('_config_hash') AND k.census_version = getvariable('_census_version')
+      AND k.transformers_version = getvariable('_transformers_version') AND k.torch_version = getvariable('_torch_version')
                AND k.kind = b.kind
 LEFT JOIN switch_sets AS w ON w.mask = b.mask
 LEFT JOIN classes AS c ON c.kind = b.kind AND c.setting_id = b.setting_id AND c.mask = b.mask

@@ -11,6 +11,8 @@ SET VARIABLE _config_hash = coalesce(
     (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),
     error('repo_id ' || coalesce(getvariable('repo_id'), '(not set)') || ' has no config in the catalogue'));
 SET VARIABLE _census_version = (SELECT census_version FROM latest_run);
+SET VARIABLE _transformers_version = (SELECT transformers_version FROM latest_run);
+SET VARIABLE _torch_version = (SELECT torch_version FROM latest_run);
 SET VARIABLE _records_version = (SELECT records_version FROM latest_run);
 SET VARIABLE _setting_ids = coalesce(
     (SELECT list(setting_id) FROM chosen_settings),
@@ -22,8 +24,9 @@ WITH costed AS (
            sum(k.layers * c.recompute_flops) AS recompute_flops, sum(k.layers * c.recompute_bytes) AS recompute_moved_bytes,
            sum(k.layers * c.step_flops) AS step_flops
     FROM switch_costs AS c
-    JOIN kinds AS k ON k.config_hash = c.config_hash AND k.census_version = c.census_version AND k.kind = c.kind
+    JOIN kinds AS k ON k.config_hash = c.config_hash AND k.census_version = c.census_version AND k.transformers_version = c.transformers_version AND k.torch_version = c.torch_version AND k.kind = c.kind
     WHERE c.config_hash = getvariable('_config_hash') AND c.census_version = getvariable('_census_version')
+      AND c.transformers_version = getvariable('_transformers_version') AND c.torch_version = getvariable('_torch_version')
       AND c.records_version = getvariable('_records_version')
       AND list_contains(getvariable('_setting_ids'), c.setting_id) AND c.mask >= 0
     GROUP BY c.setting_id, c.mask
@@ -34,6 +37,7 @@ priced AS (
     FROM model_prices AS m JOIN switch_sets AS w USING (mask)
     JOIN costed AS c ON c.setting_id = m.setting_id AND c.mask = m.mask
     WHERE m.config_hash = getvariable('_config_hash') AND m.census_version = getvariable('_census_version')
+      AND m.transformers_version = getvariable('_transformers_version') AND m.torch_version = getvariable('_torch_version')
       AND m.records_version = getvariable('_records_version')
       AND list_contains(getvariable('_setting_ids'), m.setting_id)
 ),

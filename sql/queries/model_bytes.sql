@@ -7,15 +7,19 @@ SET VARIABLE _config_hash = coalesce(
     (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),
     error('repo_id ' || coalesce(getvariable('repo_id'), '(not set)') || ' has no config in the catalogue'));
 SET VARIABLE _census_version = (SELECT census_version FROM latest_run);
+SET VARIABLE _transformers_version = (SELECT transformers_version FROM latest_run);
+SET VARIABLE _torch_version = (SELECT torch_version FROM latest_run);
 SET VARIABLE _records_version = (SELECT records_version FROM latest_run);
 
 WITH m AS (
     SELECT setting_id, mask, attention, ffn, norm, total FROM model_prices
     WHERE config_hash = getvariable('_config_hash') AND census_version = getvariable('_census_version')
+      AND transformers_version = getvariable('_transformers_version') AND torch_version = getvariable('_torch_version')
       AND records_version = getvariable('_records_version')
     UNION ALL
     SELECT setting_id, NULL, NULL, NULL, NULL, total FROM model_full_prices
     WHERE config_hash = getvariable('_config_hash') AND census_version = getvariable('_census_version')
+      AND transformers_version = getvariable('_transformers_version') AND torch_version = getvariable('_torch_version')
       AND records_version = getvariable('_records_version')
 )
 SELECT s.stack, s.seq_length, s.micro_batch, s.tp, s.cp, m.mask, coalesce(w.name, 'full') AS switch_set,

@@ -10,6 +10,6 @@ SELECT r.repo_id, p.kind, p.point, p.seq_length, p.tp, p.cp, p.attention_impl, p
        p.forward_flops_cause
 FROM repos AS r
 JOIN priced_vs_measured AS p ON p.config_hash = r.config_hash
-JOIN latest_run AS v ON v.census_version = p.census_version AND v.records_version = p.records_version
+JOIN latest_run AS v ON v.census_version = p.census_version AND v.transformers_version = p.transformers_version AND v.torch_version = p.torch_version AND v.records_version = p.records_version
 WHERE getvariable('repo_id') IS NULL OR r.repo_id = getvariable('repo_id')
 ORDER BY r.repo_id, p.kind, p.point = 'census' DESC, p.point;

@@ -11,26 +11,26 @@
 -- sharing a hash have different raw JSON. The catalogue keeps the first config it stored for a
 -- hash (sql/steps/merge.sql), the raw JSON of one representative repo.
 WITH stored_groups AS (
-    SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_full_prices AS n
+    SELECT DISTINCT config_hash, census_version, transformers_version, torch_version, records_version, setting_id FROM staged_full_prices AS n
     WHERE EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id)
 )
 SELECT 'specs' AS tbl, config_hash || ' @ ' || census_version AS key
 FROM (SELECT * FROM incoming.specs EXCEPT SELECT * FROM specs) AS n
-WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM specs)
+WHERE (config_hash, census_version, transformers_version, torch_version) IN (SELECT (config_hash, census_version, transformers_version, torch_version) FROM specs)
 UNION ALL
 SELECT DISTINCT 'kinds', config_hash || ' @ ' || census_version
 FROM (SELECT * FROM incoming.kinds EXCEPT SELECT * FROM kinds) AS n
-WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM kinds)
+WHERE (config_hash, census_version, transformers_version, torch_version) IN (SELECT (config_hash, census_version, transformers_version, torch_version) FROM kinds)
 UNION ALL
 SELECT DISTINCT 'stack', config_hash || ' @ ' || census_version
 FROM (SELECT * FROM incoming.stack EXCEPT SELECT * FROM stack) AS n
-WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM stack)
+WHERE (config_hash, census_version, transformers_version, torch_version) IN (SELECT (config_hash, census_version, transformers_version, torch_version) FROM stack)
 UNION ALL
 SELECT DISTINCT 'measured', config_hash || ' @ ' || census_version
 FROM (SELECT * FROM incoming.measured EXCEPT SELECT * FROM measured) AS n
-WHERE (config_hash, census_version) IN (SELECT (config_hash, census_version) FROM measured)
+WHERE (config_hash, census_version, transformers_version, torch_version) IN (SELECT (config_hash, census_version, transformers_version, torch_version) FROM measured)
 UNION ALL
 SELECT 'settings', setting_id
 FROM (SELECT * FROM incoming.settings EXCEPT SELECT * FROM settings) AS n
@@ -43,19 +43,19 @@ UNION ALL
 SELECT DISTINCT 'layer_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
 FROM (SELECT * FROM staged_layer_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)
       EXCEPT SELECT * FROM layer_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
-WHERE (config_hash, census_version, records_version, setting_id)
-      IN (SELECT (config_hash, census_version, records_version, setting_id) FROM stored_groups)
+WHERE (config_hash, census_version, transformers_version, torch_version, records_version, setting_id)
+      IN (SELECT (config_hash, census_version, transformers_version, torch_version, records_version, setting_id) FROM stored_groups)
 UNION ALL
 SELECT DISTINCT 'full_prices', config_hash || ' @ ' || census_version || ' / ' || records_version
 FROM (SELECT * FROM staged_full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)
       EXCEPT SELECT * FROM full_prices WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
-WHERE (config_hash, census_version, records_version, setting_id)
-      IN (SELECT (config_hash, census_version, records_version, setting_id) FROM stored_groups)
+WHERE (config_hash, census_version, transformers_version, torch_version, records_version, setting_id)
+      IN (SELECT (config_hash, census_version, transformers_version, torch_version, records_version, setting_id) FROM stored_groups)
 UNION ALL
 SELECT DISTINCT 'switch_costs', config_hash || ' @ ' || census_version || ' / ' || records_version
 FROM (SELECT * FROM staged_switch_costs WHERE config_hash IN (SELECT config_hash FROM stored_groups)
       EXCEPT SELECT * FROM switch_costs WHERE config_hash IN (SELECT config_hash FROM stored_groups)) AS n
-WHERE (config_hash, census_version, records_version, setting_id)  -- a group whose costs are stored
-      IN (SELECT (config_hash, census_version, records_version, setting_id) FROM switch_costs
+WHERE (config_hash, census_version, transformers_version, torch_version, records_version, setting_id)  -- a group whose costs are stored
+      IN (SELECT (config_hash, census_version, transformers_version, torch_version, records_version, setting_id) FROM switch_costs
           WHERE mask = -1 AND config_hash IN (SELECT config_hash FROM stored_groups))
 ORDER BY tbl, key;

@@ -1,7 +1,8 @@
 -- Derive the night's spec tables from the staged JSON documents. Runs with `USE incoming`,
 -- where the store has created this file's two inputs from Arrow:
 --   raw_configs(config_hash, config VARCHAR)          the config JSON of each new config
---   raw_specs(config_hash, census_version, spec VARCHAR)  each new ModelSpec as JSON
+--   raw_specs(config_hash, census_version, transformers_version, torch_version, spec VARCHAR)
+--       each new ModelSpec as JSON, with the versions that measured it (its key)
 -- The column names of a spec are the ModelSpec field names (README.md, ModelSpec); a field
 -- the spec leaves absent becomes NULL, never zero.
 
@@ -10,7 +11,7 @@ SELECT config_hash, config::JSON ->> 'model_type', config::JSON
 FROM raw_configs;
 
 INSERT INTO specs
-SELECT config_hash, census_version,
+SELECT config_hash, census_version, transformers_version, torch_version,
        s ->> 'name', s ->> 'arch',
        (s ->> 'hidden_size')::INTEGER, (s ->> 'num_hidden_layers')::INTEGER,
        (s ->> 'num_attention_heads')::INTEGER, (s ->> 'num_key_value_heads')::INTEGER,
@@ -21,18 +22,19 @@ SELECT config_hash, census_version,
        (s ->> 'q_lora_rank')::INTEGER, (s ->> 'sliding_window')::INTEGER,
        (s ->> 'tie_word_embeddings')::BOOLEAN,
        s, s ->> 'built_as'
-FROM (SELECT config_hash, census_version, spec::JSON AS s FROM raw_specs);
+FROM (SELECT config_hash, census_version, transformers_version, torch_version, spec::JSON AS s FROM raw_specs);
 
 INSERT INTO stack
-SELECT config_hash, census_version, g.key::SMALLINT, g.value ->> 'kind', (g.value ->> 'count')::INTEGER
+SELECT config_hash, census_version, transformers_version, torch_version, g.key::SMALLINT, g.value ->> 'kind', (g.value ->> 'count')::INTEGER
 FROM raw_specs, json_each(spec::JSON -> 'layers') AS g;
 
 INSERT INTO kinds
-SELECT r.config_hash, r.census_version, o.key,
+SELECT r.config_hash, r.census_version, r.transformers_version, r.torch_version, o.key,
        s -> 'flavours' -> o.key ->> 'attention',
        s -> 'flavours' -> o.key ->> 'ffn',
        (SELECT sum(count) FROM stack t
-         WHERE t.config_hash = r.config_hash AND t.census_version = r.census_version AND t.kind = o.key),
+         WHERE t.config_hash = r.config_hash AND t.census_version = r.census_version
+           AND t.transformers_version = r.transformers_version AND t.torch_version = r.torch_version AND t.kind = o.key),
        (o.value ->> 'attMM')::SMALLINT, (o.value ->> 'attBMM')::SMALLINT, (o.value ->> 'ffMM')::SMALLINT,
        (o.value ->> 'softmax')::SMALLINT, (o.value ->> 'dropout')::SMALLINT, (o.value ->> 'normOp')::SMALLINT,
        (o.value ->> 'gather')::SMALLINT, (o.value ->> 'headCast')::SMALLINT, (o.value ->> 'ffAct')::SMALLINT,
@@ -44,11 +46,11 @@ SELECT r.config_hash, r.census_version, o.key,
        (s -> 'params' -> 'kinds' -> o.key ->> 'ffn_dense')::BIGINT,
        (s -> 'params' -> 'kinds' -> o.key ->> 'norm')::BIGINT,
        (s -> 'params' -> 'kinds' -> o.key ->> 'other')::BIGINT
-FROM (SELECT config_hash, census_version, spec::JSON AS s FROM raw_specs) AS r,
+FROM (SELECT config_hash, census_version, transformers_version, torch_version, spec::JSON AS s FROM raw_specs) AS r,
      json_each(s -> 'ops') AS o;
 
 INSERT INTO measured
-SELECT r.config_hash, r.census_version, m.key, b.key, b.value::DOUBLE,
+SELECT r.config_hash, r.census_version, r.transformers_version, r.torch_version, m.key, b.key, b.value::DOUBLE,
        (m.value ->> 'seq_length')::INTEGER, m.value ->> 'attention_impl', m.value ->> 'experts_impl',
        'census', 1, 1, false, [], (m.value ->> 'forward_flops')::DOUBLE
 FROM raw_specs AS r,
@@ -58,7 +60,7 @@ FROM raw_specs AS r,
 -- The points across settings take the implementations of the census's own measurement; the
 -- census counts FLOPs at its own point only.
 INSERT INTO measured
-SELECT r.config_hash, r.census_version, k.key, b.key, b.value::DOUBLE,
+SELECT r.config_hash, r.census_version, r.transformers_version, r.torch_version, k.key, b.key, b.value::DOUBLE,
        (p.value ->> 'seq_length')::INTEGER,
        r.spec::JSON -> 'measured' -> k.key ->> 'attention_impl', r.spec::JSON -> 'measured' -> k.key ->> 'experts_impl',
        p.value ->> 'point', (p.value ->> 'tp')::INTEGER, (p.value ->> 'cp')::INTEGER,

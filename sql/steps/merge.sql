@@ -19,26 +19,26 @@ ORDER BY config_hash;
 INSERT INTO specs BY NAME
 SELECT * FROM incoming.specs AS n
 WHERE NOT EXISTS (SELECT 1 FROM specs AS o
-                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
-ORDER BY config_hash, census_version;
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version)
+ORDER BY config_hash, census_version, transformers_version, torch_version;
 
 INSERT INTO kinds BY NAME
 SELECT * FROM incoming.kinds AS n
 WHERE NOT EXISTS (SELECT 1 FROM kinds AS o
-                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
-ORDER BY config_hash, census_version, kind;
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version)
+ORDER BY config_hash, census_version, transformers_version, torch_version, kind;
 
 INSERT INTO stack BY NAME
 SELECT * FROM incoming.stack AS n
 WHERE NOT EXISTS (SELECT 1 FROM stack AS o
-                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
-ORDER BY config_hash, census_version, position;
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version)
+ORDER BY config_hash, census_version, transformers_version, torch_version, position;
 
 INSERT INTO measured BY NAME
 SELECT * FROM incoming.measured AS n
 WHERE NOT EXISTS (SELECT 1 FROM measured AS o
-                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version)
-ORDER BY config_hash, census_version, kind, point, op;
+                  WHERE o.config_hash = n.config_hash AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version)
+ORDER BY config_hash, census_version, transformers_version, torch_version, kind, point, op;
 
 INSERT INTO settings BY NAME
 SELECT * FROM incoming.settings AS n
@@ -58,9 +58,9 @@ ORDER BY mask;
 -- stored (a run stored again, or a stored spec priced at a new grid), the new ones are picked
 -- by a join and sorted back.
 CREATE OR REPLACE TEMP TABLE new_price_groups AS
-SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_full_prices AS n
+SELECT DISTINCT config_hash, census_version, transformers_version, torch_version, records_version, setting_id FROM staged_full_prices AS n
 WHERE NOT EXISTS (SELECT 1 FROM full_prices AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id);
 SET VARIABLE _all_prices_new = (SELECT count(*) FROM temp.new_price_groups)
                              = (SELECT count(*) FROM (SELECT DISTINCT config_hash, setting_id FROM staged_full_prices));
@@ -88,10 +88,10 @@ RESET VARIABLE _all_prices_new;
 -- being new when switch_costs lacks its full recompute rows: so prices stored before the
 -- catalogue had costs (the flow prices such a config again, sql/steps/stored.sql) gain theirs.
 CREATE OR REPLACE TEMP TABLE new_cost_groups AS
-SELECT DISTINCT config_hash, census_version, records_version, setting_id FROM staged_switch_costs AS n
+SELECT DISTINCT config_hash, census_version, transformers_version, torch_version, records_version, setting_id FROM staged_switch_costs AS n
 WHERE n.mask = -1
   AND NOT EXISTS (SELECT 1 FROM switch_costs AS o WHERE o.mask = -1 AND o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id);
 SET VARIABLE _all_costs_new = (SELECT count(*) FROM temp.new_cost_groups)
                             = (SELECT count(*) FROM (SELECT DISTINCT config_hash, setting_id FROM staged_switch_costs));
@@ -112,7 +112,7 @@ RESET VARIABLE _all_costs_new;
 INSERT INTO infeasible_settings BY NAME
 SELECT * FROM incoming.infeasible_settings AS n
 WHERE NOT EXISTS (SELECT 1 FROM infeasible_settings AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, setting_id, kind;
 
@@ -121,7 +121,7 @@ ORDER BY config_hash, setting_id, kind;
 INSERT INTO point_prices BY NAME
 SELECT * FROM incoming.point_prices AS n
 WHERE NOT EXISTS (SELECT 1 FROM point_prices AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version)
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version)
 ORDER BY config_hash, kind, point;
 
 -- The ends' prices at each setting priced, added as the prices are: a row is new when no row of
@@ -129,7 +129,7 @@ ORDER BY config_hash, kind, point;
 INSERT INTO end_prices BY NAME
 SELECT * FROM incoming.end_prices AS n
 WHERE NOT EXISTS (SELECT 1 FROM end_prices AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, setting_id;
 
@@ -137,7 +137,7 @@ ORDER BY config_hash, setting_id;
 INSERT INTO op_costs BY NAME
 SELECT * FROM incoming.op_costs AS n
 WHERE NOT EXISTS (SELECT 1 FROM op_costs AS o WHERE o.config_hash = n.config_hash
-                  AND o.census_version = n.census_version AND o.records_version = n.records_version
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, kind, setting_id, op;
 

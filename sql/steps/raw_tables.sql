@@ -5,8 +5,10 @@ CREATE TABLE raw_configs (
     config      VARCHAR NOT NULL
 );
 CREATE TABLE raw_specs (
-    config_hash    VARCHAR,
-    census_version VARCHAR,
-    spec           VARCHAR NOT NULL,
-    PRIMARY KEY (config_hash, census_version)
+    config_hash          VARCHAR,
+    census_version       VARCHAR,
+    transformers_version VARCHAR,
+    torch_version        VARCHAR,
+    spec                 VARCHAR NOT NULL,
+    PRIMARY KEY (config_hash, census_version, transformers_version, torch_version)
 );

@@ -16,6 +16,8 @@
 --   params                   count    parameters of the whole model (spec_params)
 --   config_hash              id       the config (a hash of its architecture fields)
 --   census_version           version  the spec's census version: the latest night's
+--   transformers_version     version  the transformers package that measured the spec (the latest night's)
+--   torch_version            version  the torch package that measured the spec (the latest night's)
 --   name                     text     the spec's name
 --   arch                     text     the architecture (transformers class) the census built
 --   hidden_size              count    width of the residual stream
@@ -42,6 +44,7 @@ SELECT r.repo_id, r.downloads, r.likes, r.gated, r.license, r.pipeline_tag, r.sh
        r.repo_id IN (SELECT repo_id FROM repo_history WHERE run_id = (SELECT run_id FROM latest_run)) AS listed
 FROM repos AS r
 JOIN specs AS s ON s.config_hash = r.config_hash
-               AND s.census_version = (SELECT census_version FROM latest_run)
+               AND (s.census_version, s.transformers_version, s.torch_version)
+                   = (SELECT (census_version, transformers_version, torch_version) FROM latest_run)
 JOIN configs AS c ON c.config_hash = r.config_hash
-LEFT JOIN spec_params AS p ON p.config_hash = s.config_hash AND p.census_version = s.census_version;
+LEFT JOIN spec_params AS p ON p.config_hash = s.config_hash AND p.census_version = s.census_version AND p.transformers_version = s.transformers_version AND p.torch_version = s.torch_version;

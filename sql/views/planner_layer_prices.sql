@@ -7,6 +7,8 @@
 --   repo_id               id       the Hub repo
 --   config_hash           id       the repo's config
 --   census_version        version  the spec's census version: the latest night's
+--   transformers_version  version  the transformers package that measured the spec (the latest night's)
+--   torch_version         version  the torch package that measured the spec (the latest night's)
 --   records_version       version  the prices' records version: the latest night's
 --   kind                  code     the layer kind
 --   layers_count          count    layers of this kind in the stack
@@ -29,7 +31,7 @@
 --   total_bytes           bytes    what one layer keeps, per rank (attention + ffn + norm)
 --   full_recompute_bytes  bytes    what one layer keeps under full recompute, per rank
 CREATE OR REPLACE VIEW planner_layer_prices AS
-SELECT r.repo_id, p.config_hash, p.census_version, p.records_version, p.kind, k.layers AS layers_count,
+SELECT r.repo_id, p.config_hash, p.census_version, p.transformers_version, p.torch_version, p.records_version, p.kind, k.layers AS layers_count,
        p.setting_id, s.seq_length AS seq_length_tokens, s.micro_batch AS micro_batch_count,
        s.tp AS tp_ranks, s.cp AS cp_ranks, s.sequence_parallel, s.flash_attention, s.cp_algo, s.dtype,
        s.in_flight AS in_flight_count, p.mask, w.name AS switch_set, w.n_recomputed AS n_recomputed_count,
@@ -37,10 +39,10 @@ SELECT r.repo_id, p.config_hash, p.census_version, p.records_version, p.kind, k.
        f.kept AS full_recompute_bytes
 FROM repos AS r
 JOIN latest_run AS v ON true
-JOIN layer_prices AS p ON p.config_hash = r.config_hash AND p.census_version = v.census_version
+JOIN layer_prices AS p ON p.config_hash = r.config_hash AND p.census_version = v.census_version AND p.transformers_version = v.transformers_version AND p.torch_version = v.torch_version
                       AND p.records_version = v.records_version
-JOIN kinds AS k ON k.config_hash = p.config_hash AND k.census_version = p.census_version AND k.kind = p.kind
-JOIN full_prices AS f ON f.config_hash = p.config_hash AND f.census_version = p.census_version
+JOIN kinds AS k ON k.config_hash = p.config_hash AND k.census_version = p.census_version AND k.transformers_version = p.transformers_version AND k.torch_version = p.torch_version AND k.kind = p.kind
+JOIN full_prices AS f ON f.config_hash = p.config_hash AND f.census_version = p.census_version AND f.transformers_version = p.transformers_version AND f.torch_version = p.torch_version
                      AND f.records_version = p.records_version AND f.kind = p.kind AND f.setting_id = p.setting_id
 JOIN switch_sets AS w ON w.mask = p.mask
 JOIN settings AS s ON s.setting_id = p.setting_id;

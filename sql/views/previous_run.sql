@@ -8,7 +8,7 @@
 --   status                code     completed or partial (vocabulary list run_status)
 --   source                code     hub or snapshot (vocabulary list run_source)
 --   speccat_version       version  the speccat package
---   transformers_version  version  the transformers package the census built with
+--   transformers_version  version  the transformers package the census built with; with torch and census, keys the specs
 --   torch_version         version  the torch package the census ran with
 --   census_version        version  the census's version (census/version.py); keys the specs
 --   records_version       version  a hash of catalogue/records/records.yaml's content; keys the prices

@@ -14,10 +14,12 @@
 -- in the census's forward (census/flops.py); NULL where the census counted none (points across
 -- settings, specs of census version 8 and before). A FLOP ratio more than 2% (the records'
 -- tolerance) from 1 names its cause; it refuses nothing.
--- Grain: one row per (config_hash, census_version, records_version, kind, point).
+-- Grain: one row per (config_hash, census_version, transformers_version, torch_version, records_version, kind, point).
 -- Columns:
 --   config_hash             id           the config
 --   census_version          version      the spec's census version
+--   transformers_version    version      the transformers package that measured the spec
+--   torch_version           version      the torch package that measured the spec
 --   records_version         version      the prices' records version
 --   kind                    text         the layer kind
 --   point                   text         the measurement point
@@ -40,7 +42,7 @@
 --   forward_flops_cause     text         why forward_flops_ratio is more than 2% from 1 (NULL within 2%, or with nothing counted)
 CREATE OR REPLACE VIEW priced_vs_measured AS
 WITH m AS (
-    SELECT config_hash, census_version, kind, point,
+    SELECT config_hash, census_version, transformers_version, torch_version, kind, point,
            any_value(seq_length) AS seq_length, any_value(tp) AS tp, any_value(cp) AS cp,
            any_value(sequence_parallel) AS sequence_parallel, any_value(recompute) AS recompute,
            any_value(attention_impl) AS attention_impl,
@@ -49,7 +51,7 @@ WITH m AS (
            sum(bytes_per_token) FILTER (WHERE op = 'other') AS unattributed_per_token,
            sum(bytes_per_token) FILTER (WHERE op = 'cached') AS cached_per_token,
            any_value(forward_flops) AS measured_forward_flops
-    FROM measured GROUP BY config_hash, census_version, kind, point
+    FROM measured GROUP BY config_hash, census_version, transformers_version, torch_version, kind, point
 ),
 r AS (
     SELECT m.*, p.records_version, p.priced_per_token,
@@ -59,10 +61,10 @@ r AS (
            coalesce(s.num_key_value_heads, s.num_attention_heads) AS kv_heads,
            s.spec -> 'variants' -> m.kind ->> 'index_topk' AS index_topk
     FROM m
-    JOIN point_prices AS p USING (config_hash, census_version, kind, point)
-    JOIN specs AS s USING (config_hash, census_version)
+    JOIN point_prices AS p USING (config_hash, census_version, transformers_version, torch_version, kind, point)
+    JOIN specs AS s USING (config_hash, census_version, transformers_version, torch_version)
 )
-SELECT config_hash, census_version, records_version, kind, point, seq_length, tp, cp, sequence_parallel,
+SELECT config_hash, census_version, transformers_version, torch_version, records_version, kind, point, seq_length, tp, cp, sequence_parallel,
        recompute, attention_impl, experts_impl, priced_per_token, measured_per_token, unattributed_per_token,
        cached_per_token, ratio,
        CASE WHEN abs(ratio - 1) <= 0.005 THEN NULL

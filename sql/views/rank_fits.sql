@@ -72,9 +72,10 @@ accelerator AS (
     WHERE accelerator = coalesce(getvariable('accelerator'), (SELECT accelerator FROM accelerators WHERE default_accelerator))
 ),
 model AS (  -- the latest specs of the repos asked for, where the layout applies to them
-    SELECT s.config_hash, s.census_version, v.records_version, s.num_hidden_layers AS n_layers, s.spec,
+    SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers, s.spec,
            s.vocab_size, s.hidden_size, s.tie_word_embeddings
-    FROM specs AS s JOIN latest_run AS v ON s.census_version = v.census_version, layout AS l
+    FROM specs AS s JOIN latest_run AS v ON s.census_version = v.census_version AND s.transformers_version = v.transformers_version
+                                      AND s.torch_version = v.torch_version, layout AS l
     WHERE l.pp <= s.num_hidden_layers
       AND coalesce(s.num_experts, 1) % l.ep = 0
       AND (getvariable('repo_id') IS NULL
@@ -82,7 +83,7 @@ model AS (  -- the latest specs of the repos asked for, where the layout applies
 ),
 runs AS (  -- each run of the stack: its kind and the layers [first, stop) it covers
     SELECT t.config_hash, t.kind, sum(t.count) OVER w - t.count AS first, sum(t.count) OVER w AS stop
-    FROM stack AS t JOIN model AS m USING (config_hash, census_version)
+    FROM stack AS t JOIN model AS m USING (config_hash, census_version, transformers_version, torch_version)
     WINDOW w AS (PARTITION BY t.config_hash ORDER BY t.position)
 ),
 stages AS (  -- each stage's layers [lo, hi) and the micro-batches in flight on it
@@ -98,14 +99,14 @@ stage_kinds AS (
     GROUP BY ALL HAVING sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) > 0
 ),
 kind_params AS (
-    SELECT config_hash, census_version, kind, replace(column_name, 'params_', '') AS "group", params
+    SELECT config_hash, census_version, transformers_version, torch_version, kind, replace(column_name, 'params_', '') AS "group", params
     FROM (UNPIVOT kinds ON params_attention, params_ffn_routed, params_ffn_shared, params_ffn_router,
                             params_ffn_dense, params_norm, params_other INTO NAME column_name VALUE params)
 ),
 stage_params AS (  -- parameters per group on each stage, before model-parallel sharding
     SELECT k.config_hash, k.stage, p."group", sum(k.layers * p.params) AS params
     FROM stage_kinds AS k JOIN model AS m USING (config_hash)
-    JOIN kind_params AS p ON p.config_hash = k.config_hash AND p.census_version = m.census_version AND p.kind = k.kind
+    JOIN kind_params AS p ON p.config_hash = k.config_hash AND p.census_version = m.census_version AND p.transformers_version = m.transformers_version AND p.torch_version = m.torch_version AND p.kind = k.kind
     GROUP BY ALL
     UNION ALL
     SELECT m.config_hash, 0, 'embedding', (m.spec -> 'params' ->> 'embedding')::DOUBLE FROM model AS m
@@ -120,7 +121,7 @@ stage_params AS (  -- parameters per group on each stage, before model-parallel 
 ),
 priced AS (  -- the settings each spec is priced at (micro-batches in flight: the stages')
     SELECT DISTINCT f.config_hash, f.setting_id, g.tp, g.cp
-    FROM full_prices AS f JOIN model AS m USING (config_hash, census_version, records_version)
+    FROM full_prices AS f JOIN model AS m USING (config_hash, census_version, transformers_version, torch_version, records_version)
     JOIN settings AS g ON g.setting_id = f.setting_id, layout AS l
     WHERE g.in_flight = 1 AND (l.dp * g.cp) % l.ep = 0
 ),
@@ -148,10 +149,10 @@ stage_states AS (  -- each stage's weights, gradients and optimizer states at ea
 ),
 points AS (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1)
     SELECT config_hash, kind, setting_id, mask, total AS kept
-    FROM layer_prices JOIN model USING (config_hash, census_version, records_version)
+    FROM layer_prices JOIN model USING (config_hash, census_version, transformers_version, torch_version, records_version)
     UNION ALL
     SELECT config_hash, kind, setting_id, -1, kept
-    FROM full_prices JOIN model USING (config_hash, census_version, records_version)
+    FROM full_prices JOIN model USING (config_hash, census_version, transformers_version, torch_version, records_version)
 ),
 stage_totals AS (
     SELECT a.config_hash, a.setting_id, a.mask, a.stage, s.flight, a.activations * s.flight AS activations,
@@ -165,20 +166,20 @@ stage_totals AS (
     JOIN stages AS s USING (config_hash, stage)
     JOIN stage_states AS t USING (config_hash, setting_id, stage)
     JOIN model AS m USING (config_hash)
-    JOIN end_prices AS e ON e.config_hash = a.config_hash AND e.census_version = m.census_version
+    JOIN end_prices AS e ON e.config_hash = a.config_hash AND e.census_version = m.census_version AND e.transformers_version = m.transformers_version AND e.torch_version = m.torch_version
                         AND e.records_version = m.records_version AND e.setting_id = a.setting_id
     CROSS JOIN layout AS l
 ),
 point_costs AS (  -- one layer of each kind at each setting: what each point re-runs, and its time
     SELECT o.config_hash, o.kind, o.setting_id, w.mask, sum(o.recompute_flops) AS flops, sum(o.recompute_bytes) AS moved,
            sum(greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s)) AS seconds
-    FROM op_costs AS o JOIN model USING (config_hash, census_version, records_version)
+    FROM op_costs AS o JOIN model USING (config_hash, census_version, transformers_version, torch_version, records_version)
     JOIN switch_ops AS w USING (op), accelerator AS a
     GROUP BY ALL
 ),
 step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
     SELECT c.config_hash, c.kind, c.setting_id, c.step_flops / nullif(c.recompute_flops, 0) AS forwards
-    FROM switch_costs AS c JOIN model USING (config_hash, census_version, records_version)
+    FROM switch_costs AS c JOIN model USING (config_hash, census_version, transformers_version, torch_version, records_version)
     WHERE c.mask = -1
 ),
 first_costs AS (  -- the first stage's layers, per micro-batch: each point's recompute and the step's time

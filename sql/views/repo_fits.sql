@@ -36,6 +36,6 @@ SELECT p.repo_id, p.downloads, p.config_hash, p.setting_id, p.stack, p.seq_lengt
        c.recompute_flops, 100 * c.recompute_flops / nullif(c.step_flops, 0) AS overhead_pct
 FROM repo_prices AS p
 JOIN latest_run AS v ON true
-JOIN model_costs AS c ON c.config_hash = p.config_hash AND c.census_version = v.census_version
+JOIN model_costs AS c ON c.config_hash = p.config_hash AND c.census_version = v.census_version AND c.transformers_version = v.transformers_version AND c.torch_version = v.torch_version
                      AND c.records_version = v.records_version AND c.setting_id = p.setting_id
                      AND c.mask = coalesce(p.mask, -1);

@@ -17,5 +17,5 @@ CREATE OR REPLACE VIEW repo_infeasible AS
 SELECT r.repo_id, r.config_hash, i.setting_id, s.seq_length, s.micro_batch, s.tp, s.cp, i.kind, i.rule, i.message
 FROM repos AS r
 JOIN infeasible_settings AS i ON i.config_hash = r.config_hash
-JOIN latest_run AS v ON v.census_version = i.census_version AND v.records_version = i.records_version
+JOIN latest_run AS v ON v.census_version = i.census_version AND v.transformers_version = i.transformers_version AND v.torch_version = i.torch_version AND v.records_version = i.records_version
 JOIN settings AS s ON s.setting_id = i.setting_id;

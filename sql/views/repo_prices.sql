@@ -33,11 +33,11 @@
 --   total                bytes   kept by the whole model
 CREATE OR REPLACE VIEW repo_prices AS
 WITH priced AS (
-    SELECT m.config_hash, m.census_version, m.records_version, m.setting_id, m.mask,
+    SELECT m.config_hash, m.census_version, m.transformers_version, m.torch_version, m.records_version, m.setting_id, m.mask,
            w.name AS switch_set, w.n_recomputed, m.attention, m.ffn, m.norm, m.total
     FROM model_prices AS m JOIN switch_sets AS w USING (mask)
     UNION ALL
-    SELECT f.config_hash, f.census_version, f.records_version, f.setting_id, NULL, 'full', NULL,
+    SELECT f.config_hash, f.census_version, f.transformers_version, f.torch_version, f.records_version, f.setting_id, NULL, 'full', NULL,
            NULL, NULL, NULL, f.total
     FROM model_full_prices AS f
 )
@@ -46,5 +46,5 @@ SELECT r.repo_id, r.downloads, r.likes, r.config_hash,
        p.attention, p.ffn, p.norm, p.total
 FROM repos AS r
 JOIN priced AS p ON p.config_hash = r.config_hash
-JOIN latest_run AS v ON v.census_version = p.census_version AND v.records_version = p.records_version
+JOIN latest_run AS v ON v.census_version = p.census_version AND v.transformers_version = p.transformers_version AND v.torch_version = p.torch_version AND v.records_version = p.records_version
 JOIN settings AS s ON s.setting_id = p.setting_id;

@@ -1,9 +1,11 @@
 -- Table kinds: one row per layer kind of a spec: its flavours, how many layers of the stack
 -- are of it, its op counts (the op vector, catalogue/vocabulary.yaml `ops`, in order) and the
--- parameters of one layer of it. Key: (config_hash, census_version, kind).
+-- parameters of one layer of it. Key: (config_hash, census_version, transformers_version, torch_version, kind).
 CREATE TABLE IF NOT EXISTS kinds (
     config_hash       VARCHAR NOT NULL,
     census_version    VARCHAR NOT NULL,
+    transformers_version VARCHAR NOT NULL,  -- the transformers package that measured the spec
+    torch_version        VARCHAR NOT NULL,  -- the torch package that measured the spec
     kind              VARCHAR NOT NULL,
     attention         attention_flavour,
     ffn               ffn_flavour,
@@ -25,5 +27,5 @@ CREATE TABLE IF NOT EXISTS kinds (
     params_ffn_dense  BIGINT,
     params_norm       BIGINT,
     params_other      BIGINT,
-    PRIMARY KEY (config_hash, census_version, kind)
+    PRIMARY KEY (config_hash, census_version, transformers_version, torch_version, kind)
 );

@@ -6,10 +6,12 @@
 -- sequence (a cp rank's bytes over the whole sequence's tokens). Bytes no op claims are booked
 -- to op `other`. The FLOPs of the layer's forward, as torch's FlopCounterMode counts them in the
 -- census's own forward (census/flops.py), are the kind's, repeated on each of its op rows at
--- the point `census`. Key: (config_hash, census_version, kind, point, op).
+-- the point `census`. Key: (config_hash, census_version, transformers_version, torch_version, kind, point, op).
 CREATE TABLE IF NOT EXISTS measured (
     config_hash       VARCHAR NOT NULL,
     census_version    VARCHAR NOT NULL,
+    transformers_version VARCHAR NOT NULL,  -- the transformers package that measured the spec
+    torch_version        VARCHAR NOT NULL,  -- the torch package that measured the spec
     kind              VARCHAR NOT NULL,
     op                op_name NOT NULL,
     bytes_per_token   DOUBLE NOT NULL,
@@ -23,5 +25,5 @@ CREATE TABLE IF NOT EXISTS measured (
     recompute         VARCHAR[] NOT NULL DEFAULT [],  -- the switches recomputed
     forward_flops     DOUBLE,  -- FLOPs of one layer's forward at the point, one sequence (NULL at points
                                -- across settings, and in specs of census version 8 and before)
-    PRIMARY KEY (config_hash, census_version, kind, point, op)
+    PRIMARY KEY (config_hash, census_version, transformers_version, torch_version, kind, point, op)
 );

@@ -4,15 +4,17 @@
 -- tensor-parallel ranks, switch sets recomputed (catalogue/records/points.py). Priced from the
 -- spec's dimensions and stated facts, never from the measured bytes; with the FLOPs of the
 -- layer's forward at the same setting as costs.yaml prices them. Key: (config_hash,
--- census_version, records_version, kind, point).
+-- census_version, transformers_version, torch_version, records_version, kind, point).
 CREATE TABLE IF NOT EXISTS point_prices (
     config_hash      VARCHAR NOT NULL,
     census_version   VARCHAR NOT NULL,
+    transformers_version VARCHAR NOT NULL,  -- the transformers package that measured the spec
+    torch_version        VARCHAR NOT NULL,  -- the torch package that measured the spec
     records_version  VARCHAR NOT NULL,
     kind             VARCHAR NOT NULL,
     point            VARCHAR NOT NULL,
     priced_per_token DOUBLE NOT NULL,  -- bytes per token of the setting's sequence
     forward_flops    DOUBLE,           -- FLOPs of one layer's forward, one sequence (costs.yaml, full recompute;
                                        -- NULL in rows stored before it was priced)
-    PRIMARY KEY (config_hash, census_version, records_version, kind, point)
+    PRIMARY KEY (config_hash, census_version, transformers_version, torch_version, records_version, kind, point)
 );

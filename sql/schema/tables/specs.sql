@@ -1,9 +1,13 @@
--- Table specs: one row per config and census version, the ModelSpec. Key: (config_hash,
--- census_version). Main dims as columns (NULL where the spec leaves a field absent, never
--- zero), the whole spec as JSON.
+-- Table specs: one row per config, census version and library that measured it, the
+-- ModelSpec. Key: (config_hash, census_version, transformers_version, torch_version): the
+-- transformers and torch packages are part of a measurement's identity, so a night on a new
+-- library censuses every config again and stores the new spec beside the old one. Main dims as
+-- columns (NULL where the spec leaves a field absent, never zero), the whole spec as JSON.
 CREATE TABLE IF NOT EXISTS specs (
     config_hash             VARCHAR NOT NULL,
     census_version          VARCHAR NOT NULL,
+    transformers_version    VARCHAR NOT NULL,  -- the transformers package that measured the spec
+    torch_version           VARCHAR NOT NULL,  -- the torch package that measured the spec
     name                    VARCHAR NOT NULL,
     arch                    VARCHAR NOT NULL,
     hidden_size             INTEGER NOT NULL,
@@ -23,5 +27,5 @@ CREATE TABLE IF NOT EXISTS specs (
     tie_word_embeddings     BOOLEAN,
     spec                    JSON NOT NULL,
     built_as                VARCHAR,  -- the transformers class the census built (a remote-code config's substitute)
-    PRIMARY KEY (config_hash, census_version)
+    PRIMARY KEY (config_hash, census_version, transformers_version, torch_version)
 );

@@ -2,11 +2,13 @@
 -- and micro-batch, at one setting, and where the set stands among all sets, as the records and
 -- costs.yaml price it (catalogue/records/switchcosts.py). One row per row of layer_prices (the
 -- same key) plus one per full_prices row with mask = -1: full recompute, the layer's forward.
--- Key: (config_hash, census_version, kind, setting_id, mask, records_version), checked by
+-- Key: (config_hash, census_version, transformers_version, torch_version, kind, setting_id, mask, records_version), checked by
 -- sql/steps/checks.sql like layer_prices (see layer_prices.sql for why not declared).
 CREATE TABLE IF NOT EXISTS switch_costs (
     config_hash     VARCHAR NOT NULL,
     census_version  VARCHAR NOT NULL,
+    transformers_version VARCHAR NOT NULL,  -- the transformers package that measured the spec
+    torch_version        VARCHAR NOT NULL,  -- the torch package that measured the spec
     kind            VARCHAR NOT NULL,
     setting_id      VARCHAR NOT NULL,
     mask            SMALLINT NOT NULL,  -- a switch_sets mask, or -1 for full recompute
