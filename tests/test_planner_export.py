@@ -18,7 +18,7 @@ from speccat.catalogue.store.file import open_readonly
 from speccat.flows.cli import main
 
 QUANTITY = re.compile(r"_(bytes|tokens|count|ranks|flops|pct)$")
-NOT_QUANTITIES = {"repo_id", "config_hash", "census_version", "records_version", "kind", "setting_id", "sequence_parallel",
+NOT_QUANTITIES = {"repo_id", "config_hash", "census_version", "transformers_version", "torch_version", "records_version", "kind", "setting_id", "sequence_parallel",
                   "flash_attention", "cp_algo", "dtype", "mask", "switch_set", "stack", "equivalents"}  # fmt: skip
 WIDE = ("planner_layer_prices", "frontier")
 
@@ -46,7 +46,8 @@ def test_the_planners_question_is_one_select_with_no_join(db):
         # the same from the tables, joined by hand
         want = con.execute(
             "SELECT p.kind, p.total FROM layer_prices p JOIN repos r USING (config_hash) JOIN settings s USING (setting_id) "
-            "JOIN latest_run v ON v.census_version = p.census_version AND v.records_version = p.records_version "
+            "JOIN latest_run v ON v.census_version = p.census_version AND v.transformers_version = p.transformers_version "
+            "AND v.torch_version = p.torch_version AND v.records_version = p.records_version "
             "WHERE r.repo_id = ? AND s.seq_length = 8192 AND s.tp = 4 AND s.cp = 1 AND s.micro_batch = 1 AND p.mask = 10 ORDER BY p.kind",
             [runs.ADDED],
         ).fetchall()
