@@ -12,6 +12,7 @@ virtual stages each holds (pp − i)(1 + (pp − 1)/(pp·v)) (Korthikanti et al.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import product
@@ -20,13 +21,15 @@ import numpy as np
 
 from speccat.catalogue.records.cost import Accelerator, Costs, op_costs
 from speccat.catalogue.records.head import Head, price_head
-from speccat.catalogue.records.layouts import infeasible
+from speccat.catalogue.records.layouts import LayoutError, infeasible
 from speccat.catalogue.records.oprecords import Records
+from speccat.catalogue.records.pins import no_layout
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
 from speccat.catalogue.records.states import Layout, States, layout_shares, stage_kinds, stage_params, stage_states
 
 FULL = -1  # full recompute, beside the masks
+BYTE_FIELDS = frozenset({"activations", "ends", "weight", "grad", "optimizer", "total"})
 
 
 def in_flight(pp: int, vpp: int, stage: int) -> float:
@@ -58,8 +61,10 @@ class Fit:
     recompute_s_per_seq: float  # recompute_s over the sequences the dp pipelines take per micro-batch (dp · micro_batch)
 
     def as_dict(self) -> dict:
+        """The row as `fit --json` prints it: byte figures as whole bytes, rounded up (a rank
+        holds no half byte; a ZeRO or tp share of an odd count is priced as a fraction)."""
         out = {f: getattr(self.layout, f) for f in ("dp", "tp", "pp", "ep", "cp", "zero", "vpp")}
-        out.update({k: v for k, v in self.__dict__.items() if k != "layout"})
+        out.update({k: math.ceil(v) if k in BYTE_FIELDS else v for k, v in self.__dict__.items() if k != "layout"})
         return out
 
 
@@ -71,11 +76,15 @@ def layouts(gpus: int, spec: Mapping, fixed: Mapping[str, int | None], zeros: It
     experts = int(spec.get("num_experts", 1) or 1)
 
     def choices(name: str, candidates: Iterable[int]) -> list[int]:
-        return [fixed[name]] if fixed.get(name) is not None else list(candidates)
+        """The candidates, or the held value alone where it is one of them (else none)."""
+        candidates = list(candidates)
+        return candidates if fixed.get(name) is None else [v for v in candidates if v == fixed[name]]
 
     divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    # A held tp is not checked against the heads here: layouts.yaml's rules refuse it, saying why.
+    tps = [d for d in divisors if d <= max_tp and (fixed.get("tp") is not None or all(n % d == 0 for n in heads))]
     out = []
-    for tp, pp, cp in product(choices("tp", [d for d in divisors if all(n % d == 0 for n in heads) and d <= max_tp]), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [d for d in divisors if d <= max_tp])):
+    for tp, pp, cp in product(choices("tp", tps), choices("pp", [d for d in divisors if d <= n_layers]), choices("cp", [d for d in divisors if d <= max_tp])):
         if gpus % (tp * pp * cp):
             continue
         dp = gpus // (tp * pp * cp)
@@ -107,20 +116,26 @@ def fits(
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) whose fullest stage fits `budget` bytes (layouts that
-    layouts.yaml refuses at the setting left out), ranked by estimated
+    layouts.yaml refuses at the setting left out; LayoutError "infeasible" when the held fields
+    leave no layout, or only refused ones), ranked by estimated
     recompute seconds per sequence (the first stage's per micro-batch, over dp · micro_batch:
     the dp pipelines run side by side), then total bytes. Per layout only the switch sets no other beats on both
     bytes and seconds are listed (one of each equal pair: the lowest mask, full recompute last)."""
     fixed = dict(fixed or {})
+    zeros = tuple(zeros)
     candidates = layouts(gpus, spec, fixed, zeros, accelerator.node)
+    if not candidates:  # the held fields cannot be: say which, not "nothing fits"
+        raise LayoutError("infeasible", f"{spec.get('name', 'the model')}: {no_layout(spec, gpus, fixed, zeros, accelerator.node)}")
     keys = sorted({(lay.tp, lay.cp) for lay in candidates})
     settings = [grid.setting({"seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
-    refused = {row["setting_id"] for row in infeasible(spec, defaults, records, grid.with_settings(settings))}
+    refusals = infeasible(spec, defaults, records, grid.with_settings(settings))
+    refused = {row["setting_id"] for row in refusals}
     keys = [key for key, setting in zip(keys, settings) if setting["setting_id"] not in refused]
     settings = [setting for setting in settings if setting["setting_id"] not in refused]
     candidates = [lay for lay in candidates if (lay.tp, lay.cp) in set(keys)]
-    if not candidates:
-        return []
+    if not candidates:  # every (tp, cp) left is one layouts.yaml refuses: its first rule says why
+        first = refusals[0]
+        raise LayoutError("infeasible", f"{spec.get('name', 'the model')}: kind {first['kind']!r} cannot run at seq {seq}: {first['message']} ({first['rule']})")
     sub = grid.with_settings(settings)
     prices = price_layers(spec, defaults, records, sub)
     oc = op_costs(spec, defaults, records, sub, costs)
