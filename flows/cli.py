@@ -22,7 +22,7 @@ from importlib.metadata import version as dist_version
 
 from speccat.catalogue.errors import InputError, ReasonError, one_line
 
-COMMAND_MODULES: tuple[str, ...] = ("cli_catalogue", "cli_refresh", "cli_census", "cli_price", "cli_fit")
+COMMAND_MODULES: tuple[str, ...] = ("cli_catalogue", "cli_refresh", "cli_census", "cli_price", "cli_fit", "cli_report")
 
 # The exit status of each outcome: a stable contract, documented in README.md.
 EXIT_CODES = {"ok": 0, "internal": 1, "refused": 2, "unavailable": 3, "interrupted": 130}

@@ -1,0 +1,120 @@
+"""What the report draws, read from the catalogue's views through sql/report/*.sql.
+
+Every query is catalogue-wide and filtered on one setting (and one switch set) with a variable,
+so the views' scans of the prices read that setting only (docs/catalogue.md, "Views"); the rows
+are then split by repo in memory. Two queries join the switch sets the report draws, which it
+registers with DuckDB as the relation `report_sets` (an Arrow table) rather than writing SQL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from speccat import sql
+from speccat.catalogue.store import present
+
+FULL = -1  # the mask of full recompute in the views
+
+
+@cache
+def layouts() -> dict:
+    """report/layouts.yaml: the layouts and switch sets "what fits" tries."""
+    return yaml.safe_load(resources.files(__package__).joinpath("layouts.yaml").read_text())
+
+
+@dataclass
+class Catalogue:
+    """Everything the pages show, by repo where it is per repo. Each list holds a query's rows as dicts."""
+
+    run: dict[str, Any] | None
+    defaults: dict[str, dict[str, Any]]  # stack -> its default setting (chosen_settings)
+    models: list[dict[str, Any]]
+    refusals: list[dict[str, Any]]
+    frontier: dict[str, dict[str, list[dict]]]  # stack -> repo -> rows at the stack's default setting
+    parts: dict[str, list[dict]]  # repo -> rows at the transformers default setting
+    memory: dict[str, list[dict]]  # repo -> rows at every setting of the grid at cp 1
+    fits: dict[str, list[dict]]  # repo -> rank_fits rows at every layout, sequence length and set tried
+    memory_sizes: list[dict[str, Any]]
+    measured: dict[str, list[dict]]
+    changes: list[dict[str, Any]]
+    tolerance: float = 0.0
+    seq_lengths: list[int] = field(default_factory=list)
+
+
+def rows(con, name: str, params: dict | None = None) -> list[dict[str, Any]]:
+    """The rows of sql/report/<name>.sql as dicts, with `params` set as variables."""
+    result = present.run(con, sql.load(f"report/{name}"), params)
+    return [dict(zip(result.columns, row)) for row in result.rows]
+
+
+def by_repo(items: Iterable[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for row in items:
+        out[row["repo_id"]].append(row)
+    return dict(out)
+
+
+def load(con) -> Catalogue:
+    """Read the whole report from a read-only connection to the catalogue."""
+    from speccat.catalogue.records.oprecords import load_records
+
+    run = rows(con, "run")
+    run = run[0] if run else None
+    defaults = {}
+    for stack in ("transformers", "megatron"):
+        found = rows(con, "setting", {"stack": stack})
+        if len(found) == 1:
+            defaults[stack] = found[0]
+    grid = rows(con, "grid")
+    frontier = {
+        stack: by_repo(rows(con, "frontier", {"setting_id": setting["setting_id"]})) for stack, setting in defaults.items()
+    }
+    # The sets drawn: every class representative on some kind's frontier at a stack's default
+    # setting, no recompute (mask 0, off the frontier where a set saves bytes at no cost) and
+    # full recompute (-1).
+    drawn = {(r["repo_id"], r["mask"]) for per_repo in frontier.values() for rs in per_repo.values() for r in rs}
+    drawn |= {(repo, mask) for repo, _ in list(drawn) for mask in (0, FULL)}
+    drawn = sorted(drawn)
+    con.register("report_sets", pa.table({"repo_id": [r for r, _ in drawn], "mask": pa.array([m for _, m in drawn], pa.int16())}))
+    try:
+        parts = by_repo(rows(con, "parts", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {}
+        memory_rows = []
+        for setting in grid:
+            if setting["tp"] in (1, 8):
+                memory_rows += rows(con, "memory", {"setting_id": setting["setting_id"]})
+    finally:
+        con.unregister("report_sets")
+    fit_rows = []
+    plan = layouts()
+    if "transformers" in defaults:
+        by_seq_tp = {(s["seq_length"], s["tp"]): s["setting_id"] for s in grid if s["stack"] == "transformers"}
+        tried = {(l["tp"], l["pp"], l["dp"], l["zero"]) for options in plan["gpus"].values() for l in options}
+        for tp, pp, dp, zero in sorted(tried):
+            for (seq, setting_tp), setting_id in sorted(by_seq_tp.items()):
+                if setting_tp != tp:
+                    continue
+                for mask in plan["masks"]:
+                    fit_rows += rows(con, "fits", {"setting_id": setting_id, "mask": mask, "dp": dp, "pp": pp, "zero": zero})
+    return Catalogue(
+        run=run,
+        defaults=defaults,
+        models=rows(con, "models"),
+        refusals=rows(con, "refusals"),
+        frontier=frontier,
+        parts=parts,
+        memory=by_repo(memory_rows),
+        fits=by_repo(fit_rows),
+        memory_sizes=rows(con, "accelerators"),
+        measured=by_repo(rows(con, "measured")),
+        changes=rows(con, "changes"),
+        tolerance=load_records().tolerance,
+        seq_lengths=sorted({s["seq_length"] for s in grid}),
+    )
