@@ -14,6 +14,9 @@ One function per stage; the stages hand plain values to each other:
    cluster. Results are cached by config_hash and versions (flows/tasks.py).
 5. The flow process alone writes: it builds a NightData and `store.publish`es it atomically.
 6. A table artifact `refresh-summary` records the night's counts; the flow returns them too.
+7. `write_report` writes the catalogue's report (`speccat report`, docs/report.md) beside it and
+   a link artifact `refresh-report` points at its index.html. A report that fails is logged,
+   never fails the night: the catalogue is published by then.
 
 A bad config never fails the flow: every refusal, timeout or crash is a failures row. Only a
 listing that fails (after its retries) fails the run; that run is still published, as
@@ -36,10 +39,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import version as dist_version
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Failed
@@ -67,6 +71,7 @@ FETCH_THREADS = 8
 TASK_RUNNERS = ("local", "dask")
 DEFAULT_RETRY_DELAYS = (5.0, 30.0, 120.0)
 SUMMARY_ARTIFACT = "refresh-summary"
+REPORT_ARTIFACT = "refresh-report"
 
 
 @dataclass
@@ -367,6 +372,31 @@ def publish_summary(counts: dict[str, Any]) -> None:
     create_table_artifact(key=SUMMARY_ARTIFACT, table=rows, description=f"speccat refresh into {counts['db']}")
 
 
+def report_dir(target) -> Path:
+    """Where the night's report goes: beside the catalogue file (`catalogue.duckdb` ->
+    `catalogue-report/`), or beside a DuckLake's data folder (`DATA-report/`)."""
+    where = Path(getattr(target, "path", None) or target.data_path.rstrip("/"))
+    return where.with_name(f"{where.stem}-report")
+
+
+def write_report(log, target) -> str | None:
+    """Write the published catalogue's report and link it from the night's artifact; the
+    report's folder, or None (logged) when it could not be written."""
+    from speccat.report.site import build
+
+    out = report_dir(target)
+    try:
+        with target.open_readonly() as con:
+            manifest = build(con, out)
+    except Exception as err:  # the night is published: a report that fails is reported, not fatal
+        log.error("report not written to %s: %s: %s", out, type(err).__name__, err)
+        return None
+    index = (out / "index.html").resolve()
+    create_link_artifact(key=REPORT_ARTIFACT, link=index.as_uri(), link_text=f"speccat report: {manifest['models']} models",
+                         description=f"speccat report of {target}, written to {out}")  # fmt: skip
+    return str(out)
+
+
 # -- the flow -----------------------------------------------------------------------------
 
 
@@ -467,6 +497,8 @@ def night_flow(
     log_failures(log, night)
     counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds(), status)
     publish_summary(counts)
+    with night.timed("report"):
+        counts["report"] = write_report(log, target)
     log.info("refresh %s: %s", run_id, counts)
     return counts
 
