@@ -171,7 +171,9 @@ def expert_width(module: nn.Module, hidden: int) -> int:
     after a gate_up_proj of (experts, 2·width, hidden)); else the input width of the last weight
     that maps back to the hidden size, else the output width of one read from it."""
     if is_experts_interface(module):
-        return int(getattr(module, "intermediate_dim", None) or module.intermediate_size)
+        stated = getattr(module, "intermediate_dim", None) or getattr(module, "intermediate_size", None)
+        if stated:
+            return int(stated)  # else read off its weights, as for stacked experts (ergo's ErgoExperts states no width)
     weights = [p for p in module.parameters(recurse=False) if p.dim() == 3]
     last = weights[-1]
     if int(last.shape[2]) == hidden:
