@@ -22,7 +22,7 @@ ENV := PREFECT_HOME=$(CURDIR)/.prefect \
        PREFECT_LOGGING_LEVEL=WARNING PREFECT_SERVER_LOGGING_LEVEL=CRITICAL \
        HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_VERBOSITY=error
 
-.PHONY: install test bench catalogue lock drift clean
+.PHONY: install browser test bench catalogue lock drift clean
 
 install: $(STAMP)
 
@@ -34,7 +34,12 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-test: $(STAMP)
+# The report's tests open its pages in headless Chromium: Debian's chromium and its driver,
+# installed from the system's packages when missing (never a browser build of a tool's own).
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+test: $(STAMP) browser
 	$(ENV) $(PY) -m pytest -q
 
 bench: $(STAMP)

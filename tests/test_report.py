@@ -22,9 +22,6 @@ from speccat.report.site import model_file
 GIB, MIB = 2**30, 2**20
 THREE = ("meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-Next-80B-A3B-Thinking")
 
-pytestmark = pytest.mark.skipif(None in executables(), reason="chromium and chromedriver are not installed (make test installs them)")
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> tuple[Path, Path]:
     """The two-night test catalogue and its report, written by the CLI."""
@@ -36,6 +33,8 @@ def site(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def browser():
+    # never skipped: `make test` installs Debian's chromium and chromedriver (its `browser` step)
+    assert None not in executables(), "chromium and chromedriver are not installed: `make test` installs them"
     with chromium() as driver:
         yield driver
 
