@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.bench_refresh import prefect_env
+
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "flows" / "snapshot"
 REL = 1e-9  # two byte counts or prices closer than this (relative) are the same
@@ -275,24 +277,12 @@ def report(lock: dict, newest: dict) -> tuple[str, int]:
 # --------------------------------------------------------------------------- venvs and processes
 
 
-def _env(scratch: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PREFECT_HOME": str(scratch / "prefect"),
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "TRANSFORMERS_VERBOSITY": "error",
-    }
-
-
 def run_dump(python: str | Path, out: Path, registry: bool, scratch: Path, shim: Path) -> dict:
     """The dump script in `python`'s venv (run from this tree's root, so `bench` imports), with
     speccat imported from `shim` (copy_project's): both sides run the same frozen copy of the
     code, so only the libraries differ, whatever is edited in this tree meanwhile."""
     command = [str(python), "-m", "bench.bench_drift", "dump", str(out)] + (["--registry"] if registry else [])
-    env = {**_env(scratch), "PYTHONPATH": str(shim)}
+    env = {**prefect_env(scratch), "PYTHONPATH": str(shim)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the dump under {python} exited {done.returncode}: {done.stderr.strip()[-3000:]}")
