@@ -1,8 +1,10 @@
 """`speccat fit`: every layout and switch set whose per-rank memory fits the GPUs, ranked by
 estimated recompute time, with the breakdown (docs/planning.md).
 
-The spec comes from the catalogue (the repo's at the latest census version); the prices, the
-recompute costs, the model states and the model's ends are computed from the data files
+CONFIG is what `speccat price` takes (flows/fit_spec.py): a config file or folder, censused
+now, or a repo id the catalogue holds. The setting is the grid's defaults with `--stack` and
+`--set FIELD=VALUE` on top, as `price` reads them; the prices, the recompute costs, the model
+states (`--recipe`, states.yaml) and the model's ends are computed from the data files
 (catalogue/records/rank.py), at exactly the sequence length and micro-batch asked for.
 """
 
@@ -16,9 +18,9 @@ import math
 import re
 import sys
 
-from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import REASONS
-from speccat.flows.cli_catalogue import _catalogue_options, _epilog, _target, _units_option
+import yaml
+
+from speccat.flows.cli_catalogue import _catalogue_options, _epilog, _units_option
 
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 
@@ -60,9 +62,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         **_epilog(
             "speccat fit meta-llama/Llama-3.1-8B-Instruct --gpu-mem 80GiB --seq 8192 --gpus 8",
             "speccat fit Qwen/Qwen3-30B-A3B --seq 32768 --gpus 16 --ep 8 --zero 1 --accelerator H200-SXM --json",
+            "speccat fit my-model/config.json --stack megatron --set flash_attention=false --seq 2048 --gpus 64 --tp 8 --pp 8 --recipe zero_mixed_adam",
         ),
     )
-    fit.add_argument("repo_id", metavar="REPO_ID")
+    fit.add_argument("config", metavar="CONFIG", help="a config.json or a folder holding one (censused now), or a repo id the catalogue holds")
+    fit.add_argument("--stack", help="the training stack priced: transformers or megatron (default: the settings grid's)")
+    fit.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="fields",
+                     help="any other setting field of catalogue/records/settings.yaml, e.g. --set flash_attention=false --set dtype=fp16")
+    fit.add_argument("--recipe", help="the optimizer recipe of catalogue/records/states.yaml (default: its default_recipe)")
     fit.add_argument("--gpu-mem", type=parse_size, help="memory per GPU, such as 80GiB or 141GB (default: the accelerator's)")
     fit.add_argument("--seq", type=count(1), required=True, help="sequence length")
     fit.add_argument("--gpus", type=count(1), required=True, help="GPUs in all")
@@ -78,35 +85,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _units_option(fit)
     fit.add_argument("--json", action="store_true", help="print one JSON object (bytes as numbers)")
     fit.set_defaults(handler=fit_command)
-
-
-class NightRefusal(ReasonError):
-    """A repo the catalogue's latest night refused, with the night's own reason (of whichever
-    group of the vocabulary holds it: a census or fetch reason, a price stage's records reason)."""
-
-    def __init__(self, reason: str, message: str):
-        self.group = next(group for group, codes in REASONS.items() if reason in codes)
-        super().__init__(reason, message)
-
-
-def load_spec(args: argparse.Namespace) -> tuple[str, dict]:
-    """The stored repo id REPO_ID names (exactly, else ignoring case) and its spec. A repo the
-    latest night refused (at any stage: no spec, or a spec it would not price) is refused with
-    the night's reason and message."""
-    from speccat import sql
-    from speccat.catalogue.errors import InputError
-    from speccat.catalogue.store import present
-
-    with _target(args).open_readonly() as con:
-        repo_id = present.resolve_repo_id(con, args.repo_id)
-        found = present.run(con, sql.load("show/spec"), {"repo_id": repo_id})
-        refusal = present.run(con, sql.load("show/refusal"), {"repo_id": repo_id}).rows
-    if refusal:
-        stage, reason, message = refusal[0]
-        raise NightRefusal(reason, f"{repo_id}: the latest night refused it at the {stage} stage: {message}")
-    if not found.rows:
-        raise InputError("not_found", f"{repo_id} has no spec at the latest census version (see speccat show {repo_id})")
-    return repo_id, json.loads(found.rows[0][1])
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,9 +120,54 @@ def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
     rows = fits(
         spec, family_for(spec["arch"]).pricing_defaults(), data["records"], data["grid"], data["costs"], data["states"],
         data["head"], accelerator, gpus=args.gpus, seq=args.seq, budget=budget, micro_batch=args.micro_batch,
-        fixed=fixed, zeros=zeros,
+        fixed=fixed, zeros=zeros, recipe=args.recipe, setting=args.setting,
     )  # fmt: skip
     return rows, budget
+
+
+# Setting fields fit decides itself: the layout (tp, cp), --seq, --micro-batch, and the micro-batches in flight.
+OWN_FIELDS = {"seq_length": "--seq", "micro_batch": "--micro-batch", "tp": "--tp", "cp": "--cp", "in_flight": "the pipeline schedule"}
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Read --stack, --set and --recipe before any census: `args.setting` (the setting fields
+    over the grid's defaults, checked by the grid) and `args.recipe` (the states file's name)."""
+    from speccat.catalogue.errors import InputError
+
+    data = planning_data()
+    args.setting = {}
+    for pair in args.fields:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise InputError("bad_argument", f"--set {pair!r}: expected FIELD=VALUE")
+        if name in OWN_FIELDS:
+            raise InputError("bad_argument", f"--set {name}: fit sets it from {OWN_FIELDS[name]}")
+        args.setting[name] = yaml.safe_load(text)
+    if args.stack is not None:
+        args.setting["stack"] = args.stack
+    args.chosen = data["grid"].setting({**args.setting, "seq_length": args.seq, "micro_batch": args.micro_batch})  # refuses a bad field or value
+    states = data["states"]
+    args.recipe = args.recipe or states.default_recipe
+    if args.recipe not in states.recipes:
+        raise InputError("bad_argument", f"--recipe {args.recipe}: known: {', '.join(states.recipes)}")
+    accelerators = data["accelerators"]
+    if args.accelerator is not None and args.accelerator not in accelerators:
+        raise InputError("bad_argument", f"--accelerator {args.accelerator}: known: {', '.join(accelerators)}")
+
+
+def described(args: argparse.Namespace) -> dict:
+    """What the answer assumed, named: the stack and setting fields, the recipe and its source,
+    the accelerator."""
+    states = planning_data()["states"]
+    per_param = states.recipes[args.recipe]
+    setting = {k: v for k, v in args.chosen.items() if k not in ("setting_id", *OWN_FIELDS)}
+    return {
+        "stack": setting.pop("stack"),
+        "setting": setting,
+        "recipe": {"name": args.recipe, "bytes_per_param": {**per_param, "total": sum(per_param.values())}, "source": states.sources[args.recipe]},
+        "accelerator": args.accelerator,
+    }
 
 
 def beyond_positions(spec: dict, seq: int) -> str | None:
@@ -157,19 +180,28 @@ def beyond_positions(spec: dict, seq: int) -> str | None:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    repo_id, spec = load_spec(args)
+    from speccat.flows.fit_spec import load_spec
+
+    check_inputs(args)
+    repo_id, spec, origin = load_spec(args)
     rows, budget = fit_rows(args, spec)
     shown = rows if args.top == 0 else rows[: args.top]
     note = beyond_positions(spec, args.seq)
+    about = described(args)
     if args.json:
         dicts = [{**r.as_dict(), "beyond_positions": note is not None} for r in shown]
-        print(json.dumps({"repo_id": repo_id, "budget_bytes": math.ceil(budget), "fits": len(rows), "beyond_positions": note, "rows": dicts}))
+        print(json.dumps({"repo_id": repo_id, "spec_source": origin, **about, "budget_bytes": math.ceil(budget), "fits": len(rows),
+                          "beyond_positions": note, "rows": dicts}))  # fmt: skip
         return 0
     from speccat.catalogue.store.present import format_bytes, human_bytes, table
 
     print(f"{repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
           f"on {args.gpus} GPUs at seq {args.seq}, micro-batch {args.micro_batch}; showing {len(shown)}"
           + (f"; {note}" if note else ""))  # fmt: skip
+    recipe = about["recipe"]
+    fields = " ".join(f"{k}={v}" for k, v in about["setting"].items())
+    print(f"spec: {origin}; stack {about['stack']} ({fields}); recipe {recipe['name']} "
+          f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}")  # fmt: skip
     columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%", "ms_per_seq")
     columns += ("note",) if note else ()
     body = []

@@ -87,7 +87,8 @@ def test_a_sequence_past_the_positions_is_priced_and_flagged_in_every_row(snapsh
     assert main([*base, "--seq", "65536"]) == 0
     text = capsys.readouterr().out.splitlines()
     assert "seq 65536 is beyond the model's 1024 positions" in text[0]
-    rows = [line for line in text[3:] if line.strip() and not line.startswith("(")]
+    start = next(i for i, line in enumerate(text) if line.startswith("--")) + 1  # the table's rows follow its rule
+    rows = [line for line in text[start:] if line.strip() and not line.startswith("(")]
     assert rows and all(line.rstrip().endswith("beyond positions") for line in rows)
     assert main([*base, "--seq", "1024", "--json"]) == 0  # at the positions: no flag
     out = json.loads(capsys.readouterr().out)

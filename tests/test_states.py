@@ -156,8 +156,41 @@ def test_the_catalogues_sharding_rows_read_each_divisor_as_powers_of_the_layout(
     assert {k: v for k, v in routed.items() if k.startswith("model_")} == {"model_t": 0, "model_cp": 0, "model_dp": 0, "model_ep": 1, "model_etp": 1}
     assert routed["bytes_per_param"] == 12 and routed["sharded_from"] == 1
     assert {r["sharded_from"] for r in rows if r["state"] == "weight"} == {3}
-    assert len(rows) == 2 * 10 * 3  # two recipes, ten groups, three states
+    assert len(rows) == 5 * 10 * 3  # five recipes, ten groups, three states
     changed = tmp_path / "states.yaml"
     changed.write_text(STATES_PATH.read_text().replace("attention:  {model: t, data: dp*cp}", "attention:  {model: t, data: dp+cp}"))
     with pytest.raises(StatesError, match="groups.attention.data"):
         state_sharding_rows(load_states(changed))
+
+
+def test_every_recipe_is_its_sources_bytes_per_parameter(states):
+    """Each recipe of states.yaml against its source's arithmetic, worked here: Megatron Core's
+    "float16 param, fp32 grads" 18; ZeRO's mixed-precision Adam 2 + 2 + 12 = 16; pure bf16 Adam,
+    torch.optim.Adam's two moments in the parameter's dtype, 2 + 2 + 2·2 = 8; 8-bit Adam, two
+    one-byte states and one fp32 constant per block of 2048 each, 2 + 2 + 2·(1 + 4/2048);
+    SGD with momentum under Megatron's mixed precision, 2 + 4 + (4 fp32 main weight + 4 fp32
+    momentum buffer) = 14. Every recipe names its source."""
+    expected = {
+        "megatron_bf16_adam": (2, 4, 12),
+        "zero_mixed_adam": (2, 2, 12),
+        "pure_bf16_adam": (2, 2, 2 * 2),
+        "adam_8bit": (2, 2, 2 * (1 + 4 / 2048)),
+        "sgd_momentum": (2, 4, 4 + 4),
+    }
+    assert {name: tuple(r[s] for s in ("weight", "grad", "optimizer")) for name, r in states.recipes.items()} == expected
+    assert states.default_recipe == "megatron_bf16_adam"
+    assert set(states.sources) == set(expected) and all(len(text) > 40 for text in states.sources.values())
+
+
+def test_a_recipe_without_its_source_is_refused(tmp_path):
+    import yaml
+
+    from speccat.catalogue.records.states import STATES_PATH
+
+    data = yaml.safe_load(STATES_PATH.read_text())
+    del data["recipes"]["pure_bf16_adam"]["source"]
+    path = tmp_path / "states.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(StatesError) as err:
+        load_states(path)
+    assert err.value.reason == "missing_key" and "pure_bf16_adam" in str(err.value)

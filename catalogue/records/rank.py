@@ -114,12 +114,14 @@ def fits(
     spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs, states: States, head: Head,
     accelerator: Accelerator, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
+    setting: Mapping | None = None,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) whose fullest stage fits `budget` bytes (layouts that
     layouts.yaml refuses at the setting left out; LayoutError "infeasible" when the held fields
     leave no layout, or only refused ones), ranked by estimated
     recompute seconds per sequence (the first stage's per micro-batch, over dp · micro_batch:
-    the dp pipelines run side by side), then total bytes. Per layout only the switch sets no other beats on both
+    the dp pipelines run side by side), then total bytes. `setting` holds the other setting
+    fields (the stack, flash attention, the dtype, ...) over the grid's defaults. Per layout only the switch sets no other beats on both
     bytes and seconds are listed (one of each equal pair: the lowest mask, full recompute last)."""
     fixed = dict(fixed or {})
     zeros = tuple(zeros)
@@ -127,7 +129,8 @@ def fits(
     if not candidates:  # the held fields cannot be: say which, not "nothing fits"
         raise LayoutError("infeasible", f"{spec.get('name', 'the model')}: {no_layout(spec, gpus, fixed, zeros, accelerator.node)}")
     keys = sorted({(lay.tp, lay.cp) for lay in candidates})
-    settings = [grid.setting({"seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
+    base = dict(setting or {})  # the stack and any other setting field (`--set`), under what the layout decides
+    settings = [grid.setting({**base, "seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
     refusals = infeasible(spec, defaults, records, grid.with_settings(settings))
     refused = {row["setting_id"] for row in refusals}
     keys = [key for key, setting in zip(keys, settings) if setting["setting_id"] not in refused]

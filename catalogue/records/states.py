@@ -72,6 +72,7 @@ class States:
     groups: Mapping[str, Group]
     active: Mapping[str, Expr]
     version: str = field(default="")
+    sources: Mapping[str, str] = field(default_factory=dict)  # recipe -> where its bytes per parameter come from
 
     @functools.cached_property
     def powers(self) -> Mapping[str, Mapping[str, Mapping[str, int]]]:
@@ -104,9 +105,13 @@ class _StatesLoader(Loader):
 
     def load(self, data: Any) -> States:
         top = self.mapping("", data, ("recipes", "default_recipe", "zero", "groups", "active"), ("recipes", "default_recipe", "zero", "groups"))
-        recipes = {}
+        recipes, sources = {}, {}
         for name, body in top["recipes"].items():
-            body = self.mapping(f"recipes.{name}", body, STATES, STATES)
+            body = dict(self.mapping(f"recipes.{name}", body, (*STATES, "source"), (*STATES, "source")))
+            source = body.pop("source")
+            if not isinstance(source, str) or not source.strip():
+                raise self.fail("bad_value", f"recipes.{name}.source", "every recipe names its source in words")
+            sources[name] = source
             for state, value in body.items():
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                     raise self.fail("bad_value", f"recipes.{name}.{state}", f"bytes per parameter must be a number >= 0, got {value!r}")
@@ -132,7 +137,7 @@ class _StatesLoader(Loader):
             if name not in KIND_GROUPS:
                 raise self.fail("unknown_key", f"active.{name}", f"kind groups: {', '.join(KIND_GROUPS)}")
             active[name] = self.expr(f"active.{name}", text, frozenset({"n_chosen_exp", "n_exp"}))
-        return States(recipes, top["default_recipe"], zero, groups, active, version_of(data))
+        return States(recipes, top["default_recipe"], zero, groups, active, version_of(data), sources)
 
 
 def load_states(path: str | Path | None = None) -> States:
