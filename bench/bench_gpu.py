@@ -1,0 +1,268 @@
+"""The GPU check, `python -m bench gpu`: what a real forward and backward keeps on CUDA, kind by
+kind, against the catalogue's price (docs/census.md, "The GPU check").
+
+For each config (the shipped snapshot unless named with --config) and each sequence length
+(--seq, 4096 and 16384 unless given):
+
+- the census states the kinds and where each first stands in the stack, and the records price
+  each kind at that length (the grid's default setting, nothing recomputed);
+- a model of the layers up to the last of those firsts is built on the GPU in bf16 with random
+  weights and transformers' sdpa attention (the model's own attention where it refuses sdpa),
+  its experts run by grouped_mm as the census assumes, and run forward and backward from random
+  input embeddings; saved-tensor hooks, open only while a kind's layer runs, give the bytes
+  autograd kept for it, parameters and buffers left out, per token;
+- the same run as the census makes it (fake tensors, speccat's attention kernel) lists the
+  tensors it keeps, and the largest tensors kept by one run and not the other are printed.
+
+No test or CI step runs it on a GPU: without CUDA it says so in one line and exits 0. `--device
+cpu` runs the real side on the CPU (the tests check the harness that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+SNAPSHOT = Path(__file__).resolve().parent.parent / "flows" / "snapshot"
+SEQS = (4096, 16384)
+SHOWN_DIFFERENCES = 3
+
+
+def first_layers(spec, layer_types: list | None) -> dict[tuple[str, str], int]:
+    """(kind, layer type) -> the index of its first layer in the stack: one layer of each kind, and
+    of each layer type (the config's `layer_types`: sliding or full attention) within a kind, since
+    a GPU may keep different sizes for layers the census states as one kind."""
+    first: dict[tuple[str, str], int] = {}
+    index = 0
+    for run in spec["layers"]:
+        for i in range(index, index + run["count"]):
+            kind_type = layer_types[i] if layer_types and i < len(layer_types) else ""
+            first.setdefault((run["kind"], str(kind_type)), i)
+        index += run["count"]
+    return first
+
+
+def prices(spec, seq: int) -> dict[str, float]:
+    """kind -> the records' bytes per token of one layer at sequence length `seq` (the grid's
+    default setting otherwise, nothing recomputed)."""
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.pricing import price_layers
+    from speccat.catalogue.records.settings import load_settings
+    from speccat.census.family import family_for
+
+    grid = load_settings()
+    one = grid.with_settings([grid.setting({"seq_length": seq})])
+    priced = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), one)
+    return {kind: float(priced.total[i, 0, 0]) / seq for i, kind in enumerate(priced.kinds)}
+
+
+def shallow_build(config: dict, depth: int):
+    """The census's build of `config` on meta with only its first `depth` layers: the layer count
+    cut, and every per-layer list or pattern of the old count's length cut with it."""
+    from speccat.census.build import build
+    from speccat.census.resolve import resolve_config
+    from speccat.census.shapes import uses_experts_interface
+
+    top, text, _ = resolve_config(config)
+    stated = text.num_hidden_layers
+    for name, value in list(vars(text).items()):
+        if isinstance(value, (list, tuple, str)) and len(value) == stated and name != "model_type":
+            setattr(text, name, value[:depth])
+    text.num_hidden_layers = depth
+    built = build(top, text)
+    if uses_experts_interface(built.layers):
+        built.model.set_experts_implementation("grouped_mm")
+    return built
+
+
+def kept_tensors(built, indices: list[int], seq: int) -> dict[int, list]:
+    """One forward and backward of the built decoder from input embeddings of `seq` tokens: per
+    layer index asked for, the tensors autograd saved while that layer ran (one per storage;
+    parameters, buffers and the layer's inputs other than its hidden states left out, as the
+    census leaves them out). Runs on whatever the model's tensors are (CUDA, CPU, fake)."""
+    import torch
+
+    decoder, layers = built.decoder, built.layers
+    fixed = {t.untyped_storage()._cdata for t in (*built.model.parameters(), *built.model.buffers())}
+    saved: dict[int, dict[int, torch.Tensor]] = {i: {} for i in indices}
+    running: list[int] = []
+
+    def pack(tensor):
+        if running:
+            key = tensor.untyped_storage()._cdata
+            if key not in fixed:
+                saved[running[-1]].setdefault(key, tensor)
+        return tensor
+
+    def enter(index):
+        def hook(module, args, kwargs):
+            # what the decoder made once for every layer (rotary tables, the mask) is no layer's own
+            shared = [*args[1:], *kwargs.values()]
+            while shared:
+                item = shared.pop()
+                if isinstance(item, (tuple, list)):
+                    shared.extend(item)
+                elif isinstance(item, torch.Tensor):
+                    fixed.add(item.untyped_storage()._cdata)
+            running.append(index)
+
+        return hook
+
+    def leave(*_):
+        running.pop()  # returns None: a forward hook's return value would replace the layer's output
+
+    handles = []
+    for i in indices:
+        handles.append(layers[i].register_forward_pre_hook(enter(i), with_kwargs=True))
+        handles.append(layers[i].register_forward_hook(leave))
+    weight = built.embedding.weight
+    x = torch.randn(1, seq, weight.shape[1], dtype=weight.dtype, device=weight.device, requires_grad=True)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = decoder(inputs_embeds=x, use_cache=False)
+        hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
+        hidden.float().sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {i: list(kept.values()) for i, kept in saved.items()}
+
+
+def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str) -> tuple[dict[int, list], str]:
+    """kept_tensors of a real model on `device`: random bf16 weights, sdpa attention (else the
+    model's own). Also the attention implementation that ran."""
+    import torch
+
+    built = shallow_build(config, depth)
+    try:
+        built.model.set_attn_implementation("sdpa")
+        implementation = "sdpa"
+    except Exception:  # a model that refuses sdpa runs its own (gemma-2's and gpt-oss's eager)
+        built.model.set_attn_implementation("eager")
+        implementation = "eager"
+    built.model.to_empty(device=device)
+    with torch.no_grad():
+        for p in built.model.parameters():
+            p.normal_(0.0, 0.02)
+        for b in built.model.buffers():  # rotary tables and the like: their values change no saved size
+            if b.is_floating_point():
+                b.zero_()
+    return kept_tensors(built, indices, seq), implementation
+
+
+def census_run(config: dict, depth: int, indices: list[int], seq: int) -> dict[int, list]:
+    """kept_tensors as the census runs the layers: on fake tensors, with speccat's attention kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from speccat.census.fake import make_fake
+
+    built = shallow_build(config, depth)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    make_fake(built.model, mode)
+    with mode:
+        return kept_tensors(built, indices, seq)
+
+
+def nbytes(tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+def differences(real: list, census: list) -> list[tuple[str, int]]:
+    """The largest tensors one run kept and the other did not, by (shape, dtype): ('+' real only or
+    '-' census only, shape and dtype, bytes), largest first."""
+    def signature(tensors):
+        return Counter((tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes()) for t in tensors)
+
+    a, b = signature(real), signature(census)
+    rows = [("+", key) for key in (a - b).elements()] + [("-", key) for key in (b - a).elements()]
+    rows.sort(key=lambda row: -row[1][2])
+    return [(f"{sign}{list(shape)} {dtype}", size) for sign, (shape, dtype, size) in rows[:SHOWN_DIFFERENCES]]
+
+
+def measure(name: str, config: dict, seqs: tuple[int, ...], device: str) -> list[dict]:
+    """One row per (kind, sequence length): real, census and priced bytes per token and the largest differences."""
+    from speccat.census import run_census
+
+    from speccat.census.resolve import resolve_config
+
+    layer_types = getattr(resolve_config(config)[1], "layer_types", None)
+    rows = []
+    for seq in seqs:
+        spec = run_census(config, name=name, seq_length=seq)
+        first = first_layers(spec, layer_types)
+        indices = sorted(set(first.values()))
+        real, implementation = real_run(config, indices[-1] + 1, indices, seq, device)
+        census = census_run(config, indices[-1] + 1, indices, seq)
+        priced = prices(spec, seq)
+        for (kind, layer_type), index in first.items():
+            rows.append({
+                "config": name, "kind": f"{kind} {layer_type}".strip(), "seq": seq, "attention": implementation,
+                "real": nbytes(real[index]) / seq, "census": nbytes(census[index]) / seq,
+                "measured": sum(spec["measured"][kind]["bytes_per_token"].values()),
+                "priced": priced[kind], "differences": differences(real[index], census[index]),
+            })  # fmt: skip
+    return rows
+
+
+def row_line(row: dict) -> str:
+    ratio = row["priced"] / row["real"] if row["real"] else float("nan")
+    diffs = "; ".join(f"{what} {size / row['seq']:,.1f} B/token" for what, size in row["differences"]) or "none"
+    return (
+        f"   {row['config'][:34]:34} {row['kind'][:30]:30} {row['seq']:>6} {row['attention']:>5} "
+        f"{row['real']:>12,.1f} {row['priced']:>12,.1f} {ratio:>7.4f} {row['census']:>12,.1f}   {diffs}"
+    )
+
+
+def snapshot_configs(names: list[str]) -> list[tuple[str, dict]]:
+    """(ORG/NAME, config) of the named config files or folders, else of every shipped config."""
+    paths = [Path(n) for n in names] or sorted(p for p in SNAPSHOT.iterdir() if (p / "config.json").exists())
+    out = []
+    for path in paths:
+        file = path / "config.json" if path.is_dir() else path
+        out.append((file.parent.name.replace("__", "/", 1), json.loads(file.read_text())))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", action="append", default=[], help="a config.json or a folder holding one (default: the shipped snapshot)")
+    parser.add_argument("--seq", type=int, action="append", help=f"sequence length (default {' and '.join(map(str, SEQS))})")
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv or [])  # `python -m bench gpu` calls main() with no options
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"bench gpu: no CUDA device (torch {torch.__version__} sees none): nothing measured")
+        return 0
+    from speccat.census.spec import SpecError
+
+    print("== bench_gpu: bytes per token kept for backward by one layer of each kind, a real run on "
+          f"{args.device} (bf16, random weights) against the records' price and the census's run")  # fmt: skip
+    print(f"   {'config':34} {'kind':30} {'seq':>6} {'attn':>5} {'real':>12} {'priced':>12} {'p/real':>7} {'census':>12}   largest differences (+ real only, - census only)")
+    off = 0
+    for name, config in snapshot_configs(args.config):
+        try:
+            rows = measure(name, config, tuple(args.seq or SEQS), args.device)
+        except SpecError as err:
+            print(f"   {name}: refused, not measured: {err.reason}")
+            continue
+        except Exception as err:  # a model this harness cannot run: said, and the check goes on
+            print(f"   {name}: not measured: {type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}")
+            continue
+        for row in rows:
+            print(row_line(row))
+            off += abs(row["priced"] / row["real"] - 1) > 0.03 if row["real"] else 1
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    print(f"   {off} (kind, length) rows priced more than 3% off what the GPU kept")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The GPU check (`python -m bench gpu`, docs/census.md "The GPU check"): without CUDA one line and
+exit 0; its harness, run on the CPU, books what the census books where the census's kernel is
+the one that runs, and finds what a sliding window's explicit mask adds where it is not."""
+
+from __future__ import annotations
+
+import torch
+
+from bench import bench_gpu
+
+S = 64
+TINY_LLAMA = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+}  # fmt: skip
+# one sliding-window layer (window 16 < 64 tokens: sdpa gets an explicit mask), one full layer
+TINY_GEMMA3 = {
+    "model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16,
+    "layer_types": ["sliding_attention", "full_attention"], "vocab_size": 128,
+}  # fmt: skip
+
+
+def test_without_cuda_it_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_gpu.main([]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("bench gpu: no CUDA device")
+
+
+def test_the_harness_books_what_the_census_books():
+    """A real CPU run of a tiny llama layer (sdpa, causal, no mask: CPU's flash kernel) keeps what
+    the census measured, byte for byte, and the harness's own run on fake tensors agrees; the
+    only tensors that differ are the attention output's layout (heads-major on the CPU)."""
+    (row,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
+    assert row["kind"] == "decoder" and row["attention"] == "sdpa"
+    assert row["census"] == row["measured"] == row["real"]
+    assert {what for what, _ in row["differences"]} == {"+[1, 4, 64, 16] bfloat16", "-[1, 64, 4, 16] bfloat16"}
+
+
+def test_a_sliding_window_keeps_its_mask_beside_what_the_census_books():
+    """The sliding layer hands sdpa an explicit (1, 1, s, s) bf16 mask, which the kernel keeps for
+    backward: 2·s bytes per token more than the census books (the gap issue 31 prices); the full
+    layer, with no mask, keeps exactly what the census books. One layer of each layer type is
+    measured although the census states one kind."""
+    rows = {row["kind"]: row for row in bench_gpu.measure("tiny-gemma3", TINY_GEMMA3, (S,), "cpu")}
+    assert set(rows) == {"decoder sliding_attention", "decoder full_attention"}
+    sliding, full = rows["decoder sliding_attention"], rows["decoder full_attention"]
+    assert full["real"] == full["census"] == full["measured"]
+    assert sliding["real"] - sliding["census"] == 2 * S
+    assert ("+[1, 1, 64, 64] bfloat16", 2 * S * S) in sliding["differences"]
