@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         **_epilog(
             "speccat fit meta-llama/Llama-3.1-8B-Instruct --gpu-mem 80GiB --seq 8192 --gpus 8",
             "speccat fit Qwen/Qwen3-30B-A3B --seq 32768 --gpus 16 --ep 8 --zero 1 --accelerator H200-SXM --json",
+            "speccat fit meta-llama/Llama-3.1-8B-Instruct --gpus 1 --gpu-mem 80GiB --max-seq",
             "speccat fit my-model/config.json --stack megatron --set flash_attention=false --seq 2048 --gpus 64 --tp 8 --pp 8 --recipe zero_mixed_adam",
         ),
     )
@@ -71,9 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="any other setting field of catalogue/records/settings.yaml, e.g. --set flash_attention=false --set dtype=fp16")
     fit.add_argument("--recipe", help="the optimizer recipe of catalogue/records/states.yaml (default: its default_recipe)")
     fit.add_argument("--gpu-mem", type=parse_size, help="memory per GPU, such as 80GiB or 141GB (default: the accelerator's)")
-    fit.add_argument("--seq", type=count(1), required=True, help="sequence length")
-    fit.add_argument("--gpus", type=count(1), required=True, help="GPUs in all")
-    fit.add_argument("--micro-batch", type=count(1), default=1, help="sequences per micro-batch (default 1)")
+    fit.add_argument("--seq", type=count(1), help="sequence length (required, but with --max-seq)")
+    fit.add_argument("--gpus", type=count(1), help="GPUs in all (required, but with --min-gpus)")
+    fit.add_argument("--micro-batch", type=count(1), help="sequences per micro-batch (default 1)")
+    fit.add_argument("--max-seq", action="store_true", help="answer the longest sequence that fits (a multiple of 256 tokens, catalogue/records/inverse.yaml)")
+    fit.add_argument("--max-micro-batch", action="store_true", help="answer the largest micro-batch that fits at --seq")
+    fit.add_argument("--min-gpus", action="store_true", help="answer the fewest GPUs at which something fits at --seq")
     for name, what in (("dp", "data"), ("tp", "tensor"), ("pp", "pipeline"), ("ep", "expert"), ("cp", "context")):
         fit.add_argument(f"--{name}", type=count(1), help=f"hold the {what}-parallel size at this value")
     fit.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="hold the ZeRO stage (default: try 0 to 3)")
@@ -101,7 +105,9 @@ def planning_data() -> dict:
             "head": load_head(records), "accelerators": load_accelerators()}  # fmt: skip
 
 
-def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
+def fitter(args: argparse.Namespace, spec: dict):
+    """(run, budget): run(seq, micro_batch, gpus) lists the rows that fit (rank.fits) with
+    everything else the command line holds."""
     from speccat.catalogue.records.rank import fits
     from speccat.census.family import family_for
 
@@ -109,20 +115,85 @@ def fit_rows(args: argparse.Namespace, spec: dict) -> tuple[list, float]:
     accelerators = data["accelerators"]
     if args.accelerator is None:
         args.accelerator = next(name for name, a in accelerators.items() if a.default)
-    if args.accelerator not in accelerators:
-        from speccat.catalogue.errors import InputError
-
-        raise InputError("bad_argument", f"--accelerator {args.accelerator}: known: {', '.join(accelerators)}")
     accelerator = accelerators[args.accelerator]
     budget = args.gpu_mem if args.gpu_mem is not None else accelerator.memory
     fixed = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp, "vpp": args.vpp}
     zeros = (args.zero,) if args.zero is not None else (0, 1, 2, 3)
-    rows = fits(
-        spec, family_for(spec["arch"]).pricing_defaults(), data["records"], data["grid"], data["costs"], data["states"],
-        data["head"], accelerator, gpus=args.gpus, seq=args.seq, budget=budget, micro_batch=args.micro_batch,
-        fixed=fixed, zeros=zeros, recipe=args.recipe, setting=args.setting,
-    )  # fmt: skip
-    return rows, budget
+    defaults = family_for(spec["arch"]).pricing_defaults()
+
+    def run(seq: int, micro_batch: int, gpus: int) -> list:
+        return fits(
+            spec, defaults, data["records"], data["grid"], data["costs"], data["states"], data["head"], accelerator,
+            gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros, recipe=args.recipe, setting=args.setting,
+        )  # fmt: skip
+
+    return run, budget
+
+
+QUESTIONS = {"max_seq": "--max-seq", "max_micro_batch": "--max-micro-batch", "min_gpus": "--min-gpus"}
+
+
+def check_question(args: argparse.Namespace) -> None:
+    """`args.question`: the inverse question asked (None: none), refusing one asked beside the
+    value it searches, or a value left out that no question searches."""
+    from speccat.catalogue.errors import InputError
+
+    asked = [q for q in QUESTIONS if getattr(args, q)]
+    if len(asked) > 1:
+        raise InputError("bad_argument", "one of --max-seq, --max-micro-batch, --min-gpus at a time")
+    for question, value, what in (("max_seq", "seq", "the sequence length"), ("min_gpus", "gpus", "the GPU count"),
+                                  ("max_micro_batch", "micro_batch", "the micro-batch")):  # fmt: skip
+        flag = "--" + value.replace("_", "-")
+        if getattr(args, question) and getattr(args, value) is not None:
+            raise InputError("bad_argument", f"{QUESTIONS[question]} searches {what}: leave {flag} out")
+        if value != "micro_batch" and not getattr(args, question) and getattr(args, value) is None:
+            raise InputError("bad_argument", f"{flag} is required (or {QUESTIONS[question]})")
+    args.question = asked[0] if asked else None
+
+
+def answer(args: argparse.Namespace, run) -> tuple[list, dict | None]:
+    """The rows to print and, for an inverse question, its answer (catalogue/records/inverse.py);
+    the searched value is set on `args` (None when nothing fits at the smallest value tried)."""
+    from speccat.catalogue.records.inverse import fewest, largest, load_bounds
+    from speccat.catalogue.records.layouts import LayoutError
+
+    if args.question != "max_micro_batch" and args.micro_batch is None:
+        args.micro_batch = 1
+    if args.question is None:
+        return run(args.seq, args.micro_batch, args.gpus), None
+    bounds = load_bounds()
+    if args.question == "max_seq":
+        step, found = bounds.seq_step, largest(lambda s: run(s, args.micro_batch, args.gpus), bounds.seq_step, bounds.seq_limit)
+        args.seq = found.value
+    elif args.question == "max_micro_batch":
+        step = bounds.micro_batch_step
+        found = largest(lambda b: run(args.seq, b, args.gpus), step, bounds.micro_batch_limit)
+        args.micro_batch = found.value
+    else:
+        def run_or_none(gpus: int) -> list:
+            try:
+                return run(args.seq, args.micro_batch, gpus)
+            except LayoutError:  # the held fields cannot be laid out on this count: nothing fits it
+                return []
+
+        step, found = 1, fewest(run_or_none, bounds.gpus_limit)
+        args.gpus = found.value
+    return list(found.rows), {"ask": args.question, "answer": found.value, "limited": found.limited, "tried": found.tried, "step": step}
+
+
+def said(question: dict) -> str:
+    """The answer to an inverse question in a line."""
+    value, step, limited = question["answer"], question["step"], question["limited"]
+    if question["ask"] == "min_gpus":
+        if value is None:
+            return "fewest GPUs that fit: none up to the search's limit"
+        return f"fewest GPUs that fit: {value} (the powers of two below did not, nor any count between the last of them and {value})"
+    what = {"max_seq": ("longest sequence that fits", "tokens"), "max_micro_batch": ("largest micro-batch that fits", "sequences")}[question["ask"]]
+    if value is None:
+        return f"{what[0]}: none: nothing fits at {step} {what[1]}"
+    if limited:
+        return f"{what[0]}: at least {value} {what[1]}, the search's limit (catalogue/records/inverse.yaml)"
+    return f"{what[0]}: {value} {what[1]} ({value + step} do not)"
 
 
 # Setting fields fit decides itself: the layout (tp, cp), --seq, --micro-batch, and the micro-batches in flight.
@@ -134,6 +205,7 @@ def check_inputs(args: argparse.Namespace) -> None:
     over the grid's defaults, checked by the grid) and `args.recipe` (the states file's name)."""
     from speccat.catalogue.errors import InputError
 
+    check_question(args)
     data = planning_data()
     args.setting = {}
     for pair in args.fields:
@@ -146,7 +218,7 @@ def check_inputs(args: argparse.Namespace) -> None:
         args.setting[name] = yaml.safe_load(text)
     if args.stack is not None:
         args.setting["stack"] = args.stack
-    args.chosen = data["grid"].setting({**args.setting, "seq_length": args.seq, "micro_batch": args.micro_batch})  # refuses a bad field or value
+    args.chosen = data["grid"].setting({**args.setting, "seq_length": args.seq or 1, "micro_batch": args.micro_batch or 1})  # refuses a bad field or value
     states = data["states"]
     args.recipe = args.recipe or states.default_recipe
     if args.recipe not in states.recipes:
@@ -184,19 +256,23 @@ def fit_command(args: argparse.Namespace) -> int:
 
     check_inputs(args)
     repo_id, spec, origin = load_spec(args)
-    rows, budget = fit_rows(args, spec)
+    run, budget = fitter(args, spec)
+    rows, question = answer(args, run)
     shown = rows if args.top == 0 else rows[: args.top]
-    note = beyond_positions(spec, args.seq)
+    note = beyond_positions(spec, args.seq) if args.seq is not None else None
     about = described(args)
     if args.json:
         dicts = [{**r.as_dict(), "beyond_positions": note is not None} for r in shown]
         print(json.dumps({"repo_id": repo_id, "spec_source": origin, **about, "budget_bytes": math.ceil(budget), "fits": len(rows),
-                          "beyond_positions": note, "rows": dicts}))  # fmt: skip
+                          "question": question, "beyond_positions": note, "rows": dicts}))  # fmt: skip
         return 0
     from speccat.catalogue.store.present import format_bytes, human_bytes, table
 
+    if question is not None:
+        print(said(question))
+
     print(f"{repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
-          f"on {args.gpus} GPUs at seq {args.seq}, micro-batch {args.micro_batch}; showing {len(shown)}"
+          f"on {args.gpus or 'no number of'} GPUs at seq {args.seq or 'none'}, micro-batch {args.micro_batch or 'none'}; showing {len(shown)}"
           + (f"; {note}" if note else ""))  # fmt: skip
     recipe = about["recipe"]
     fields = " ".join(f"{k}={v}" for k, v in about["setting"].items())
