@@ -19,7 +19,8 @@ from speccat.flows.cli import main
 
 QUANTITY = re.compile(r"_(bytes|tokens|count|ranks|flops|pct)$")
 NOT_QUANTITIES = {"repo_id", "config_hash", "census_version", "transformers_version", "torch_version", "records_version", "kind", "setting_id", "sequence_parallel",
-                  "flash_attention", "cp_algo", "dtype", "mask", "switch_set", "stack", "equivalents"}  # fmt: skip
+                  "flash_attention", "cp_algo", "dtype", "mask", "switch_set", "stack", "equivalents", "setting_label", "param_casts",
+                  "grouped_gemm", "dropless_tok_factor", "capacity_factor"}  # fmt: skip
 WIDE = ("planner_layer_prices", "frontier")
 
 
@@ -38,7 +39,7 @@ def exported(db, tmp_path_factory):
 def test_the_planners_question_is_one_select_with_no_join(db):
     question = (
         "SELECT kind, total_bytes FROM planner_layer_prices WHERE repo_id = ? AND seq_length_tokens = 8192 "
-        "AND tp_ranks = 4 AND cp_ranks = 1 AND micro_batch_count = 1 AND switch_set = 'headCast,softmax' ORDER BY kind"
+        "AND tp_ranks = 4 AND cp_ranks = 1 AND micro_batch_count = 1 AND stack = 'transformers' AND switch_set = 'headCast,softmax' ORDER BY kind"
     )
     assert " JOIN " not in question.upper()
     with contextlib.closing(open_readonly(db)) as con:
@@ -48,11 +49,36 @@ def test_the_planners_question_is_one_select_with_no_join(db):
             "SELECT p.kind, p.total FROM layer_prices p JOIN repos r USING (config_hash) JOIN settings s USING (setting_id) "
             "JOIN latest_run v ON v.census_version = p.census_version AND v.transformers_version = p.transformers_version "
             "AND v.torch_version = p.torch_version AND v.records_version = p.records_version "
-            "WHERE r.repo_id = ? AND s.seq_length = 8192 AND s.tp = 4 AND s.cp = 1 AND s.micro_batch = 1 AND p.mask = 10 ORDER BY p.kind",
+            "WHERE r.repo_id = ? AND s.seq_length = 8192 AND s.tp = 4 AND s.cp = 1 AND s.micro_batch = 1 AND s.stack = 'transformers' "
+            "AND p.mask = 10 ORDER BY p.kind",
             [runs.ADDED],
         ).fetchall()
     assert runs.records().mask_of(["headCast", "softmax"]) == 10
     assert got == want and got
+    assert len({kind for kind, _ in got}) == len(got)  # one row per kind: the stack tells the two stacks' rows apart
+
+
+READABLE = ("stack", "seq_length_tokens", "micro_batch_count", "tp_ranks", "cp_ranks", "sequence_parallel", "flash_attention", "cp_algo",
+            "dtype", "in_flight_count", "param_casts", "grouped_gemm", "dropless_tok_factor", "capacity_factor")  # fmt: skip
+
+
+def test_rows_differ_in_a_readable_setting_column_never_in_the_hash_alone(db):
+    """Two rows of a repo, kind and switch set differ in some readable setting column, and the
+    label names every field of the setting as settings.yaml orders them, as `speccat price` prints it."""
+    with contextlib.closing(open_readonly(db)) as con:
+        total, distinct = con.execute(
+            f"SELECT count(*), count(DISTINCT (repo_id, kind, mask, {', '.join(READABLE)})) FROM planner_layer_prices"
+        ).fetchone()
+        assert total == distinct > 0
+        stacks = {r[0] for r in con.execute("SELECT DISTINCT stack FROM planner_layer_prices").fetchall()}
+        assert stacks == {"transformers", "megatron"}
+        labels = con.execute("SELECT DISTINCT setting_id, setting_label FROM planner_layer_prices").fetchall()
+        settings = {row[0]: row for row in con.execute("SELECT * FROM settings").fetchall()}
+        fields = [d[0] for d in con.execute("SELECT * FROM settings LIMIT 0").description]
+    for setting_id, label in labels:
+        row = dict(zip(fields, settings[setting_id]))
+        words = " ".join(f"{name}={str(row[name]).lower() if isinstance(row[name], bool) else row[name]}" for name in runs.grid().fields)
+        assert label == words, (label, words)
 
 
 @pytest.mark.parametrize("view", WIDE)
@@ -146,3 +172,19 @@ def test_the_frontier_is_exported_described_and_reads_back(db, exported):
     assert duckdb.connect().execute(
         f"SELECT count(*) FROM read_parquet('{exported}/switch_costs/**/*.parquet', hive_partitioning = true)"
     ).fetchone()[0] == stored
+
+
+@pytest.mark.parametrize("name, params", [("masks_ranked", {}), ("cheapest_saving", {"at_least_pct": 40})])
+def test_the_queries_print_the_setting_readably(db, name, params):
+    """masks_ranked and cheapest_saving name each row's setting by its label, beside the hash,
+    and at the megatron stack the label says megatron."""
+    from speccat.catalogue.store import present
+
+    with contextlib.closing(open_readonly(db)) as con:
+        labels = dict(con.execute("SELECT setting_id, setting_label FROM setting_labels").fetchall())
+        for stack in ("transformers", "megatron"):
+            result = present.run(con, present.resolve_query(name), {"repo_id": runs.ADDED, "stack": stack, **params})
+            rows = [dict(zip(result.columns, row)) for row in result.rows]
+            assert rows and result.columns[:2] == ("setting_id", "setting_label")
+            for row in rows:
+                assert row["setting_label"] == labels[row["setting_id"]] and row["setting_label"].startswith(f"stack={stack} ")

@@ -77,7 +77,7 @@ classes AS (
     JOIN best AS b ON b.kind = c.kind AND b.setting_id = c.setting_id AND b.mask = c.representative
     GROUP BY ALL
 )
-SELECT b.setting_id, b.kind, k.layers AS layers_count, b.mask, coalesce(w.name, 'full') AS switch_set,
+SELECT b.setting_id, l.setting_label, b.kind, k.layers AS layers_count, b.mask, coalesce(w.name, 'full') AS switch_set,
        coalesce(c.n_equivalent, 1) AS n_equivalent_count, coalesce(c.equivalents, ['full']) AS equivalents,
        b.kept AS kept_bytes, round(b.kept / 2 ** 30, 3) AS kept_gib, b.baseline - b.kept AS saved_bytes,
        round(b.saved_pct, 2) AS saved_pct, b.recompute_flops, b.recompute_bytes AS recompute_moved_bytes,
@@ -89,4 +89,5 @@ JOIN kinds AS k ON k.config_hash = getvariable('_config_hash') AND k.census_vers
                AND k.kind = b.kind
 LEFT JOIN switch_sets AS w ON w.mask = b.mask
 LEFT JOIN classes AS c ON c.kind = b.kind AND c.setting_id = b.setting_id AND c.mask = b.mask
+JOIN setting_labels AS l ON l.setting_id = b.setting_id
 ORDER BY b.setting_id, b.kind;

@@ -52,7 +52,7 @@ classes AS (
     FROM priced
     GROUP BY setting_id, attention, ffn, norm, total, flops_by_kind, moved_by_kind
 )
-SELECT c.setting_id,
+SELECT c.setting_id, l.setting_label,
        rank() OVER (PARTITION BY c.setting_id ORDER BY c.total, c.recompute_flops, c.recompute_moved_bytes, c.n_recomputed) AS rank,
        c.mask, w.name AS switch_set, c.n_recomputed, c.n_equivalent, c.equivalents,
        c.total, round(c.total / 2 ** 30, 3) AS total_gib,
@@ -61,4 +61,5 @@ SELECT c.setting_id,
 FROM classes AS c
 JOIN switch_sets AS w USING (mask)
 JOIN priced AS z ON z.setting_id = c.setting_id AND z.mask = 0
+JOIN setting_labels AS l ON l.setting_id = c.setting_id
 ORDER BY c.setting_id, rank, c.mask;
