@@ -40,7 +40,7 @@ def test_the_documented_recipe_answers_read_only_beside_another_reader():
             script=f"SET VARIABLE repo_id = '{runs.ADDED}';\n.read sql/queries/masks_ranked.sql\n",
         )  # fmt: skip
         expected = other.execute(
-            "SELECT count(*) FROM model_prices m JOIN latest_run v USING (census_version, records_version) "
+            "SELECT count(*) FROM model_prices m JOIN latest_run v USING (census_version, records_version, transformers_version, torch_version) "
             "WHERE m.config_hash = (SELECT config_hash FROM repos WHERE repo_id = ?) "
             "AND m.setting_id IN (SELECT setting_id FROM chosen_settings)",
             [runs.ADDED],
@@ -49,7 +49,7 @@ def test_the_documented_recipe_answers_read_only_beside_another_reader():
         other.close()
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
-    assert done.stdout.startswith("setting_id,rank,mask,switch_set")
+    assert done.stdout.startswith("setting_id,setting_label,rank,mask,switch_set")
     # one row per distinct result; every one of the 256 sets is in one
     assert sum(int(r["n_equivalent"]) for r in rows) == expected == 256
 
