@@ -64,11 +64,11 @@ def bench_ingest(store_runs, items) -> None:
         con.execute("CHECKPOINT")
         bulk_s = time.perf_counter() - started
         con.execute("DELETE FROM layer_prices")
-        columns = ("config_hash", "census_version", "kind", "setting_id", "mask", "records_version", "attention", "ffn", "norm", "total")
-        sample = layer.slice(0, ROW_SAMPLE).select(list(columns)).to_pylist()
+        columns = layer.column_names  # the staged table's own columns, whatever the key holds
+        sample = layer.slice(0, ROW_SAMPLE).to_pylist()
         rows = [tuple(r[c] for c in columns) for r in sample]
         started = time.perf_counter()
-        con.executemany(f"INSERT INTO layer_prices VALUES ({', '.join('?' * len(columns))})", rows)
+        con.executemany(f"INSERT INTO layer_prices ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", rows)
         con.execute("CHECKPOINT")
         row_s = time.perf_counter() - started
         con.close()
