@@ -86,12 +86,13 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module), name)
 
 
-def vm_bytes() -> int | None:
-    """This process's address space now (Linux /proc), or None where it cannot be read."""
+def vm_bytes(field: str = "VmSize") -> int | None:
+    """This process's address space now (Linux /proc), or at its peak (`VmPeak`), or None where
+    it cannot be read."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmSize:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -107,6 +108,18 @@ def limit_memory(memory_limit: float) -> None:
     if start is not None:
         limit = start + int(memory_limit * 2**20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def reached_budget() -> bool:
+    """Whether this process's address space peaked within RESERVE_BYTES of its RLIMIT_AS. An
+    allocation that fails that close to the limit may not say so: CPython 3.11 reports a call
+    frame it could not allocate as a call missing its arguments (a TypeError), seen here as
+    `hook() missing 2 required positional arguments` in a census run under a small budget."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    peak = vm_bytes("VmPeak")
+    return limit != resource.RLIM_INFINITY and peak is not None and peak >= limit - RESERVE_BYTES
 
 
 def out_of_memory(err: BaseException) -> bool:
@@ -134,7 +147,8 @@ def _child(conn, target: str, args: tuple, memory_limit: float | None = None) ->
         reserve = None  # room to report in, if memory ran out
         tb = traceback.extract_tb(err.__traceback__)
         where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
-        if memory_limit is not None and out_of_memory(err):
+        refusal = isinstance(err, SpecError) and err.reason != "census_failed"  # a stated refusal, not an unexpected error the census wrapped
+        if memory_limit is not None and (out_of_memory(err) or (not refusal and reached_budget())):
             message = ("memory", type(err).__name__, f"{type(err).__name__}: {err}{where}")
         elif isinstance(err, SpecError):
             message = ("spec_error", err.reason, str(err))

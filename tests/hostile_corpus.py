@@ -65,6 +65,37 @@ def materialize(folder: Path) -> dict[str, Path]:
     return paths
 
 
+def hog_then_fail(mib: int) -> int:
+    """Holds memory one MiB at a time until an allocation fails, then, with every MiB still held,
+    fails in a way that does not say so: the TypeError CPython raises for a call frame it could
+    not allocate (`hook() missing 2 required positional arguments`), wrapped as the census wraps
+    an unexpected error. Within `mib` MiB it returns what it got."""
+    from speccat.census.spec import SpecError
+
+    held, full = [], False
+    try:
+        for _ in range(mib):
+            held.append(bytearray(b"\x01" * 2**20))
+    except MemoryError:
+        full = True
+    if full:  # raised outside the handler: no MemoryError in its chain, as in the case it stands for
+        raise SpecError("census_failed", "hog: TypeError: hook() missing 2 required positional arguments")
+    return len(held)
+
+
+def refuse_after_hogging(mib: int) -> int:
+    """Holds memory until an allocation fails (or `mib` MiB), then refuses with a stated reason."""
+    from speccat.census.spec import SpecError
+
+    held = []
+    try:
+        for _ in range(mib):
+            held.append(bytearray(b"\x01" * 2**20))
+    except MemoryError:
+        pass
+    raise SpecError("unsupported_layer", f"refused holding {len(held)} MiB")
+
+
 def hog(mib: int) -> int:
     """A census gone wild, for the memory budget's tests: holds `mib` MiB, one MiB at a time
     (each page written, so it is really used), and returns how many it got."""

@@ -31,6 +31,24 @@ def test_a_child_past_its_memory_budget_is_stopped_and_reported():
     assert isolate.run("operator:add", (2, 3), time_limit=60, memory_limit=BUDGET_MIB).value == 5
 
 
+def test_an_error_that_hides_its_failed_allocation_at_the_budget_is_memory():
+    # The child fills its budget, then fails with an error that names no allocation (CPython's
+    # report of a frame it could not allocate, wrapped as census_failed, as a census under a
+    # small budget once did): its address space peaked at the limit, so the budget is the cause.
+    outcome = isolate.run("hostile_corpus:hog_then_fail", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
+    assert outcome.error == "memory", outcome
+    assert OUTCOME_REASONS[outcome.error] == "too_large"
+    # Far from its budget the same kind of error is what it is: an exception of the census's.
+    outcome = isolate.run("hostile_corpus:hog_then_fail", (BUDGET_MIB // 4,), time_limit=120, memory_limit=BUDGET_MIB)
+    assert outcome.value == BUDGET_MIB // 4
+
+
+def test_a_stated_refusal_near_the_budget_keeps_its_reason():
+    # A refusal with its own reason is never taken for the budget, however much memory was used.
+    outcome = isolate.run("hostile_corpus:refuse_after_hogging", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
+    assert (outcome.error, outcome.reason) == ("spec_error", "unsupported_layer"), outcome
+
+
 def test_within_its_budget_the_same_work_completes():
     # A quarter of the budget, the reserve the child frees to report in is not counted in it.
     assert isolate.run(HOG, (BUDGET_MIB // 4,), time_limit=120, memory_limit=BUDGET_MIB).value == BUDGET_MIB // 4
