@@ -65,6 +65,18 @@ def materialize(folder: Path) -> dict[str, Path]:
     return paths
 
 
+def _hold_until_full(mib: int) -> tuple[list[bytearray], bool]:
+    """`mib` MiB held one MiB at a time (as `hog`), stopping where an allocation fails: (what is
+    held, whether one failed)."""
+    held = []
+    try:
+        for _ in range(mib):
+            held.append(bytearray(b"\x01" * 2**20))
+    except MemoryError:
+        return held, True
+    return held, False
+
+
 def hog_then_fail(mib: int) -> int:
     """Holds memory one MiB at a time until an allocation fails, then, with every MiB still held,
     fails in a way that does not say so: the TypeError CPython raises for a call frame it could
@@ -72,13 +84,8 @@ def hog_then_fail(mib: int) -> int:
     an unexpected error. Within `mib` MiB it returns what it got."""
     from speccat.census.spec import SpecError
 
-    held, full = [], False
-    try:
-        for _ in range(mib):
-            held.append(bytearray(b"\x01" * 2**20))
-    except MemoryError:
-        full = True
-    if full:  # raised outside the handler: no MemoryError in its chain, as in the case it stands for
+    held, full = _hold_until_full(mib)
+    if full:  # raised outside any handler: no MemoryError in its chain, as in the case it stands for
         raise SpecError("census_failed", "hog: TypeError: hook() missing 2 required positional arguments")
     return len(held)
 
@@ -87,12 +94,7 @@ def refuse_after_hogging(mib: int) -> int:
     """Holds memory until an allocation fails (or `mib` MiB), then refuses with a stated reason."""
     from speccat.census.spec import SpecError
 
-    held = []
-    try:
-        for _ in range(mib):
-            held.append(bytearray(b"\x01" * 2**20))
-    except MemoryError:
-        pass
+    held, _ = _hold_until_full(mib)
     raise SpecError("unsupported_layer", f"refused holding {len(held)} MiB")
 
 
