@@ -42,11 +42,11 @@ def naive(config: dict, name: str):
     """The whole model built under FakeTensorMode, then one layer of each distinct shape run."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from speccat.census.attention import ATTENTION_IMPL
-    from speccat.census.build import BUILD_DTYPE, locate, model_class_for
-    from speccat.census.probe import probe_layers
-    from speccat.census.resolve import resolve_config
-    from speccat.census.shapes import classify
+    from speccat.census.kernels.attention import ATTENTION_IMPL
+    from speccat.census.build.model import BUILD_DTYPE, locate, model_class_for
+    from speccat.census.measure.probe import probe_layers
+    from speccat.census.intake.resolve import resolve_config
+    from speccat.census.structure.shapes import classify
 
     top, text, _ = resolve_config(config)
     auto, cfg = model_class_for(top, text)
@@ -64,11 +64,11 @@ def core(config: dict, name: str):
     counting, the head, describing the layers or writing the spec."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from speccat.census import remote
-    from speccat.census.build import build
-    from speccat.census.probe import probe_layers
-    from speccat.census.resolve import resolve_config
-    from speccat.census.shapes import classify
+    from speccat.census.intake import remote
+    from speccat.census.build.model import build
+    from speccat.census.measure.probe import probe_layers
+    from speccat.census.intake.resolve import resolve_config
+    from speccat.census.structure.shapes import classify
 
     top, text, _ = resolve_config(remote.resolve(config, CONFIG_MAPPING))
     built = build(top, text)

@@ -59,7 +59,7 @@ def _kind_rows(spec, status: str) -> dict[str, dict]:
     beyond the records' tolerance of what was measured (the night's check_prices: no prices
     for the whole spec)."""
     from speccat.catalogue.records import points
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
     from speccat.flows.analysis import pricing_inputs
 
     records, grid, _, head = pricing_inputs()

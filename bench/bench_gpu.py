@@ -54,7 +54,7 @@ def prices(spec, seq: int) -> dict[str, float]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     grid = load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
@@ -65,9 +65,9 @@ def prices(spec, seq: int) -> dict[str, float]:
 def shallow_build(config: dict, depth: int):
     """The census's build of `config` on meta with only its first `depth` layers: the layer count
     cut, and every per-layer list or pattern of the old count's length cut with it."""
-    from speccat.census.build import build
-    from speccat.census.resolve import resolve_config
-    from speccat.census.shapes import uses_experts_interface
+    from speccat.census.build.model import build
+    from speccat.census.intake.resolve import resolve_config
+    from speccat.census.structure.shapes import uses_experts_interface
 
     top, text, _ = resolve_config(config)
     stated = text.num_hidden_layers
@@ -160,7 +160,7 @@ def census_run(config: dict, depth: int, indices: list[int], seq: int) -> dict[i
     """kept_tensors as the census runs the layers: on fake tensors, with speccat's attention kernel."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from speccat.census.fake import make_fake
+    from speccat.census.build.fake import make_fake
 
     built = shallow_build(config, depth)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -189,7 +189,7 @@ def measure(name: str, config: dict, seqs: tuple[int, ...], device: str) -> list
     """One row per (kind, sequence length): real, census and priced bytes per token and the largest differences."""
     from speccat.census import run_census
 
-    from speccat.census.resolve import resolve_config
+    from speccat.census.intake.resolve import resolve_config
 
     layer_types = getattr(resolve_config(config)[1], "layer_types", None)
     rows = []

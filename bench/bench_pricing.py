@@ -22,7 +22,7 @@ REPEATS = 5
 def censused_specs():
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from speccat.census import load_config_file, run_census
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
     from speccat.census.spec import SpecError
 
     snapshot = Path(__file__).resolve().parent.parent / "flows" / "snapshot"

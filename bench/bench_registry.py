@@ -67,7 +67,7 @@ def worst_ratio(spec) -> float:
     """The records' price over what the census measured, furthest from 1 over the spec's kinds
     and ends at the census's point (catalogue/records/points.py), priced from the night's inputs."""
     from speccat.catalogue.records import points
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
     from speccat.flows.analysis import pricing_inputs
 
     records, grid, _, head = pricing_inputs()

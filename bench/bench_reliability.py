@@ -7,8 +7,8 @@ the expression language.
    unbounded (what a child maps when nothing stops it: pyarrow's allocator, mimalloc, reserves
    a 1 GiB arena it barely touches) and under a probe budget of PROBE_MIB (what it needs when
    it cannot over-reserve). The same for the largest config the census bounds admit (a llama
-   of 1024 layers, census/limits.yaml). Printed: the largest growth of each kind, and the
-   default budget (census/limits.yaml census_memory_mib) as a multiple of it. A config the census
+   of 1024 layers, census/intake/limits.yaml). Printed: the largest growth of each kind, and the
+   default budget (census/intake/limits.yaml census_memory_mib) as a multiple of it. A config the census
    refuses is reported in one line with its reason code and left out; a child that fails
    otherwise (timeout, budget, crash) is reported as FAILED and left out.
 2. Fuzz. The escape fuzz of tests/test_security_expr.py at FUZZ_EXAMPLES generated
@@ -50,7 +50,7 @@ def measured_analyse(config: dict, name: str) -> tuple[float, float]:
 
 def memory() -> None:
     from speccat.census import load_config_file
-    from speccat.census.limits import LIMITS
+    from speccat.census.intake.limits import LIMITS
     from speccat.flows import isolate
 
     isolate.start()

@@ -4,7 +4,7 @@
 torch and transformers on first use, so importing this package stays cheap.
 """
 
-from speccat.census.config import config_hash, language_config, load_config_file
+from speccat.census.intake.config import config_hash, language_config, load_config_file
 from speccat.census.version import CENSUS_VERSION
 
 __all__ = ["CENSUS_VERSION", "config_hash", "language_config", "load_config_file", "run_census"]

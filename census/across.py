@@ -5,7 +5,7 @@ the census's own setting (docs/census.md, "Measured across settings").
 - a context-parallel rank: the layer run at s/cp tokens;
 - a tensor-parallel rank: the model rebuilt with its heads and widths divided by t;
 - selective recompute of each switch, and of all of them, through torch's selective-checkpoint
-  API (census/recompute.py), every switch set counted from one forward.
+  API (census/measure/recompute.py), every switch set counted from one forward.
 
 Each point is one mapping of the spec's `measured_at` list: its name, the setting it stands
 for (seq_length, tp, cp, sequence_parallel, recompute), and per kind the bytes per op per token
@@ -26,11 +26,11 @@ from typing import Any
 import yaml
 
 from speccat.catalogue.records.oprecords import load_records
-from speccat.census.build import build
-from speccat.census.describe import EXPERTS_IMPL, LayerView, check_appended_keys
-from speccat.census.probe import LayerProbe, probe_layers
-from speccat.census.recompute import probe_recomputed
-from speccat.census.shapes import Shape, classify, uses_experts_interface
+from speccat.census.build.model import build
+from speccat.census.describe.layer_view import EXPERTS_IMPL, LayerView, check_appended_keys
+from speccat.census.measure.probe import LayerProbe, probe_layers
+from speccat.census.measure.recompute import probe_recomputed
+from speccat.census.structure.shapes import Shape, classify, uses_experts_interface
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """`run_census`: the census of one model, config → ModelSpec (docs/census.md), every refusal a
 SpecError with a reason code.
 
-It strings the steps together: resolve the config (census/resolve.py), build on meta
-(census/build.py), classify the layers into shapes and kinds (census/shapes.py), probe one layer
-of each shape (census/probe.py) and describe what was built and probed (census/describe.py).
+It strings the steps together: resolve the config (census/intake/resolve.py), build on meta
+(census/build/model.py), classify the layers into shapes and kinds (census/structure/shapes.py), probe one layer
+of each shape (census/measure/probe.py) and describe what was built and probed (census/describe/layer_view.py).
 
 Safe to call many times in one process: the model is built per call, and everything a probe
 changes (hooks, dispatch modes, the swapped delta rule, config lists) is undone before it
@@ -20,10 +20,10 @@ import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census.across import encoder_points, encoder_tokens, measure_across
-from speccat.census.build import build
-from speccat.census.checks import check_stack_length
-from speccat.census.config import language_config
-from speccat.census.describe import (
+from speccat.census.build.model import build
+from speccat.census.intake.checks import check_stack_length
+from speccat.census.intake.config import language_config
+from speccat.census.describe.layer_view import (
     EXPERTS_IMPL,
     LayerView,
     attention_dims,
@@ -33,14 +33,14 @@ from speccat.census.describe import (
     parameter_holders,
 )
 from speccat.catalogue.records.settings import default_setting
-from speccat.census.family import Family, family_for
-from speccat.census.head import probe_head
-from speccat.census.kinds import kind_names
-from speccat.census import remote
-from speccat.census.predicates import is_norm
-from speccat.census.probe import LayerProbe, encoder_input, probe_layers
-from speccat.census.resolve import resolve_config
-from speccat.census.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, split_each_layer, uses_experts_interface
+from speccat.census.structure.family import Family, family_for
+from speccat.census.measure.head import probe_head
+from speccat.census.structure.kinds import kind_names
+from speccat.census.intake import remote
+from speccat.census.structure.predicates import is_norm
+from speccat.census.measure.probe import LayerProbe, encoder_input, probe_layers
+from speccat.census.intake.resolve import resolve_config
+from speccat.census.structure.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, split_each_layer, uses_experts_interface
 from speccat.census.spec import ModelSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def _runnable_length(built, seq_length: int) -> int:
 
 def _settle_eager(views: list[LayerView]) -> None:
     """A layer whose code calls no attention interface is full attention when its own attention
-    ran through speccat's kernel (census/routing.py), a feed-forward-only block (mixer `none`) when
+    ran through speccat's kernel (census/kernels/routing.py), a feed-forward-only block (mixer `none`) when
     all it holds beside norms is an MLP or routed experts; otherwise it runs a mixer the census
     does not know."""
     for view in views:
@@ -81,7 +81,7 @@ def _settle_eager(views: list[LayerView]) -> None:
         if view.attention_kernels():
             view.shape.attention = "full"
             continue
-        if view.linear_eager_kernels():  # a linear attention run in torch (census/routing.py), its decay gated by the tokens or not
+        if view.linear_eager_kernels():  # a linear attention run in torch (census/kernels/routing.py), its decay gated by the tokens or not
             view.shape.attention = "linear_eager_gated" if any(k.gated for k in view.linear_eager_kernels()) else "linear_eager"
             continue
         if view.feed_forward_only():
@@ -162,7 +162,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     views = [LayerView(shape.first, built.layers[shape.first], cross.get(shape.first, probes[shape.first]), shape, hidden) for shape in shapes]
     _settle_eager(views)
     check_probes(views)  # what ran can refuse too (cross-attention, layers that skip their attention)
-    for view in views:  # census/readers.py: a layer reading the keys and values an earlier layer stored
+    for view in views:  # census/measure/readers.py: a layer reading the keys and values an earlier layer stored
         view.shape.reads_kv = any(k.kv_borrowed for k in view.attention_kernels())
     kind_of, by_profile = _kinds(family, shapes, built.config)
 

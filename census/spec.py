@@ -29,7 +29,7 @@ class SpecError(ReasonError):
 
 
 REQUIRED_STR = ("name", "arch")
-OPTIONAL_STR = ("built_as",)  # the transformers class the census built (a remote-code config's substitute: census/remote.py)
+OPTIONAL_STR = ("built_as",)  # the transformers class the census built (a remote-code config's substitute: census/intake/remote.py)
 REQUIRED_INT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 OPTIONAL_INT = (
     "num_key_value_heads",
@@ -230,7 +230,7 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
 
 
 def _validate_ends(spec: Mapping, kinds: tuple[str, ...]) -> None:
-    """The model's ends measured (census/head.py): its sequence length, bytes per token per end,
+    """The model's ends measured (census/measure/head.py): its sequence length, bytes per token per end,
     and the tensors over the vocabulary the head's forward and loss keep, by dtype."""
     ends = _check_mapping("ends", spec["ends"])
     keys = ("seq_length", "bytes_per_token", *LOGIT_FACTS)

@@ -82,7 +82,7 @@ def _stored_config(repo_id: str, db: str) -> tuple[dict, str]:
 
 
 def census_command(args: argparse.Namespace) -> int:
-    from speccat.census.config import precheck
+    from speccat.census.intake.config import precheck
 
     config, name = read_config(args.config, args.db)
     precheck(config)  # absurd configs are refused before torch is even imported

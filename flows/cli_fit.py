@@ -109,7 +109,7 @@ def fitter(args: argparse.Namespace, spec: dict):
     """(run, budget): run(seq, micro_batch, gpus) lists the rows that fit (rank.fits) with
     everything else the command line holds."""
     from speccat.catalogue.records.rank import fits
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     data = planning_data()
     accelerators = data["accelerators"]

@@ -106,7 +106,7 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     mask = switch_mask(records, switches)  # bad settings and switches are refused before the census
 
     from speccat.census import run_census
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     from speccat.catalogue.records.layouts import check_feasible
 
@@ -161,7 +161,7 @@ def summary(result: dict, units: str = "human") -> str:
 
 
 def price_command(args: argparse.Namespace) -> int:
-    from speccat.census.config import precheck
+    from speccat.census.intake.config import precheck
     from speccat.flows.cli_census import read_config
 
     config, name = read_config(args.config, args.db)

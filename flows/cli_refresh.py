@@ -83,7 +83,7 @@ def register(subparsers) -> None:
     run.add_argument("--time-limit", type=float, default=600.0, help="seconds one census may take")
     run.add_argument(
         "--memory-limit", type=float, default=None, metavar="MIB",
-        help="address space (MiB) one census process may add (default: census/limits.yaml census_memory_mib)",
+        help="address space (MiB) one census process may add (default: census/intake/limits.yaml census_memory_mib)",
     )  # fmt: skip
     run.add_argument("--rebuild", action="store_true", help="census everything again, ignoring the cache")
     run.add_argument("--json", action="store_true", help="print the night's counts as JSON")

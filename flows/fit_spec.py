@@ -39,7 +39,7 @@ def load_spec(args: argparse.Namespace) -> tuple[str, dict, str]:
 
 def censused_now(text: str) -> tuple[str, dict, str]:
     """A config file or folder, censused in this process (refusals are the census's)."""
-    from speccat.census.config import precheck
+    from speccat.census.intake.config import precheck
     from speccat.flows.cli_census import read_config
 
     config, name = read_config(text)

@@ -109,7 +109,7 @@ def current_versions() -> dict[str, str]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.settings import load_settings
     from speccat.census import CENSUS_VERSION
-    from speccat.census.family import profiles_version
+    from speccat.census.structure.family import profiles_version
 
     records = load_records()
     return {
@@ -422,7 +422,7 @@ def refresh(
 
     `task_runner` "local" censuses on `workers` local processes (default: one per core);
     "dask" on the cluster at `dask_address`. `time_limit` stops one config's census;
-    `memory_limit` (MiB, default census/limits.yaml's census_memory_mib) bounds the address
+    `memory_limit` (MiB, default census/intake/limits.yaml's census_memory_mib) bounds the address
     space its process may add;
     `rebuild` ignores what the catalogue and the cache hold. `retry_delays` are the waits
     between tries of a transient fetch error. With `lake` (a DuckLake catalog) and
@@ -460,7 +460,7 @@ def night_flow(
 
         seq_length = default_setting()["seq_length"]
     if memory_limit is None:
-        from speccat.census.limits import LIMITS
+        from speccat.census.intake.limits import LIMITS
 
         memory_limit = LIMITS.census_memory_mib
     night = Night()

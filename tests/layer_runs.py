@@ -47,7 +47,7 @@ def layer_saves(monkeypatch, modeling, kernels: dict, config: dict, index: int, 
     """One real bf16 forward and backward of the tiny model's layer `index` on CPU, with the
     modeling module's kernel functions swapped for speccat's stand-ins (`kernels`: name -> op) and
     its attention through speccat's kernel: the storages it saved (saves_and_grads)."""
-    from speccat.census.attention import ATTENTION_IMPL, register
+    from speccat.census.kernels.attention import ATTENTION_IMPL, register
 
     register()
     for name, op in kernels.items():
@@ -79,7 +79,7 @@ def priced_vs_measured(spec, seq: int) -> dict[str, tuple[float, float]]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])

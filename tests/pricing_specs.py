@@ -10,7 +10,7 @@ from __future__ import annotations
 from conftest import load_shipped
 
 from speccat.catalogue.vocabulary import VARIANTS
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 from speccat.census.spec import FLAGS
 
 DENSE = {"attention": "full", "ffn": "dense"}

@@ -27,7 +27,7 @@ from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.store.night import NightData
 from speccat.catalogue.records.settings import load_settings
-from speccat.census.family import family_for, profiles_version
+from speccat.census.structure.family import family_for, profiles_version
 
 # Five shipped configs of different shapes: dense GQA, tied small, MoE, MLA dense+MoE, hybrid
 # linear/full attention. DeepSeek-R1 shares DeepSeek-V3's architecture (one config_hash).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speccat.census.attention import speccat_attention
+from speccat.census.kernels.attention import speccat_attention
 from speccat.census.spec import SpecError
 
 

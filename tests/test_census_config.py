@@ -55,7 +55,7 @@ def test_nan_anywhere_and_overflowing_literals_are_bad_values(tmp_path, text, fi
 
 
 def test_infinity_is_read_and_refused_only_where_a_finite_number_belongs(tmp_path):
-    from speccat.census.config import precheck
+    from speccat.census.intake.config import precheck
 
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "nemotron_h", "time_step_limit": [0.0, Infinity]}')
@@ -74,7 +74,7 @@ def test_infinity_is_read_and_refused_only_where_a_finite_number_belongs(tmp_pat
 
 
 def test_load_config_file_refuses_huge_files_before_reading_them(tmp_path):
-    from speccat.census.limits import LIMITS
+    from speccat.census.intake.limits import LIMITS
 
     path = tmp_path / "config.json"
     path.write_text('{"pad": "' + "x" * LIMITS.max_config_bytes + '"}')
@@ -160,8 +160,8 @@ def test_config_hash_does_not_import_torch():
 
 
 def test_the_data_loaders_refuse_malformed_files(tmp_path):
-    from speccat.census.counts import load_fixed_counts
-    from speccat.census.limits import load_limits
+    from speccat.census.describe.counts import load_fixed_counts
+    from speccat.census.intake.limits import load_limits
 
     limits = tmp_path / "limits.yaml"
     limits.write_text("max_config_bytes: 10\nrequired: []\nsizes:\n  hidden_size: [8, 4]\n")

@@ -14,7 +14,7 @@ import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from speccat.census import run_census
-from speccat.census.checks import check_stack_length
+from speccat.census.intake.checks import check_stack_length
 from speccat.census.spec import SpecError
 
 
@@ -193,7 +193,7 @@ def test_tensor_parallel_layouts_divide_every_kinds_heads():
 def test_a_norm_is_named_as_one_and_a_block_that_only_carries_norm_in_its_name_is_not():
     from torch import nn
 
-    from speccat.census.predicates import is_norm
+    from speccat.census.structure.predicates import is_norm
 
     class GatedRMSNorm(nn.Module):  # a norm with a gate MLP back to its own width (axk2)
         def __init__(self):

@@ -24,7 +24,7 @@ from speccat.catalogue.records.points import check_prices, measured_per_token, p
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, W, A, KV, D, S = 64, 128, 4, 2, 16, 32  # hidden, MLP width, heads, kv heads, head width, decoder tokens
@@ -105,7 +105,7 @@ def _cross_layer_saves(impl: str, encoder: int, dtype: torch.dtype):
     from transformers import MllamaTextConfig
     from transformers.models.mllama.modeling_mllama import MllamaForCausalLM
 
-    import speccat.census.attention  # noqa: F401  (registers `speccat` with transformers)
+    import speccat.census.kernels.attention  # noqa: F401  (registers `speccat` with transformers)
 
     config = MllamaTextConfig(**TEXT)
     config._attn_implementation = impl

@@ -1,5 +1,5 @@
 """databricks/dbrx-instruct: a flat config whose language model is built from sub-configs of its
-own (attn_config, ffn_config). The census builds it from them (census/config.py keeps a flat
+own (attn_config, ffn_config). The census builds it from them (census/intake/config.py keeps a flat
 config's own `*_config` mappings and drops only other modalities', other models', storage and
 other tools' ones), so transformers builds the model the config states; the census then refuses
 it for its experts: DbrxExperts holds every expert's weights in 2-D matrices and loops over the
@@ -31,8 +31,8 @@ def config() -> dict:
 
 @pytest.fixture(scope="module")
 def built(config):
-    from speccat.census.build import build
-    from speccat.census.resolve import resolve_config
+    from speccat.census.build.model import build
+    from speccat.census.intake.resolve import resolve_config
 
     top, text, nested = resolve_config(config)
     assert not nested and text is top
@@ -111,7 +111,7 @@ def test_mpts_attn_config_reaches_transformers_too():
     """The same for any flat config: mpt's attention switches live in its attn_config."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from speccat.census.resolve import resolve_config
+    from speccat.census.intake.resolve import resolve_config
 
     mpt = CONFIG_MAPPING["mpt"]().to_dict()
     mpt.update(model_type="mpt", d_model=256, n_heads=4, n_layers=2, vocab_size=1000, max_seq_len=512)

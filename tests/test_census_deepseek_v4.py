@@ -47,7 +47,7 @@ def _real_saves(index: int) -> tuple[list, list]:
     flash op: (what backward can reach of what it saved, what it saved that no node backward runs
     keeps: freed with its graph after the forward), the model's parameters and buffers, the
     layer's input and output, the rotary tables and the token ids left out."""
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     model = tiny_model(TINY_V4, torch.bfloat16)
     model.config._attn_implementation = ATTENTION_IMPL
@@ -129,7 +129,7 @@ def _priced_attbmm(spec, seq: int) -> dict[str, float]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
@@ -153,9 +153,9 @@ def _view(queries: int, keys: int):
     tokens and `keys` keys (a plain block: an attention child and an MLP)."""
     from torch import nn
 
-    from speccat.census.describe import LayerView
-    from speccat.census.probe import KernelCall, LayerProbe
-    from speccat.census.shapes import Shape
+    from speccat.census.describe.layer_view import LayerView
+    from speccat.census.measure.probe import KernelCall, LayerProbe
+    from speccat.census.structure.shapes import Shape
 
     class Block(nn.Module):
         def __init__(self):
@@ -168,7 +168,7 @@ def _view(queries: int, keys: int):
 
 
 def test_appended_keys_are_one_per_a_whole_number_of_tokens_or_refused():
-    from speccat.census.describe import check_appended_keys, check_probes
+    from speccat.census.describe.layer_view import check_appended_keys, check_probes
     from speccat.census.spec import SpecError
 
     assert _view(64, 64 + 4).keys_appended_every() == 16

@@ -1,5 +1,5 @@
-"""A module built on meta made fake (census/fake.py) is what `to_empty` under the same mode
-makes of it, and the probe's backward (census/probe.py) runs through every probed layer back to
+"""A module built on meta made fake (census/build/fake.py) is what `to_empty` under the same mode
+makes of it, and the probe's backward (census/measure/probe.py) runs through every probed layer back to
 the decoder's input, without the weights' own gradients."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from speccat.census.fake import fake_mode_of, make_fake, make_meta_fake, on_meta
+from speccat.census.build.fake import fake_mode_of, make_fake, make_meta_fake, on_meta
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}  # fmt: skip
 
@@ -61,9 +61,9 @@ def test_only_what_is_still_on_meta_is_made_fake_and_the_mode_is_read_back():
 
 
 def test_the_probe_runs_every_layer_backward_to_the_input_without_weight_gradients():
-    from speccat.census.build import build
-    from speccat.census.probe import probe_layers
-    from speccat.census.resolve import resolve_config
+    from speccat.census.build.model import build
+    from speccat.census.measure.probe import probe_layers
+    from speccat.census.intake.resolve import resolve_config
 
     top, text, _ = resolve_config(LLAMA)
     built = build(top, text)

@@ -16,7 +16,7 @@ from layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, D, N, R, W, S = 32, 64, 4, 6, 4, 32  # hidden, inner, state, dt rank, conv width, tokens
@@ -35,8 +35,8 @@ def _run_layer(model, monkeypatch, kernels: bool):
     the conv and the scan run through speccat's ops; else transformers' torch code."""
     from transformers.models.falcon_mamba import modeling_falcon_mamba
 
-    from speccat.census.attention import speccat_causal_conv1d_fn
-    from speccat.census.scan_apart import speccat_selective_scan_fn
+    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
 
     if kernels:
         monkeypatch.setattr(modeling_falcon_mamba, "mamba_selective_scan", speccat_selective_scan_fn)
@@ -97,7 +97,7 @@ def test_the_default_falcon_mamba_is_priced_within_one_percent_at_every_point(re
 @pytest.mark.parametrize("weight", ["b_rms_weight", "dt_rms_weight"])
 def test_a_norm_weight_changes_what_the_kernel_computes(weight):
     """The norm weights are not ignored: with one, the output differs from the plain kernel's."""
-    from speccat.census.scans import speccat_mamba_inner_fn
+    from speccat.census.kernels.scans import speccat_mamba_inner_fn
 
     torch.manual_seed(2)
     xz, conv, x_proj = torch.randn(1, 2 * D, S), torch.randn(D, 1, W), torch.randn(R + 2 * N, D)

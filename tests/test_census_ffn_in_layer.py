@@ -11,7 +11,7 @@ from test_census_saved import saved_by_layer
 
 from speccat.catalogue.records.points import measured_per_token, price_points
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 
@@ -29,7 +29,7 @@ def test_a_feed_forward_of_the_layers_own_children_is_counted_and_booked():
     """Ops, facts and bytes per op hand-worked from the shapes, and the whole against a real CPU graph."""
     from transformers import BartConfig, BartForCausalLM
 
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     spec = run_census(TINY_BART, name="tiny-bart", seq_length=SEQ).to_dict()
     ops, facts = spec["ops"]["decoder"], spec["variants"]["decoder"]

@@ -34,7 +34,7 @@ def test_the_decoder_layer_books_what_its_real_graph_holds():
     of transformers' MarianForCausalLM built from the same config."""
     from transformers import MarianConfig, MarianForCausalLM
 
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     booked = run_census(TINY_MARIAN, name="tiny-marian", seq_length=SEQ).to_dict()["measured"]["decoder"]["bytes_per_token"]
     d = H // HEADS

@@ -1,4 +1,4 @@
-"""The census's forward FLOPs (census/flops.py): shipped configs' counts against formulas written
+"""The census's forward FLOPs (census/measure/flops.py): shipped configs' counts against formulas written
 here from their config.json dims, the counts registered for speccat's kernels and _grouped_mm
 against what FlopCounterMode counts for the same products written as matmuls, and the bytes the
 probe measures unchanged by counting in the same forward."""
@@ -12,10 +12,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from speccat.census import run_census
-from speccat.census.build import build
-from speccat.census.probe import probe_layers
-from speccat.census.resolve import resolve_config
-from speccat.census.shapes import classify
+from speccat.census.build.model import build
+from speccat.census.measure.probe import probe_layers
+from speccat.census.intake.resolve import resolve_config
+from speccat.census.structure.shapes import classify
 
 S = 4096  # the settings grid's default sequence length, where the census measures
 

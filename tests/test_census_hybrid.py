@@ -45,8 +45,8 @@ def _run_layer(config: dict, dtype, fused: bool, monkeypatch):
     the fused SSD op) or transformers' own path (sdpa, its torch scan): (storages saved, gradients)."""
     from transformers.models.falcon_h1 import modeling_falcon_h1
 
-    from speccat.census.attention import ATTENTION_IMPL, register
-    from speccat.census.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.attention import ATTENTION_IMPL, register
+    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
 
     register()
     kernel = speccat_mamba_split_conv1d_scan_combined if fused else (lambda *a, **k: None)  # None: transformers' torch path
@@ -127,7 +127,7 @@ def test_priced_within_tolerance_at_every_measured_point_but_tp(model_type):
     from transformers import CONFIG_MAPPING
 
     from speccat.catalogue.records import points
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
     from speccat.flows.analysis import pricing_inputs
 
     config = {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type}
@@ -167,9 +167,9 @@ def test_zamba2s_default_config_gives_a_kind_of_its_own_for_its_block_hybrids():
 def test_a_hybrid_whose_mixers_did_not_both_run_is_refused():
     """A hybrid kind states both mixers: a probe that saw only one of them ran is refused rather
     than priced with a mixer that never ran."""
-    from speccat.census.describe import LayerView, check_probes
-    from speccat.census.probe import KernelCall, LayerProbe
-    from speccat.census.shapes import Shape
+    from speccat.census.describe.layer_view import LayerView, check_probes
+    from speccat.census.measure.probe import KernelCall, LayerProbe
+    from speccat.census.structure.shapes import Shape
 
     ssd = KernelCall("ssd", "mamba", (1, S, WIDTH), (MH, P), (G, N))
     attention = KernelCall("attention", "self_attn", (1, HEADS, S, DH), (1, KV, S, DH), (1, KV, S, DH))

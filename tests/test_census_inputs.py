@@ -1,4 +1,4 @@
-"""How the probe runs a decoder (census/inputs.py): from input embeddings, or from token ids
+"""How the probe runs a decoder (census/build/inputs.py): from input embeddings, or from token ids
 when the decoder's forward takes no embeddings or its own code fails from them, with the
 config's layer count cut to the probed layers or left whole. Run from ids, each layer is still
 called with hidden states that require grad and keeps the bytes it keeps from embeddings; the
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from speccat.census import inputs
-from speccat.census.inputs import EMBEDS, IDS, Way
+from speccat.census.build import inputs
+from speccat.census.build.inputs import EMBEDS, IDS, Way
 from speccat.census.spec import SpecError
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}  # fmt: skip
@@ -50,8 +50,8 @@ def test_the_inputs_are_embeddings_that_require_grad_or_int64_ids():
 
 
 def _built(config):
-    from speccat.census.build import build
-    from speccat.census.resolve import resolve_config
+    from speccat.census.build.model import build
+    from speccat.census.intake.resolve import resolve_config
 
     top, text, _ = resolve_config(config)
     return build(top, text)
@@ -59,7 +59,7 @@ def _built(config):
 
 def _probe_watching_input(built, index: int, seq: int):
     """The probe of layer `index`, and whether the hidden states it was called with required grad."""
-    from speccat.census.probe import probe_layers
+    from speccat.census.measure.probe import probe_layers
 
     seen = []
     hook = built.layers[index].register_forward_pre_hook(lambda m, args, kwargs: seen.append(args[0].requires_grad), with_kwargs=True)
@@ -109,7 +109,7 @@ def test_a_decoder_that_fails_from_embeddings_runs_from_ids_with_its_whole_layer
 
 
 def test_every_way_failing_raises_the_first_error_with_the_last():
-    from speccat.census.probe import ModelCodeError, probe_layers
+    from speccat.census.measure.probe import ModelCodeError, probe_layers
 
     built = _built(_tiny_gemma4())
     built.decoder.get_per_layer_inputs = lambda *args: torch.zeros(1).view(3, 5)  # fails whatever it is given
@@ -121,7 +121,7 @@ def test_every_way_failing_raises_the_first_error_with_the_last():
 
 def test_gemma4_per_layer_input_gate_is_told_apart_from_its_mlp():
     """From ids, gemma4's layers run with their per-layer input gate, a fact beside the MLP
-    (census/layer_gate.py; tests/test_census_layer_gate.py checks what it keeps)."""
+    (census/describe/layer_gate.py; tests/test_census_layer_gate.py checks what it keeps)."""
     from speccat.census import run_census
 
     spec = run_census(_tiny_gemma4(), name="gemma4-tiny", seq_length=16)
@@ -170,15 +170,15 @@ def test_a_decoder_that_adds_tokens_of_its_own_is_refused():
 def test_hidden_states_with_a_dim_of_the_tokens_given_pass(dims):
     """Batch-first, sequence-first, flattened tokens, several streams per token (deepseek_v4's
     hyper-connections): each has a dim of the 16 tokens the decoder was given."""
-    from speccat.census.describe import check_tokens
-    from speccat.census.probe import LayerProbe
+    from speccat.census.describe.layer_view import check_tokens
+    from speccat.census.measure.probe import LayerProbe
 
     check_tokens({0: LayerProbe(0, ran=True, hidden_dims=dims)}, 16)
 
 
 def test_hidden_states_without_the_tokens_given_are_refused_unless_the_layer_never_ran():
-    from speccat.census.describe import check_tokens
-    from speccat.census.probe import LayerProbe
+    from speccat.census.describe.layer_view import check_tokens
+    from speccat.census.measure.probe import LayerProbe
 
     check_tokens({0: LayerProbe(0, ran=False)}, 16)  # a cross-attention layer skipped without encoder states
     with pytest.raises(SpecError, match=r"layer 3: its hidden states \(1, 20\)"):

@@ -1,7 +1,7 @@
 """JetMoE (jetmoe): routed experts whose code reads the router's per-expert counts as numbers
 (docs/census.md, "Counts read as values"), in its MoE MLP and in its mixture of attention heads.
 
-- the census's assumed routing (census/expert_counts.py): a `.tolist()` of per-expert counts
+- the census's assumed routing (census/measure/expert_counts.py): a `.tolist()` of per-expert counts
   made from a top-k is answered with even loads, nothing else is;
 - a tiny JetMoE layer's census bytes against a real CPU forward and backward of the same layer
   whose routers are forced to even loads (so the real counts are the assumed ones), storage by
@@ -32,7 +32,7 @@ TINY = {
 
 
 def test_even_counts_split_the_slots_with_the_remainder_first():
-    from speccat.census.expert_counts import even_counts
+    from speccat.census.measure.expert_counts import even_counts
 
     assert even_counts(64, 4) == [16] * 4
     assert even_counts(10, 4) == [3, 3, 2, 2]
@@ -42,7 +42,7 @@ def test_even_counts_split_the_slots_with_the_remainder_first():
 def test_counts_made_from_a_top_k_are_read_as_even_loads_on_fake_tensors():
     from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-    from speccat.census.expert_counts import EvenExpertCounts
+    from speccat.census.measure.expert_counts import EvenExpertCounts
 
     fake = FakeTensorMode()
     with fake:
@@ -65,8 +65,8 @@ def test_the_assumed_routing_runs_only_where_stacked_experts_are():
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from speccat.census.expert_counts import EvenExpertCounts, assumed_routing
-    from speccat.census.predicates import mark_stacked_experts
+    from speccat.census.measure.expert_counts import EvenExpertCounts, assumed_routing
+    from speccat.census.structure.predicates import mark_stacked_experts
 
     with torch.device("meta"):
         jetmoe = AutoModelForCausalLM.from_config(AutoConfig.for_model(**TINY)).model.layers
@@ -100,7 +100,7 @@ def _kept(loads: str) -> list[tuple[int, torch.dtype]]:
     `even` (token t to experts t·k … t·k+k−1 mod E: every expert S·K/E slots, the census's
     assumption) or `skewed` (every token to experts 0 … k−1: the others get none). The layer's
     input, output, parameters and rotary tables are left out."""
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     model = tiny_model(TINY, torch.bfloat16)
     model.config._attn_implementation = ATTENTION_IMPL

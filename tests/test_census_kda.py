@@ -4,7 +4,7 @@ against a real CPU forward and backward of the same layer, storage by storage; t
 gradients against transformers' torch path through the whole layer; the kinds; every kind
 priced within 2% of what the census measured.
 
-The census runs the recurrence through `speccat::chunk_kda` (census/kda.py), which keeps what
+The census runs the recurrence through `speccat::chunk_kda` (census/kernels/kda.py), which keeps what
 flash-linear-attention's `chunk_kda` keeps; transformers' torch fallback (`chunk_kimi_delta_attention`
 without the kernel hub) keeps its chunked intermediates instead (fp32 copies of q, k, v, the
 decay mask of every chunk...), which no GPU run keeps.
@@ -21,7 +21,7 @@ from speccat.catalogue.records.points import check_prices, measured_per_token, p
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, HEADS, DK, S = 64, 2, 16, 80  # hidden, KDA heads, KDA head width, tokens (a full chunk of 64 and a partial one)
@@ -53,7 +53,7 @@ def _run_layer(model, dtype, kernel: bool, monkeypatch):
     gradients), through speccat's KDA and conv ops, or transformers' torch path."""
     import sys
 
-    from speccat.census.attention import speccat_causal_conv1d_fn, speccat_chunk_kda
+    from speccat.census.kernels.attention import speccat_causal_conv1d_fn, speccat_chunk_kda
 
     if kernel:
         home = sys.modules[type(model).__module__]  # the modeling module whose globals the layer calls

@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from transformers.integrations.hub_kernels import use_kernel_forward_from_hub, use_kernel_func_from_hub_with_fallback
 from transformers.models.qwen3_next import modeling_qwen3_next
 
-from speccat.census import predicates, run_census
+from speccat.census import run_census
+
+from speccat.census.structure import predicates
 from speccat.census.spec import SpecError
 
 S = 64

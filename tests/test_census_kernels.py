@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from speccat.census import kda, kernels
+from speccat.census.kernels import kda
+
+from speccat.census.kernels import ops as kernels
 
 torch_ = pytest.importorskip("transformers")
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager  # noqa: E402

@@ -1,4 +1,4 @@
-"""Layer kinds come from what the census sees (census/kinds.py), never from a profile that must foresee them.
+"""Layer kinds come from what the census sees (census/structure/kinds.py), never from a profile that must foresee them.
 
 - Two differently built layers never share a kind: a dense layer among MoE layers in a family
   whose profile has one kind gets a kind of its own.
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from speccat.census import run_census
-from speccat.census.shapes import Shape
-from speccat.census.family import family_for, load_families
-from speccat.census.kinds import base_name, derived_names, kind_names, profile_names, snake
+from speccat.census.structure.shapes import Shape
+from speccat.census.structure.family import family_for, load_families
+from speccat.census.structure.kinds import base_name, derived_names, kind_names, profile_names, snake
 
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, vocab_size=256)
 

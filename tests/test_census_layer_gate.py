@@ -1,5 +1,5 @@
 """gemma-4's decoder layer (docs/census.md, "Op counts" and "Variant facts"): a per-layer input
-gate after the MLP (census/layer_gate.py) and a weightless norm on the values; what the census
+gate after the MLP (census/describe/layer_gate.py) and a weightless norm on the values; what the census
 books for one layer against a real CPU forward and backward of the same layer, storage by
 storage; its facts; priced against measured at the census's point and across settings.
 
@@ -17,7 +17,7 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.points import check_prices, price_points
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, W, A, KV, D, P, S, V = 64, 128, 4, 2, 16, 16, 32, 128  # hidden, MLP width, heads, kv heads, head width, gate width, tokens, vocabulary
@@ -28,7 +28,7 @@ TEXT = {
     "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
 }  # fmt: skip
 # Three layers, two probed: a probe of every layer would prove only that the decoder runs with
-# the layer count it was built with, and keep a way (census/inputs.py) that later probes of fewer
+# the layer count it was built with, and keep a way (census/build/inputs.py) that later probes of fewer
 # layers cannot run.
 TINY = {"model_type": "gemma4_text", **TEXT}
 
@@ -45,7 +45,7 @@ def _layer_saves() -> list:
     from torch.utils._pytree import tree_leaves
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
-    import speccat.census.attention  # noqa: F401  (registers `speccat` with transformers)
+    import speccat.census.kernels.attention  # noqa: F401  (registers `speccat` with transformers)
 
     config = Gemma4TextConfig(**TEXT)
     config._attn_implementation = "speccat"

@@ -105,7 +105,7 @@ def test_linear_eager_stacks_are_priced_as_measured(seq):
 def test_blockwise_softmax_is_no_linear_attention():
     """A square product of fewer rows than the sequence that a softmax reads is followed and let
     be: only a value matmul reached without a softmax is a linear attention."""
-    from speccat.census.routing import route_attention
+    from speccat.census.kernels.routing import route_attention
 
     seen = []
     q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
@@ -121,7 +121,7 @@ def test_blockwise_softmax_is_no_linear_attention():
 def test_scores_taken_for_softmax_are_remade_with_autograd_for_a_linear_attention():
     """s × s scores run without autograd until the value matmul; reached with no softmax, their
     chain (the product, a decay mask) is run again with autograd, so gradients reach q and k."""
-    from speccat.census.routing import route_attention
+    from speccat.census.kernels.routing import route_attention
 
     seen = []
     q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))

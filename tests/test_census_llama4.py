@@ -16,7 +16,7 @@ from test_census_saved import _saved_by_graph
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, price_ends, price_points, worst_ratio
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 
@@ -97,7 +97,7 @@ def test_a_tiny_llama4_books_what_its_real_graph_holds(records, grid):
     """Each kind's census bytes equal what a real CPU forward of one of its layers keeps."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     seq = 32
     spec = run_census(TINY, name="tiny-llama4", seq_length=seq, across=True).to_dict()
@@ -127,7 +127,7 @@ def test_per_layer_lists_are_read_as_each_layers_values():
     indices gives membership; other lists (token ids, shorter lists) give nothing."""
     from types import SimpleNamespace
 
-    from speccat.census.shapes import layer_config_values
+    from speccat.census.structure.shapes import layer_config_values
 
     config = SimpleNamespace(
         no_rope_layers=[1, 1, 1, 0], moe_layers=[1, 3], layer_types=["a", "a", "b", "b"],

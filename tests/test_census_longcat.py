@@ -6,7 +6,7 @@ experts itself: their gate weights scale the token beside the experts, and their
 routed experts with weight 0 (transformers 5.24 ran the experts as a loop over the experts hit,
 zero experts among them).
 
-- the census's assumed routing (census/expert_counts.py), which experts run as such a loop ask
+- the census's assumed routing (census/measure/expert_counts.py), which experts run as such a loop ask
   for: the experts hit (a `nonzero` of a per-candidate mask) and each one's slots (a
   one-argument `where` of its per-slot mask) are answered with even loads over every
   candidate, zero experts included; nothing else is;
@@ -43,7 +43,7 @@ TINY = {
 def test_the_experts_hit_and_their_slots_are_read_as_even_loads_on_fake_tensors():
     from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensorMode
 
-    from speccat.census.expert_counts import EvenExpertCounts
+    from speccat.census.measure.expert_counts import EvenExpertCounts
 
     fake = FakeTensorMode()
     with fake:
@@ -72,7 +72,7 @@ def test_the_experts_hit_and_their_slots_are_read_as_even_loads_on_fake_tensors(
 def test_fewer_slots_than_candidates_hit_the_first_ones():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from speccat.census.expert_counts import EvenExpertCounts
+    from speccat.census.measure.expert_counts import EvenExpertCounts
 
     fake = FakeTensorMode()
     with fake:
@@ -93,7 +93,7 @@ def test_a_layer_count_derived_as_a_multiple_of_the_stack_is_cut_by_that_multipl
     count, and restores the config's own after. A plain count is set as is."""
     from transformers import AutoConfig
 
-    from speccat.census.probe import _config_subset
+    from speccat.census.measure.probe import _config_subset
 
     longcat = AutoConfig.for_model(**TINY)
     assert (longcat.num_hidden_layers, longcat.num_layers) == (4, 2)
@@ -118,7 +118,7 @@ def _kept(chosen: torch.Tensor) -> list[tuple[tuple[int, ...], torch.dtype, int]
     """(shape, dtype, storage bytes) of what layer 0 keeps for backward, its router's top-k
     replaced by `chosen` (tokens × k candidates); the layer's input, output, parameters and rotary
     tables left out."""
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     model = tiny_model(TINY, torch.bfloat16)
     model.config._attn_implementation = ATTENTION_IMPL

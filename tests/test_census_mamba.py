@@ -19,7 +19,7 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, D, N, R, W, S = 32, 64, 4, 6, 4, 32  # hidden, inner, state, dt rank, conv width, tokens
@@ -38,7 +38,7 @@ def _run_layer(model, dtype, fused: bool, monkeypatch):
     """One real forward and backward of layer 0: (the storages it saved, by storage, and the grads)."""
     from transformers.models.mamba import modeling_mamba
 
-    from speccat.census.scans import speccat_mamba_inner_fn
+    from speccat.census.kernels.scans import speccat_mamba_inner_fn
 
     if fused:
         monkeypatch.setattr(modeling_mamba, "mamba_inner_fn", speccat_mamba_inner_fn)

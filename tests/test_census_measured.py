@@ -69,7 +69,7 @@ def test_measured_bytes_sum_to_everything_the_layer_saved():
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     from speccat.census import run_census
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     spec = run_census(TINY_LLAMA, name="tiny-llama", seq_length=S)
     census_total = sum(spec["measured"]["decoder"]["bytes_per_token"].values()) * S
@@ -132,7 +132,8 @@ def _process_state():
 
 
 def test_census_leaves_the_process_as_it_found_it(monkeypatch):
-    from speccat.census import attention, run_census
+    from speccat.census import run_census
+    from speccat.census.kernels import attention
 
     before = _process_state()
     hybrid = {
@@ -201,7 +202,7 @@ def test_the_switch_sets_are_recomputed_in_one_forward_each_as_if_run_alone(monk
     """All switch sets are counted from one selective-checkpoint forward; each set's bytes are
     what a forward under that set's own policy keeps."""
     from speccat.census import across, run_census
-    from speccat.census.recompute import probe_recomputed
+    from speccat.census.measure.recompute import probe_recomputed
 
     runs, compared = [], []
 

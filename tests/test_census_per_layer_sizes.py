@@ -1,4 +1,4 @@
-"""Sizes a config may state once per layer (census/limits.yaml `per_layer_sizes`): gemma3n's
+"""Sizes a config may state once per layer (census/intake/limits.yaml `per_layer_sizes`): gemma3n's
 intermediate_size is a list, one width per layer. The checks take a list of sizes there, each
 entry within the field's bounds and the list as long as the stack, and refuse anything else
 naming the field (and the entry); layers built at different widths are different shapes, so
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from speccat.census.checks import check_raw
-from speccat.census.limits import LIMITS
+from speccat.census.intake.checks import check_raw
+from speccat.census.intake.limits import LIMITS
 from speccat.census.spec import SpecError
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}  # fmt: skip
@@ -57,9 +57,9 @@ def test_a_model_that_takes_one_width_refuses_a_list_when_transformers_does():
 def test_layers_of_different_widths_are_different_shapes():
     """A tiny gemma3n text stack whose third layer is wider: classified apart from the others."""
     from bench.bench_registry import default_config
-    from speccat.census.build import build
-    from speccat.census.resolve import resolve_config
-    from speccat.census.shapes import classify
+    from speccat.census.build.model import build
+    from speccat.census.intake.resolve import resolve_config
+    from speccat.census.structure.shapes import classify
 
     config = default_config("gemma3n_text")
     config.update(
@@ -80,7 +80,7 @@ def test_the_limits_refuse_a_per_layer_size_with_no_bounds(tmp_path):
 
     import yaml
 
-    from speccat.census.limits import LIMITS_PATH, load_limits
+    from speccat.census.intake.limits import LIMITS_PATH, load_limits
 
     data = yaml.safe_load(Path(LIMITS_PATH).read_text())
     data["per_layer_sizes"] = ["intermediate_size", "expert_width"]

@@ -87,7 +87,9 @@ def test_the_models_own_code_failing_is_unsupported_layer_naming_it(monkeypatch)
     by the transformers frame that raised; one the census's own code raises stays census_failed."""
     from transformers.models.llama import modeling_llama
 
-    from speccat.census import probe, run_census
+    from speccat.census import run_census
+
+    from speccat.census.measure import probe
 
     config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 128}  # fmt: skip

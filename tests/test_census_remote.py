@@ -1,4 +1,4 @@
-"""Remote-code configs built from a class transformers ships (census/remote.py), never from remote code."""
+"""Remote-code configs built from a class transformers ships (census/intake/remote.py), never from remote code."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import load_shipped
 from speccat.census import run_census
-from speccat.census.remote import ALIASES, substitute
+from speccat.census.intake.remote import ALIASES, substitute
 from speccat.census.spec import SpecError
 
 TINY_DEEPSEEK = dict(

@@ -31,7 +31,7 @@ def spec():
 def _run_layer(model, dtype, ours: bool, use_cache: bool = False):
     """One real forward and backward of layer 0 (a recurrent block), its recurrence through
     speccat's op (put in place of `_rnn_scan` on the instance) or transformers' loop."""
-    from speccat.census.rglru import speccat_rnn_scan
+    from speccat.census.kernels.rglru import speccat_rnn_scan
 
     layer = model.model.layers[0]
     lru = layer.temporal_block.rg_lru
@@ -128,7 +128,7 @@ def test_the_op_against_the_recurrence_written_as_sums():
     """The op's outputs (the states, the last state) and its gradients for x and a, fp64, against
     h_t = Σ_{i≤t} (Π_{i<j≤t} a_j)·x_i + (Π_{j≤t} a_j)·h0, written without a loop; the last state's
     gradient is taken too."""
-    from speccat.census.rglru import rg_lru_scan
+    from speccat.census.kernels.rglru import rg_lru_scan
 
     g = torch.Generator().manual_seed(5)
     x = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)
@@ -153,7 +153,7 @@ def test_the_op_against_the_recurrence_written_as_sums():
 
 
 def test_a_start_state_with_a_gradient_or_one_token_is_refused():
-    from speccat.census.rglru import speccat_rnn_scan
+    from speccat.census.kernels.rglru import speccat_rnn_scan
 
     x, a = torch.randn(1, 4, 3), torch.rand(1, 4, 3)
     reset = torch.zeros(1, 4, 1, dtype=torch.bool)

@@ -34,7 +34,7 @@ def _run_block(model, index: int, dtype, kernel: bool, monkeypatch):
     """One real forward and backward of block `index`, its WKV through speccat's op or transformers' CPU path."""
     from transformers.models.rwkv import modeling_rwkv
 
-    from speccat.census.wkv import speccat_rwkv_linear_attention
+    from speccat.census.kernels.wkv import speccat_rwkv_linear_attention
 
     if kernel:
         monkeypatch.setattr(modeling_rwkv, "rwkv_linear_attention", speccat_rwkv_linear_attention)
@@ -115,7 +115,7 @@ def test_the_wkv_op_against_its_definition_and_transformers_cpu_path():
     against transformers' rwkv_linear_attention_cpu (which casts each key to fp32: fp32 close)."""
     from transformers.models.rwkv.modeling_rwkv import rwkv_linear_attention_cpu
 
-    from speccat.census.wkv import speccat_rwkv_linear_attention
+    from speccat.census.kernels.wkv import speccat_rwkv_linear_attention
 
     generator = torch.Generator().manual_seed(3)
     leaves = [

@@ -64,7 +64,7 @@ def test_each_layer_books_what_its_real_graph_holds(seq):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from speccat.census import run_census
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     spec = run_census(TINY_DEEPSEEK, name="tiny-deepseek", seq_length=seq)
     config = AutoConfig.for_model(**TINY_DEEPSEEK)
@@ -182,7 +182,7 @@ def _priced_over_measured(spec: dict) -> float:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.points import price_points, worst_ratio
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
     assert len(rows) == 1  # one kind, one point
@@ -195,7 +195,7 @@ def _real_layer_bytes(config: dict, layer_of, seq: int, h: int) -> tuple[int, in
     LayerNorm on bf16 keeps its statistics in bf16 on the CPU, in fp32 on CUDA."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from speccat.census.attention import ATTENTION_IMPL
+    from speccat.census.kernels.attention import ATTENTION_IMPL
 
     hf = AutoConfig.for_model(**config)
     hf._attn_implementation = ATTENTION_IMPL

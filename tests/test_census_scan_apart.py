@@ -17,7 +17,7 @@ from layer_runs import assert_same_grads, layer_saves, saves_and_grads, signatur
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, D, N, R, W, S, F = 32, 64, 4, 6, 4, 32, 48  # hidden, inner (2·hidden), state, dt rank, conv width, tokens, MLP width
@@ -37,8 +37,8 @@ def _run_layer(model, dtype, kernels: bool, monkeypatch):
     With `kernels`, the scan and conv run through speccat's ops; else transformers' torch code."""
     from transformers.models.jamba import modeling_jamba
 
-    from speccat.census.attention import speccat_causal_conv1d_fn
-    from speccat.census.scan_apart import speccat_selective_scan_fn
+    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
 
     if kernels:
         monkeypatch.setattr(modeling_jamba, "mamba_selective_scan", speccat_selective_scan_fn)
@@ -138,8 +138,8 @@ def _real_zamba_layer(index: int, seq: int, monkeypatch, **inputs):
     through speccat's ops and its attention through speccat's kernel: the storages it saved."""
     from transformers.models.zamba import modeling_zamba
 
-    from speccat.census.attention import speccat_causal_conv1d_fn
-    from speccat.census.scan_apart import speccat_selective_scan_fn
+    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
 
     kernels = {"mamba_selective_scan": speccat_selective_scan_fn, "causal_conv1d_fn": speccat_causal_conv1d_fn}
     return layer_saves(monkeypatch, modeling_zamba, kernels, TINY_ZAMBA, index, seq, **inputs)

@@ -24,7 +24,7 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 BF16, FP32, I64 = 2, 4, 8
 H, HEADS, KV, D, S = 64, 4, 2, 16, 32  # hidden, heads, kv heads, head dim, tokens

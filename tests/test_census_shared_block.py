@@ -4,9 +4,9 @@ probe runs it and the census describes it (docs/census.md, "Hybrid layers").
 The probe runs the kept layers at their positions in a cut stack, and such a layer looks itself
 up by its index: a dict its modules hold keyed by the layer indices a config list names (each
 hybrid layer's adapter slot, keyed by `hybrid_layer_ids`) is re-keyed by those positions while
-they run (census/probe.py `_index_keyed_subset`), each position keeping its layer's own entry,
+they run (census/measure/probe.py `_index_keyed_subset`), each position keeping its layer's own entry,
 and restored after. The probe then books every storage the real layer keeps on CPU. The census
-takes the block's children for the layer's (census/predicates.py `attention_blocks`): its
+takes the block's children for the layer's (census/structure/predicates.py `attention_blocks`): its
 attention is the attention, its MLP the feed-forward, and the linear after the block, which no
 record prices, `other`; its kind is `full_mamba2_dense_block`, and the block's weights, held by
 every hybrid layer, count once in the model."""
@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from speccat.census.probe import _index_keyed_dicts, probe_layers
+from speccat.census.measure.probe import _index_keyed_dicts, probe_layers
 
 BF16, FP32 = 2, 4
 
@@ -30,8 +30,8 @@ ZAMBA2 = {
 
 
 def _built(config):
-    from speccat.census.build import build
-    from speccat.census.resolve import resolve_config
+    from speccat.census.build.model import build
+    from speccat.census.intake.resolve import resolve_config
 
     top, text, _ = resolve_config(config)
     return build(top, text)
@@ -85,8 +85,8 @@ def _real_hybrid_layer(config: dict, index: int, seq: int, monkeypatch):
     from layer_runs import saves_and_grads, tiny_model
     from transformers.models.zamba2 import modeling_zamba2
 
-    from speccat.census.attention import ATTENTION_IMPL, register
-    from speccat.census.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.attention import ATTENTION_IMPL, register
+    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
 
     register()
     monkeypatch.setattr(modeling_zamba2, "mamba2_split_conv1d_scan_combined", speccat_mamba_split_conv1d_scan_combined)
@@ -144,7 +144,7 @@ def _real_layer(config: dict, index: int, seq: int, monkeypatch, **inputs):
     from layer_runs import layer_saves
     from transformers.models.zamba2 import modeling_zamba2
 
-    from speccat.census.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
 
     kernels = {"mamba2_split_conv1d_scan_combined": speccat_mamba_split_conv1d_scan_combined}
     return layer_saves(monkeypatch, modeling_zamba2, kernels, config, index, seq, **inputs)

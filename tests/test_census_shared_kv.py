@@ -1,6 +1,6 @@
 """Layers that read the keys and values an earlier layer stored (gemma3n's last
 `num_kv_shared_layers` layers; docs/census.md, "Layers reading another layer's keys and values"):
-the probe runs such a layer with the layer it reads from (census/readers.py tells which), and
+the probe runs such a layer with the layer it reads from (census/measure/readers.py tells which), and
 books the shared keys and values to the layer that made and first kept them, never twice.
 
 Checked against a real CPU forward and backward of a tiny gemma3n_text's pair of layers (the
@@ -32,8 +32,10 @@ SOURCE, READER = 0, 2  # layer 2 (sliding) reads the keys and values layer 0 (th
 def _built():
     from transformers import CONFIG_MAPPING
 
-    from speccat.census import build, remote
-    from speccat.census.resolve import resolve_config
+    from speccat.census.build import model as build
+
+    from speccat.census.intake import remote
+    from speccat.census.intake.resolve import resolve_config
 
     top, text, _ = resolve_config(remote.resolve(TINY_GEMMA3N, CONFIG_MAPPING))
     return build.build(top, text)
@@ -42,7 +44,7 @@ def _built():
 @pytest.fixture(scope="module")
 def probed():
     """The census's probe of the reading layer alone, and of every layer, on one built model."""
-    from speccat.census.probe import probe_layers
+    from speccat.census.measure.probe import probe_layers
 
     built = _built()
     alone = probe_layers(built, [READER], S)
@@ -58,7 +60,7 @@ def _pair_saves():
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.cache_utils import KVSharingDict
 
-    import speccat.census.attention  # noqa: F401  (registers `speccat` with transformers)
+    import speccat.census.kernels.attention  # noqa: F401  (registers `speccat` with transformers)
 
     config = AutoConfig.for_model(**{k: v for k, v in TINY_GEMMA3N.items() if k != "torch_dtype"})
     config._attn_implementation = "speccat"

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import load_shipped, repo_id_of, shipped_config_paths
 from speccat.catalogue.vocabulary import CACHED, OPS, OTHER
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 from speccat.census.spec import FLAGS, ModelSpec
 
 SHIPPED = [repo_id_of(p) for p in shipped_config_paths()]

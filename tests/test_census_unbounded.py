@@ -1,4 +1,4 @@
-"""A bound field's "no bound" value (census/limits.yaml `unbounded`): transformers' XLNet and
+"""A bound field's "no bound" value (census/intake/limits.yaml `unbounded`): transformers' XLNet and
 Transformer-XL state max_position_embeddings -1, relative positions with no sequence limit.
 It passes the size checks and bounds nothing; any other value below 1 is still refused."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from speccat.census.checks import check_raw
-from speccat.census.limits import LIMITS, LIMITS_PATH, load_limits
+from speccat.census.intake.checks import check_raw
+from speccat.census.intake.limits import LIMITS, LIMITS_PATH, load_limits
 from speccat.census.spec import SpecError
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}  # fmt: skip

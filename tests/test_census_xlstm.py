@@ -1,5 +1,5 @@
 """xLSTM's mLSTM blocks (docs/census.md, "Linear attention run in torch"): a census run is a
-training run (census/training.yaml sets `mode` to train), the chunkwise mLSTM transformers runs
+training run (census/intake/training.yaml sets `mode` to train), the chunkwise mLSTM transformers runs
 without the xlstm package is torch code run as written with autograd, and what the census books
 for one block is checked against a real CPU forward and backward of the same block, storage by
 storage. A config naming a kernel the census does not model (mlstm_kernels' Triton kernels) is
@@ -31,8 +31,8 @@ KIND = "linear_eager_gated_dense"
 
 
 def _built(config):
-    from speccat.census.build import build
-    from speccat.census.resolve import resolve_config
+    from speccat.census.build.model import build
+    from speccat.census.intake.resolve import resolve_config
 
     top, text, _ = resolve_config(config)
     return build(top, text)
@@ -40,8 +40,8 @@ def _built(config):
 
 def _real_block(seq: int, route: bool = False):
     """A real bf16 forward and backward of block 0, as a training run builds it (mode train);
-    with `route`, under the census's attention routing (census/routing.py)."""
-    from speccat.census.routing import route_attention
+    with `route`, under the census's attention routing (census/kernels/routing.py)."""
+    from speccat.census.kernels.routing import route_attention
 
     model = tiny_model({**TINY_XLSTM, "mode": "train"}, torch.bfloat16)
     torch.manual_seed(1)
@@ -62,13 +62,13 @@ def spec():
 
 def test_a_census_run_is_a_training_run():
     built = _built(TINY_XLSTM)
-    assert built.config.mode == "train"  # stated "inference" (its class default): census/training.yaml
+    assert built.config.mode == "train"  # stated "inference" (its class default): census/intake/training.yaml
     assert _built({**TINY_XLSTM, "mode": "train_with_padding"}).config.mode == "train_with_padding"  # a training mode stays
 
 
 @pytest.mark.parametrize("kernel", ["chunkwise--triton_xl_chunk", "chunkwise--triton_limit_chunk", "parallel--native_autograd"])
 def test_a_kernel_the_census_does_not_model_is_refused_before_building(kernel):
-    from speccat.census.config import precheck
+    from speccat.census.intake.config import precheck
 
     config = {**TINY_XLSTM, "chunkwise_kernel": kernel}
     for refuse in (precheck, lambda c: run_census(c, name="x", seq_length=S)):
@@ -80,7 +80,7 @@ def test_a_kernel_the_census_does_not_model_is_refused_before_building(kernel):
 
 @pytest.mark.parametrize("seq", [L, S])
 def test_the_census_books_what_the_block_keeps_storage_by_storage(seq):
-    from speccat.census.probe import probe_layers
+    from speccat.census.measure.probe import probe_layers
 
     probe = probe_layers(_built(TINY_XLSTM), [0], seq)[0]
     real = signature(_real_block(seq)[0].values())
@@ -139,7 +139,7 @@ def test_xlstm_gives_its_kind_counts_and_facts(spec):
 
 def test_a_constant_decay_is_not_gated():
     """minimax's decay is a constant of the module; xLSTM's is computed from the tokens."""
-    from speccat.census.routing import route_attention
+    from speccat.census.kernels.routing import route_attention
 
     q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
     constant, gates = torch.rand(4, 4), torch.rand(4, 4, requires_grad=True)

@@ -1,4 +1,4 @@
-"""Family profiles (census/profiles/*.yaml) and model_type → family."""
+"""Family profiles (census/structure/profiles/*.yaml) and model_type → family."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from speccat.catalogue.vocabulary import OPS
-from speccat.census import family as family_mod
-from speccat.census.family import (
+from speccat.census.structure import family as family_mod
+from speccat.census.structure.family import (
     PROFILES_DIR,
     ProfileError,
     family_for,
@@ -64,7 +64,7 @@ def test_family_by_longest_prefix(model_type, family):
 
 def test_fallback_is_logged_once_per_name(caplog, monkeypatch):
     monkeypatch.setattr(family_mod, "_logged_fallbacks", set())
-    with caplog.at_level(logging.INFO, logger="speccat.census.family"):
+    with caplog.at_level(logging.INFO, logger="speccat.census.structure.family"):
         for _ in range(3):
             family_for("brand_new_arch")
         family_for("other_new_arch")

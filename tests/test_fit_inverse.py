@@ -50,7 +50,7 @@ def test_min_gpus_fits_and_no_fewer_gpus_do(capsys):
     from speccat.flows.cli_fit import planning_data
     from speccat.flows.fit_spec import censused_now
     from speccat.catalogue.records.rank import fits
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     base = (LLAMA_70B, "--gpu-mem", "80GiB", "--seq", 8192)
     out = fit_json(capsys, *base, "--min-gpus")

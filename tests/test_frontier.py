@@ -10,7 +10,7 @@ import pytest
 from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs
 from speccat.catalogue.records.frontier import FULL, cheapest_saving, frontier
 from speccat.catalogue.records.pricing import price_layers
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 from speccat.census.version import CENSUS_VERSION
 
 

@@ -1,4 +1,4 @@
-"""The model's ends (census/head.py measures them into the spec's `ends`,
+"""The model's ends (census/measure/head.py measures them into the spec's `ends`,
 catalogue/records/head.yaml prices them): the two agree on shipped configs, and equal the bytes
 worked by hand; the logits' loss upcast is the issue's ~8 GiB for gemma-3-1b."""
 
@@ -8,7 +8,7 @@ import pytest
 from conftest import load_shipped
 
 from speccat.catalogue.records.head import load_head, price_head
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 SEQ = 128
 
@@ -25,7 +25,7 @@ SOFTCAPPED = "google/gemma-2-2b-it"  # final_logit_softcapping 30.0
 @pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B", "openai-community/gpt2", SOFTCAPPED])
 def test_priced_ends_equal_the_measured_ones(repo, records, grid):
     spec = spec_of(repo)
-    got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/head.py)
+    got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/measure/head.py)
     assert spec["ends"]["seq_length"] == SEQ
     defaults = family_for(load_shipped(repo)["model_type"]).pricing_defaults()
     priced = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))

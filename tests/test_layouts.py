@@ -12,7 +12,7 @@ from conftest import SNAPSHOT
 
 from speccat.catalogue.records import layouts
 from speccat.catalogue.store.file import open_readonly, publish, stored
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 from speccat.flows.cli import main
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # 9 attention heads, 3 kv heads

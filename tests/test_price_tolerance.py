@@ -13,7 +13,7 @@ from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 REPO = "Qwen/Qwen3-0.6B"
 

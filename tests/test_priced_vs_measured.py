@@ -25,7 +25,7 @@ from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.store.file import publish
 from speccat.catalogue.store.night import NightData
 from speccat.census import config_hash, load_config_file, run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 from speccat.census.spec import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent

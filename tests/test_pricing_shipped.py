@@ -18,7 +18,7 @@ from pricing_specs import BUILDERS
 
 from speccat.catalogue.records.pricing import model_totals, price_layers, price_spec
 from speccat.census import load_config_file
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 

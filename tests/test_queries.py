@@ -226,7 +226,7 @@ def test_cheapest_saving_is_the_frontiers_cheapest_set(con, repo, at_least, seq_
     from speccat.catalogue.records.frontier import FULL, cheapest_saving
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.switchcosts import spec_frontier
-    from speccat.census.family import family_for
+    from speccat.census.structure.family import family_for
 
     item = priced_repos()[repo]
     grid = runs.grid()

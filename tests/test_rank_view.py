@@ -20,7 +20,7 @@ from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.rank import fits, in_flight
 from speccat.catalogue.records.states import Layout, load_states, rank_states, stage_kinds
 from speccat.catalogue.store.file import open_readonly, publish
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 REPOS = ("meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-0.6B")
 SEQ, TP = 4096, 2

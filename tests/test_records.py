@@ -11,6 +11,7 @@ import yaml
 from speccat.catalogue.records.expr import Expr
 from speccat.catalogue.vocabulary import OPS
 from speccat.catalogue.records.oprecords import RECORDS_PATH, RecordsError, Slot, load_records
+from speccat.census.structure.family import PROFILES_DIR
 
 SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 
@@ -174,7 +175,7 @@ def test_the_file_states_every_op_and_slot_docs_pricing_lists():
     assert set(data["slots"]["linear"]["ops"]) == {"attMM", "linrec", "dropout"}
     assert data["defaults"] == {"dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
     # formulas read dimensions, dtypes and stated facts: no family name appears in the file
-    profiles = (RECORDS_PATH.parents[2] / "census" / "profiles").glob("*.yaml")
+    profiles = PROFILES_DIR.glob("*.yaml")
     families = {str(name) for p in profiles for d in [yaml.safe_load(p.read_text())] for name in [d["family"], *d.get("match", [])]}
     assert {"llama", "gemma", "deepseek"} <= families
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", yaml.safe_dump({k: data[k] for k in ("names", "slots", "full")})))

@@ -11,7 +11,7 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 TOLERANCE = 0.005  # at the census's setting
 SWITCH_TOLERANCE = 0.01  # what a switch set frees

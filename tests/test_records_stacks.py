@@ -23,7 +23,7 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.family import family_for
+from speccat.census.structure.family import family_for
 
 GPT3_175B_SHAPE = {
     "model_type": "gpt_neox", "hidden_size": 12288, "num_attention_heads": 96, "intermediate_size": 4 * 12288,

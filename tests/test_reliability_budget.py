@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from speccat.census.limits import LIMITS
+from speccat.census.intake.limits import LIMITS
 from speccat.census.spec import SpecError
 from speccat.flows import isolate
 from speccat.flows.tasks import OUTCOME_REASONS

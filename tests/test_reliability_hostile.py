@@ -90,7 +90,7 @@ def _footprint(path: Path) -> int:
 @pytest.mark.parametrize("name", ["config_50mb.json", "deeply_nested.json", "nested_600_levels.json"])
 def test_the_big_files_are_refused_within_a_small_memory_bound(name, paths):
     # The bound: what the CLI maps to refuse a small config before building (layers 10^6,
-    # refused by census/limits.yaml), plus 32 MiB. The 50 MB file alone is more than that.
+    # refused by census/intake/limits.yaml), plus 32 MiB. The 50 MB file alone is more than that.
     bound = _footprint(paths["layers_1e6.json"]) + 32 * 2**20
     assert paths["config_50mb.json"].stat().st_size > 32 * 2**20
     done = _cli(paths[name], memory=bound)

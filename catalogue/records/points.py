@@ -10,7 +10,7 @@ and is priced with the records, never from the measured bytes. The night stores 
 
 Each row also prices the layer's forward FLOPs at the point's setting from costs.yaml (what full
 recompute re-runs, cost.OpCosts.forward), set beside the FLOPs the census counted at its own
-point (the spec's `measured` `forward_flops`, census/flops.py). A FLOP count off the census's is
+point (the spec's `measured` `forward_flops`, census/measure/flops.py). A FLOP count off the census's is
 shown by the view, not refused: the bytes alone decide whether a spec is priced.
 """
 

@@ -12,7 +12,7 @@
 --   torch_version         version  the torch package the census ran with
 --   census_version        version  the census's version (census/version.py); keys the specs
 --   records_version       version  a hash of catalogue/records/records.yaml's content; keys the prices
---   profiles_version      version  a hash of census/profiles/*.yaml's content
+--   profiles_version      version  a hash of census/structure/profiles/*.yaml's content
 --   settings_version      version  a hash of catalogue/records/settings.yaml's content
 --   n_repos               count    repos the source listed
 --   n_configs             count    distinct configs among them

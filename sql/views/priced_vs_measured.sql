@@ -11,7 +11,7 @@
 -- op `cached`) is the API's, not the stack's: it is shown apart and not in measured_per_token.
 -- Beside the bytes, the FLOPs of the layer's forward: costs.yaml's price at the point's setting
 -- (what full recompute re-runs) and, at the point `census`, what torch's FlopCounterMode counted
--- in the census's forward (census/flops.py); NULL where the census counted none (points across
+-- in the census's forward (census/measure/flops.py); NULL where the census counted none (points across
 -- settings, specs of census version 8 and before). A FLOP ratio more than 2% (the records'
 -- tolerance) from 1 names its cause; it refuses nothing.
 -- Grain: one row per (config_hash, census_version, transformers_version, torch_version, records_version, kind, point).

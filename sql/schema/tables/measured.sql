@@ -5,7 +5,7 @@
 -- recomputed through torch's selective-checkpoint API). Bytes are per token of the point's
 -- sequence (a cp rank's bytes over the whole sequence's tokens). Bytes no op claims are booked
 -- to op `other`. The FLOPs of the layer's forward, as torch's FlopCounterMode counts them in the
--- census's own forward (census/flops.py), are the kind's, repeated on each of its op rows at
+-- census's own forward (census/measure/flops.py), are the kind's, repeated on each of its op rows at
 -- the point `census`. Key: (config_hash, census_version, transformers_version, torch_version, kind, point, op).
 CREATE TABLE IF NOT EXISTS measured (
     config_hash       VARCHAR NOT NULL,

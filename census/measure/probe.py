@@ -1,0 +1,1149 @@
+"""Probing: one layer of each distinct shape run forward and backward on fake tensors, and
+watched (docs/census.md, "How a config becomes a spec", step 4, and "Measured bytes").
+
+The decoder's own forward runs (so masks, rotary positions, 3-axis positions and per-layer-type
+rope are exactly what transformers gives a layer), but with only the probed layers in its stack,
+converted from meta to fake tensors. While it runs:
+
+- a TorchDispatchMode sees every op: the kernels (their inputs state heads and widths), the
+  router's top-k, dropouts;
+- module hooks track which module runs: the layer, its top-level child, norms, activations,
+  projections after the kernel (output projections);
+- saved_tensors_hooks see every tensor autograd keeps; each storage is counted once (keyed by
+  its storage object, kept alive so its identity cannot be reused), parameters, buffers and the
+  layer's inputs and output are left out, and the storage is booked to the op of the region
+  that first saved it.
+
+What one layer did is its `LayerProbe`. Nothing here is global: hooks are removed, the patched
+delta rule restored and the modes popped when the probe ends, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import inspect
+import traceback
+import weakref
+from pathlib import Path
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.checkpoint import SAC_IGNORED_OPS
+
+from speccat.catalogue.vocabulary import OTHER
+from speccat.census.kernels import attention
+from speccat.census.build import inputs
+from speccat.census.measure import readers
+from speccat.census.build.model import Built
+from speccat.census.intake.checks import LAYER_INDEX_LISTS
+from speccat.census.measure.flops import LayerFlops
+from speccat.census.structure.predicates import (
+    causal_conv1d_names,
+    expects_conv_kernel,
+    delta_rule_names,
+    kda_names,
+    is_activation,
+    is_activation_region,
+    is_experts,
+    is_experts_interface,
+    is_learned_query_attention,
+    is_norm,
+    is_stacked_experts,
+    is_projection,
+    mamba_inner_names,
+    part_blocks,
+    part_of,
+    QK_NORM_NAME,
+    selective_scan_names,
+    ssd_scan_names,
+    wkv_names,
+    rg_lru_names,
+)
+from speccat.census.measure.expert_counts import assumed_routing
+from speccat.census.build.fake import fake_mode_of, make_fake, make_meta_fake
+from speccat.census.kernels.routing import route_attention
+from speccat.census.spec import SpecError
+from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
+from speccat.census.kernels.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
+from speccat.census.kernels.wkv import speccat_rwkv_linear_attention
+from speccat.census.kernels.rglru import speccat_rnn_scan
+
+OPS_KERNEL = torch.ops.speccat.flash_attention.default
+OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
+OPS_KDA = torch.ops.speccat.chunk_kda.default
+OPS_SCAN = torch.ops.speccat.mamba_inner.default
+OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
+OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
+OPS_CONV = torch.ops.speccat.causal_conv1d.default
+OPS_WKV = torch.ops.speccat.wkv.default
+OPS_RG_LRU = torch.ops.speccat.rg_lru_scan.default
+CONVOLUTION = torch.ops.aten.convolution.default
+# The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
+# child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
+# the child's op (attMM); the part matters only to what recomputing it frees (census/measure/recompute.py).
+UP_INPUT = "attUp"
+INLINE_ACTIVATIONS = {torch.ops.aten.silu.default, torch.ops.aten.gelu.default, torch.ops.aten.relu.default}
+# Inline activations whose backward reads their result, so autograd keeps their output (ReLU's
+# threshold_backward), where SiLU and GELU keep their input.
+OUTPUT_KEEPING_ACTIVATIONS = {torch.ops.aten.relu.default}
+# A token shift (RWKV's time_shift, ZeroPad2d((0, 0, 1, -1))): each position takes the previous
+# token's row, as a pad of the token dim by one in front and one less behind; a token mix is a
+# product of that shifted copy (x_{t-1}·(1 − μ)).
+TOKEN_SHIFT_OP = torch.ops.aten.constant_pad_nd.default
+TOKEN_MIX_OP = torch.ops.aten.mul.Tensor
+SIGMOID_OP = torch.ops.aten.sigmoid.default
+SOFTMAX_PACKETS = (torch.ops.aten._softmax, torch.ops.aten.softmax)
+DROPOUT_OPS = {
+    torch.ops.aten.bernoulli_.float: lambda args, kwargs: args[1] if len(args) > 1 else kwargs.get("p", 0.5),
+    torch.ops.aten.native_dropout.default: lambda args, kwargs: 1.0 - args[1],
+}
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage()._cdata
+
+
+def _shifts_tokens(x: Any, pad: Any, out: Any, hidden: int) -> bool:
+    """A pad of hidden states (b, s, hidden) that moves every row one token later: the token dim
+    padded by k in front and cut by k behind, the hidden dim untouched (TOKEN_SHIFT_OP)."""
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() == 3
+        and int(x.shape[-1]) == hidden
+        and tuple(out.shape) == tuple(x.shape)
+        and len(pad) == 4
+        and pad[0] == pad[1] == 0
+        and pad[2] > 0
+        and pad[3] == -pad[2]
+    )
+
+
+class _Held:
+    """What the pack hook hands autograd instead of a saved tensor.
+
+    The graph node that saved the tensor owns it; when the node is freed (its output reaches
+    nothing backward will run), the holder dies too. A weak reference to it tells, after the
+    forward, whether backward can still reach the saved tensor.
+    """
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+def _unpack(saved: Any) -> Any:
+    return saved.tensor if isinstance(saved, _Held) else saved
+
+
+# The CUDA dtypes of tensors the CPU kernels keep in another dtype: a dropout mask is bool, a
+# LayerNorm's mean and rstd are in the accumulation dtype (fp32 for half inputs).
+_CUDA_MASK_DTYPE = torch.bool
+_LAYER_NORM_OPS = {torch.ops.aten.native_layer_norm.default}
+# Outputs a CPU kernel fills that the CUDA kernel leaves empty, by op and output position:
+# log_sigmoid's buffer (exp(−|x|), which the CUDA backward recomputes; torch's own decomposition
+# of log_sigmoid_forward makes it empty on CUDA), kept by its backward: 0 bytes on CUDA.
+_EMPTY_ON_CUDA = {torch.ops.aten.log_sigmoid_forward.default: 1}
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32) if dtype.is_floating_point else dtype
+
+
+def layer_norm_stats_cuda_nbytes(func, args, out) -> dict[int, int]:
+    """A LayerNorm call's mean and rstd storages → their bytes in CUDA's accumulation dtype
+    (the CPU kernel keeps them in the input's dtype); empty for any other op."""
+    if func not in _LAYER_NORM_OPS:
+        return {}
+    return {_storage_key(stat): stat.numel() * _acc_dtype(args[0].dtype).itemsize for stat in out[1:]}
+
+
+@dataclass
+class KernelCall:
+    # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
+    # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
+    # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
+    # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
+    # or "rglru" (the RG-LRU's recurrence: q = its input x (b, s, width), k = its gate a (b, s, width), v = ())
+    # or "linear_eager" (a linear attention run in torch, census/kernels/routing.py: q, k, v of one block
+    # (b, heads, n, d), or of every chunk (b, heads, chunks, n, d) as xLSTM's mLSTM writes them)
+    kind: str
+    child: str | None  # the layer's top-level child it ran in
+    q: tuple[int, ...]
+    k: tuple[int, ...]
+    v: tuple[int, ...]
+    window: int = 0
+    causal: bool = True
+    heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
+    v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
+    qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
+    kv_same: bool = False  # k and v are one tensor (shared-KV attention: DeepSeek-V4), which the kernel keeps once
+    index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
+    dropout: float = 0.0  # the attention-probability dropout the kernel was called with
+    bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
+    in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
+    gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
+    apart: bool = False  # a selective scan called on its own, its conv and projections outside it
+    gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
+    kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
+    eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py `_as_written`), not the flash kernel
+
+
+@dataclass(frozen=True)
+class OpSeen:
+    """One op dispatched inside a region whose variant the census states (a norm, a router)."""
+
+    name: str  # aten overload packet, e.g. "mul", "_to_copy", "softmax"
+    out_dtype: torch.dtype | None
+    out_last: int  # the output's last dim (0 for a 0-dim output)
+    in_dtype: torch.dtype | None
+    in_last: int = 0  # the first tensor input's last dim (0 for a 0-dim input): what a top-k chose among
+
+
+@dataclass
+class LayerProbe:
+    """What one probed layer did during the fake forward and backward."""
+
+    index: int
+    kernels: list[KernelCall] = field(default_factory=list)
+    dropouts: int = 0
+    # the layer's norms on its hidden stream, per call: (module path, its input's storage). A
+    # norm held by the layer itself, or nested anywhere (a post-norm in BERT's attention.output)
+    # when it normalises the layer's width and is no QK-norm; never a norm inside a norm
+    stream_norms: list[tuple[str, int]] = field(default_factory=list)
+    activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
+    output_projections: list[str] = field(default_factory=list)
+    token_mixes: Counter = field(default_factory=Counter)  # top-level child -> products of a token-shifted copy of the hidden states (RWKV's x_{t-1}·(1 − μ))
+    sigmoid_gates: dict[str, set[int]] = field(default_factory=dict)  # projection whose output an inline sigmoid read next (RWKV's receptance) -> the products of that sigmoid's output
+    projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
+    projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
+    act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
+    mixer_act_kept: Counter = field(default_factory=Counter)  # top-level child -> storages an activation module in it keeps (ffAct's: the RG-LRU block's GELU among them)
+    children_ran: set[str] = field(default_factory=set)  # top-level children whose forward ran (a cross-attention without encoder states does not)
+    saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
+    saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
+    norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
+    norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
+    norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
+    router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
+    routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
+    experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with
+    experts_rows: Counter = field(default_factory=Counter)  # experts' path -> token slots they ran over (the chosen ones, or every expert for every token)
+    calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
+    kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
+    booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
+    kept_outputs: dict[int, set[int]] = field(default_factory=dict)  # call index -> positions of its output tensors kept
+    input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
+    hidden_width: int = 0  # the last dim of the hidden states the layer was called with
+    ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
+    tokens: int = 0  # the tokens of the hidden states the layer was called with
+    hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
+    forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/measure/flops.py), when asked
+    # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
+    # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
+    kept_tails: Counter = field(default_factory=Counter)
+    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
+    # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
+    kept_square: Counter = field(default_factory=Counter)
+    # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
+    # kernel whose output's last two dims are square: a score bias gathered from a per-query table
+    score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)
+    # the last dims of products the layer's own code (between its children) took with one of its
+    # other inputs: gemma-4's per-layer input times its gate's activation (census/describe/layer_gate.py)
+    input_products: set[int] = field(default_factory=set)
+    value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    # the layer was called with a stack of hidden states beside its own, (…, n, width): states
+    # stored down the stack's depth, n growing with the layer's place (census/measure/readers.py)
+    reads_depth: bool = False
+    norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
+
+
+def _heads_major(q: torch.Tensor) -> bool:
+    """q's memory is (b, h, s, d): an attention's output is laid out so too (KernelCall.heads_major)."""
+    return q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2)
+
+
+class Made(NamedTuple):
+    """Which call of which probe made a storage (Watcher.creator)."""
+
+    storage: StorageWeakRef
+    probe: LayerProbe
+    call: int  # the call's index among the probe's calls
+    nested_norm: bool  # made inside a norm nested in a child (MLA's latent norms)
+    position: int  # the tensor's position among the call's output tensors
+
+
+class _DispatchWatch(TorchDispatchMode):
+    """Sees every op below autograd; hands the interesting ones to the watcher."""
+
+    def __init__(self, watcher: Watcher):
+        super().__init__()
+        self.watcher = watcher
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.watcher.on_op(func, args, kwargs, out)
+        return out
+
+
+class Watcher:
+    """Hooks, dispatch watching and saved-tensor accounting for the probed layers."""
+
+    def __init__(self, layers: dict[int, nn.Module], excluded_storages: set[int]):
+        self.layers = layers
+        self.excluded = excluded_storages
+        self.blocks = {index: part_blocks(layer) for index, layer in layers.items()}  # each layer's attention blocks and containers, whose children are its children
+        self.probes = {index: LayerProbe(index) for index in layers}
+        self.current: LayerProbe | None = None
+        self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
+        self.last_child: str | None = None  # the layer's top-level child that ran last
+        self.kernel_count_in_child: Counter = Counter()
+        self.dropout_storages: set[int] = set()
+        self.act_child: dict[int, str | None] = {}  # storage an activation module kept -> the layer's top-level child it ran in
+        self.activation_inputs: set[int] = set()  # what inline activations in an MLP keep: F.silu's input (LFM2's), torch.relu's output (RWKV's)
+        self.shifted: set[int] = set()  # token-shifted copies of the hidden states (TOKEN_SHIFT_OP)
+        self.last_projection: tuple[str, int, Any] | None = None  # the projection that returned last, its output's storage key and the storage (held: its key stays its own)
+        self.gate_outputs: dict[int, str] = {}  # the output of a sigmoid of a projection -> that projection
+        self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
+        self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
+        self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
+        self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
+        self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
+        self.excluded_outputs: set[int] = set()
+        self.forward_done = False
+        self.layer_inputs: set[int] = set()
+        self.outputs: set[int] = set()  # the probed layers' outputs
+        self.creator: dict[int, Made] = {}  # storage -> the call that made it
+        self.linear_modules: dict[int, set[tuple[str, ...]]] = {}  # layer -> module paths a linear attention ran in
+        self.fallbacks: list[str] = []  # kernel mixers that ran a depthwise convolution in torch (see _note_fallback)
+
+    # -- where are we -----------------------------------------------------------------------
+
+    def _child(self) -> str | None:
+        """The layer's child running now: its top-level child, or inside an attention block the
+        block's child (predicates.part_of)."""
+        if not self.path:
+            return None
+        top = self.path[0][0]
+        return part_of(self.path[-1][0], self.blocks[self.current.index]) if top in self.blocks[self.current.index] else top
+
+    def _region_op(self, tensor: torch.Tensor, key: int) -> str:
+        if any(is_learned_query_attention(module) for _, module in self.path):
+            return OTHER  # an attention over the stack's depth, its norm included: no op the records price (census/kernels/attention.py)
+        kernel = attention.current_kernel()
+        if kernel == "eager_attention":  # softmax attention run as written: its probabilities are softmax's, the rest attBMM's
+            made = self.creator.get(key)
+            return "softmax" if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS else "attBMM"
+        if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
+            made = self.creator.get(key)
+            return "softmax" if made is not None and made.probe.calls[made.call] is OPS_KERNEL else "attBMM"
+        if kernel in ("delta_rule", "scan", "ssd", "wkv", "rg_lru"):
+            return "linrec"
+        for _, module in reversed(self.path):
+            if is_norm(module):
+                return "normOp"
+            if is_activation_region(module):
+                self.act_child.setdefault(key, self._child())
+                return "ffAct"
+        if key in self.dropout_storages:
+            return "dropout"
+        # the layer's own code between its children (a residual gate: mllama's cross-attention
+        # layer multiplies each child's output by the tanh of a parameter) is the child's that ran last
+        child = self._child() or self.last_child
+        if child is None:
+            return OTHER
+        return f"child:{child}"  # resolved to attMM / ffMM once the child's role is known
+
+    # -- saved tensors ----------------------------------------------------------------------
+
+    def pack(self, tensor: torch.Tensor) -> Any:
+        """Book a storage a layer saves to the op of the region saving it; hand autograd a holder.
+
+        Parameters, buffers and the layer's other inputs (rotary tables, masks) are left out;
+        its hidden-states input counts when an op inside the layer keeps it (a LayerNorm).
+        """
+        probe = self.current
+        if probe is None or self.forward_done or not isinstance(tensor, torch.Tensor):
+            return tensor
+        key = _storage_key(tensor)
+        if key in self.excluded or key in self.layer_inputs:
+            return tensor
+        held = _Held(tensor)
+        nbytes = self.cuda_nbytes.get(key, tensor.untyped_storage().nbytes())
+        savers = self.seen.setdefault(key, [])
+        if not savers:
+            self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
+            self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
+            if tensor.dim() == 4:
+                self.four_d.add(key)
+        op = self._region_op(tensor, key)
+        if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
+            probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
+        savers.append((probe, op, nbytes, weakref.ref(held), self._part(key)))
+        return held
+
+    def _part(self, key: int) -> str | None:
+        """UP_INPUT when a projection saves a norm's output made inside the same child before the
+        child's kernel ran (MLA's up-projections keep their latent norms' outputs; a gated norm's
+        output that the output projection keeps after the kernel is not one), else None."""
+        made = self.creator.get(key)
+        saver = self.path[-1][1] if self.path else None
+        before_kernel = self.kernel_count_in_child[self._child()] == 0
+        return UP_INPUT if made is not None and made.nested_norm and saver is not None and is_projection(saver) and before_kernel else None
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def _note_variant_op(self, probe: LayerProbe, func, args, out) -> None:
+        """Ops inside a norm, or in an ffn child outside its experts and shared MLPs (the router)."""
+        first_out = out[0] if isinstance(out, (tuple, list)) and out else out
+        first_in = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        seen = OpSeen(
+            func.overloadpacket.__name__,
+            first_out.dtype if isinstance(first_out, torch.Tensor) else None,
+            int(first_out.shape[-1]) if isinstance(first_out, torch.Tensor) and first_out.dim() else 0,
+            first_in.dtype if first_in is not None else None,
+            int(first_in.shape[-1]) if first_in is not None and first_in.dim() else 0,
+        )
+        norm = next((name for name, m in reversed(self.path) if is_norm(m)), None)
+        if norm is not None:
+            probe.norm_ops.setdefault(norm, []).append(seen)
+        elif self.path and not any(is_experts(m) or "shared" in name.rsplit(".", 1)[-1] for name, m in self.path):
+            probe.router_ops.setdefault(self._child(), []).append(seen)
+
+    def _note_call(self, probe: LayerProbe, func, out) -> None:
+        """Number the call as torch's selective-checkpoint policy sees it, and note the storages it made."""
+        if func in SAC_IGNORED_OPS:
+            return
+        probe.calls.append(func)
+        tensors = (leaf for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor))
+        for position, tensor in enumerate(tensors):
+            key = _storage_key(tensor)
+            known = self.creator.get(key)
+            if known is None or known.storage.expired():  # new, or a dead storage's identity reused
+                nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
+                self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
+
+    def _made_elsewhere(self, tensor: torch.Tensor, probe: LayerProbe) -> bool:
+        """`tensor`'s storage was made by another probed layer (not this one, nor the decoder)."""
+        made = self.creator.get(_storage_key(tensor))
+        return made is not None and not made.storage.expired() and made.probe is not probe
+
+    def on_op(self, func, args, kwargs, out) -> None:
+        probe = self.current
+        if probe is None or self.forward_done:
+            return
+        self._note_call(probe, func, out)
+        if func is CONVOLUTION:
+            self._note_fallback(args)
+        if attention.current_kernel() is None:
+            self._note_variant_op(probe, func, args, out)
+            if func is torch.ops.aten.gather.default and out.dim() >= 2 and out.shape[-1] == out.shape[-2]:
+                probe.score_gathers.append((self._child(), tuple(args[0].shape), args[0].element_size(), tuple(out.shape)))
+        if func is OPS_KERNEL:
+            q, k, v = args[0], args[1], args[2]
+            window, causal, indices = args[7], args[6], args[4]
+            bias = args[11] if len(args) > 11 else kwargs.get("bias")
+            probe.kernels.append(
+                KernelCall(
+                    "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
+                    heads_major=_heads_major(q),
+                    v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
+                    qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
+                    kv_same=_storage_key(k) == _storage_key(v) and k.storage_offset() == v.storage_offset() and k.shape == v.shape and k.stride() == v.stride(),
+                    index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
+                    dropout=float(args[9]),
+                    bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
+                    kv_borrowed=self._made_elsewhere(k, probe),
+                )
+            )
+            probe.value_storages.add(_storage_key(v))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_DELTA or func is OPS_KDA:
+            q, k, v, g = args[0], args[1], args[2], args[3]
+            gate = g.element_size() if func is OPS_KDA else 0  # KDA's gate, one per key channel, is kept as given
+            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gate_channel_bytes=gate))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SCAN:
+            xz, A, dt_w = args[0], args[7], args[4]
+            probe.kernels.append(KernelCall("scan", self._child(), tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_SCAN_APART:
+            u, A = args[0], args[2]
+            # not counted per child: the output projection after it is one of the mixer's own (as
+            # the fused kernel's), counted with them (describe.py scan_projections)
+            probe.kernels.append(KernelCall("scan", self._child(), tuple(u.shape), tuple(A.shape), (), apart=True))
+        elif func is OPS_SSD:
+            zxbcdt, conv_w, A, headdim, groups = args[0], args[1], args[4], args[9], args[10]
+            state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
+            probe.kernels.append(KernelCall("ssd", self._child(), tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state)))
+            self.kernel_count_in_child[self._child()] += 1
+        elif func is OPS_WKV:  # not counted per child: the output projection after it is the mixer's own
+            key, decay, value = args[2], args[0], args[3]
+            probe.kernels.append(KernelCall("wkv", self._child(), tuple(key.shape), tuple(decay.shape), tuple(value.shape)))
+        elif func is OPS_RG_LRU:  # not counted per child: the projections around it are the mixer's own
+            probe.kernels.append(KernelCall("rglru", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
+        elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
+            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), (), in_bytes=args[0].element_size()))
+        elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
+            probe.activations[self.path[-1][0]] += 1
+            kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
+            self.activation_inputs.add(_storage_key(kept))
+            self.kept.append(kept.untyped_storage())
+        elif func in DROPOUT_OPS and attention.current_kernel() is None:
+            keep = DROPOUT_OPS[func](args, kwargs)
+            if keep < 1.0:
+                probe.dropouts += 1
+                mask = args[0] if func is torch.ops.aten.bernoulli_.float else out[1]
+                key = _storage_key(mask)
+                self.dropout_storages.add(key)
+                self.cuda_nbytes[key] = mask.numel() * _CUDA_MASK_DTYPE.itemsize
+                self.kept.append(mask.untyped_storage())  # alive, so no later storage can take its identity
+        elif func in _EMPTY_ON_CUDA:
+            buffer = out[_EMPTY_ON_CUDA[func]]
+            self.cuda_nbytes[_storage_key(buffer)] = 0
+            self.kept.append(buffer.untyped_storage())  # alive, so no later storage can take its identity
+        elif func in _LAYER_NORM_OPS:
+            self.cuda_nbytes.update(layer_norm_stats_cuda_nbytes(func, args, out))
+            self.kept.extend(stat.untyped_storage() for stat in out[1:])
+        elif func is TOKEN_SHIFT_OP and _shifts_tokens(args[0], args[1], out, probe.hidden_width):
+            self.shifted.add(_storage_key(out))
+            self.kept.append(out.untyped_storage())
+        elif func is TOKEN_MIX_OP:
+            read = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
+            if read & self.shifted:
+                probe.token_mixes[self._child()] += 1
+            if not self.path and out.dim() and read & self.layer_inputs:  # the layer's own code, with one of its other inputs
+                probe.input_products.add(int(out.shape[-1]))
+            for key in read & self.gate_outputs.keys():
+                probe.sigmoid_gates[self.gate_outputs[key]].add(_storage_key(out))
+        elif func is SIGMOID_OP and attention.current_kernel() is None and self._sigmoid_of_projection(args[0]):
+            path = self.last_projection[0]
+            probe.sigmoid_gates.setdefault(path, set())
+            self.gate_outputs[_storage_key(out)] = path
+            self.kept.append(out.untyped_storage())
+
+    def _note_fallback(self, args: tuple) -> None:
+        """A depthwise 1-D convolution run in torch inside a mixer whose causal conv runs in a
+        kernel (predicates.expects_conv_kernel): the census's stand-in did not see the kernel
+        function (renamed, or moved where no hook lists it), so what ran is the torch fallback,
+        which keeps other tensors. Noted here, refused after the forward."""
+        x, weight, groups = args[0], args[1], args[8]
+        if weight.dim() != 3 or groups <= 1 or groups != x.shape[1]:
+            return
+        mixer = next((name for name, module in self.path if expects_conv_kernel(module)), None)
+        if mixer is not None:
+            self.fallbacks.append(f"{mixer} ({type(dict(self.path)[mixer]).__name__})")
+
+    def _sigmoid_of_projection(self, x: Any) -> bool:
+        """An inline sigmoid (outside any activation module) of the output the last projection returned."""
+        return (
+            self.last_projection is not None
+            and isinstance(x, torch.Tensor)
+            and _storage_key(x) == self.last_projection[1]
+            and not any(is_activation_region(m) for _, m in self.path)
+        )
+
+    def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool) -> None:
+        """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one call."""
+        if self.current is None or self.forward_done:
+            return
+        self.current.kernels.append(
+            KernelCall(
+                "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), window, causal,
+                heads_major=_heads_major(q), eager=True,
+            )
+        )
+        self.kernel_count_in_child[self._child()] += 1
+
+    def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gated: bool = False) -> None:
+        """A linear attention's value matmul ran in torch (census/kernels/routing.py): one call per module
+        that runs it, however many blocks of tokens it is written in; `gated`: its decay was
+        computed from the tokens."""
+        probe = self.current
+        if probe is None or self.forward_done:
+            return
+        where = tuple(name for name, _ in self.path)
+        if where in self.linear_modules.setdefault(probe.index, set()):
+            return
+        self.linear_modules[probe.index].add(where)
+        # not counted per child: the projections around it are the mixer's own (describe.py scan_projections)
+        probe.kernels.append(KernelCall("linear_eager", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gated=gated))
+
+    def _in_mlp(self) -> bool:
+        """The op runs in an MLP's own code (its module holds two or more projections, is no
+        attention module and no experts), outside any norm or activation module: an activation
+        written inline (F.silu)."""
+        if not self.path:
+            return False
+        module = self.path[-1][1]
+        if is_experts(module) or "Attention" in type(module).__name__ or any(is_norm(m) or is_activation_region(m) for _, m in self.path):
+            return False
+        return sum(1 for c in module.children() if is_projection(c)) >= 2
+
+    # -- module hooks -----------------------------------------------------------------------
+
+    def _layer_pre(self, index: int):
+        def hook(module, args, kwargs):
+            self.current = self.probes[index]
+            self.current.ran = True
+            self.path = []
+            self.last_child = None
+            self.kernel_count_in_child = Counter()
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            hidden_key = _storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
+            if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
+                self.current.hidden_width = int(hidden.shape[-1])
+                self.current.tokens = hidden.numel() // max(int(hidden.shape[-1]), 1)
+                self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
+            self.layer_inputs = {_storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
+            self.current.reads_depth = readers.reads_depth((args, kwargs), hidden)
+
+        return hook
+
+    def _layer_post(self, index: int):
+        def hook(module, args, kwargs, output):
+            # the hidden states it hands on (the next layer's input) are not the layer's to keep;
+            # other outputs (xLSTM's recurrent states, which training drops) are kept only by
+            # what saved them, and stay booked
+            probe = self.probes[index]
+            hidden = (*probe.hidden_dims, probe.hidden_width)
+            outputs = {_storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor) and tuple(t.shape) == hidden}
+            self.outputs |= outputs
+            for key in outputs:
+                savers = self.seen.get(key)
+                if savers and savers[0][0] is self.probes[index]:
+                    self.excluded_outputs.add(key)
+            self.current = None
+            self.path = []
+
+        return hook
+
+    def _enter(self, name: str, module: nn.Module, depth_one: bool):
+        def hook(mod, args):
+            if self.current is None:
+                return
+            self.path.append((name, module))
+            probe = self.current
+            probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            probe.children_ran.add(part_of(name, self.blocks[probe.index]))  # an attention block's child
+            if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
+                probe.norm_calls[name] += 1
+            if is_norm(module) and self._on_stream(name, module, args, depth_one):
+                probe.stream_norms.append((name, _storage_key(args[0])))
+            if is_experts_interface(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
+                probe.routing_weights_dtype = args[2].dtype
+                probe.experts_top_k = int(args[1].shape[-1])
+                probe.experts_rows[name] += int(args[1].numel())
+            elif is_stacked_experts(module) and args and isinstance(args[0], torch.Tensor) and args[0].dim() > 0:
+                probe.experts_rows[name] += int(args[0].numel()) // int(args[0].shape[-1])  # the token slots the experts ran over
+                if not depth_one and self.kernel_count_in_child[name.split(".", 1)[0]] > 0:
+                    probe.output_projections.append(name)  # routed after the attention's kernel: its output projection (jetmoe's mixture of attention heads)
+            if is_projection(module):
+                child = part_of(name, self.blocks[probe.index])
+                probe.projection_order.setdefault(child, []).append(name)
+                if args and isinstance(args[0], torch.Tensor):
+                    probe.projection_inputs.setdefault(child, set()).add(_storage_key(args[0]))
+                if not depth_one and self.kernel_count_in_child[child] > 0:
+                    probe.output_projections.append(name)
+            if is_activation_region(module) and not self._inside_activation():
+                probe.activations[self._owner_of_activation()] += 1
+
+        return hook
+
+    def _leave(self, mod, args, output):
+        if self.current is not None and self.path:
+            name, module = self.path.pop()
+            if is_projection(module) and isinstance(output, torch.Tensor):
+                self.last_projection = (name, _storage_key(output), output.untyped_storage())
+            if is_norm(module) and isinstance(output, torch.Tensor):
+                self.current.norm_outputs.setdefault(name, set()).add(_storage_key(output))
+            if not self.path:
+                self.last_child = name.split(".", 1)[0]
+
+    def _on_stream(self, name: str, module: nn.Module, args: tuple, depth_one: bool) -> bool:
+        """A norm call on the layer's hidden stream (see LayerProbe.stream_norms)."""
+        if any(is_norm(m) for _, m in self.path[:-1]) or not args or not isinstance(args[0], torch.Tensor):
+            return False
+        if any(is_learned_query_attention(m) for _, m in self.path[:-1]):
+            return False  # the norm of an attention over the stack's depth (census/kernels/attention.py)
+        if not depth_one and any(where[:1] == (name.split(".", 1)[0],) for where in self.linear_modules.get(self.current.index, ())):
+            return False  # the output norm of a linear attention run in torch, whatever its width (census/kernels/routing.py)
+        return depth_one or (args[0].shape[-1] == self.current.hidden_width and not QK_NORM_NAME.match(name.rsplit(".", 1)[-1]))
+
+    def _inside_activation(self) -> bool:
+        return any(is_activation_region(m) for _, m in self.path[:-1])
+
+    def _owner_of_activation(self) -> str:
+        """The path of the module an activation call belongs to: its experts or MLP (its parent);
+        an activation that is itself a child of the layer (bart's activation_fn between fc1 and
+        fc2, the layer's own children) is its own owner."""
+        names = [n for n, _ in self.path]
+        return names[-2] if len(names) > 1 else names[-1]
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[None]:
+        handles = []
+        try:
+            for index, layer in self.layers.items():
+                handles.append(layer.register_forward_pre_hook(self._layer_pre(index), with_kwargs=True))
+                handles.append(layer.register_forward_hook(self._layer_post(index), with_kwargs=True))
+                blocks = self.blocks[index]
+                for name, module in layer.named_modules():
+                    if not name:
+                        continue
+                    handles.append(module.register_forward_pre_hook(self._enter(name, module, part_of(name, blocks) == name)))
+                    handles.append(module.register_forward_hook(self._leave))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+class _ActivationRegion(nn.Module):
+    """Runs an experts module's own gate function as an activation region (gpt-oss's clamped SwiGLU)."""
+
+    _speccat_activation = True  # what predicates.is_activation_region looks for
+
+    def __init__(self, gate):
+        super().__init__()
+        self.gate = gate
+
+    def forward(self, x):
+        return self.gate(x)
+
+
+def _mark_inline_activations(layer: nn.Module) -> None:
+    """Experts whose activation is inline code rather than a module get their gate wrapped as one.
+
+    The wrapper is an instance attribute of this fake layer only; the class is untouched.
+    """
+    for module in layer.modules():
+        if is_experts_interface(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
+            module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
+            object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
+
+
+@contextlib.contextmanager
+def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
+    """Point each linear-attention module's delta rule and causal conv1d, each Mamba mixer's fused
+    selective scan (or its scan apart), each RWKV time mixing's WKV and each RG-LRU's recurrence
+    (a method of its class) at speccat's kernels while the layers run."""
+    targets = {
+        (id(home), name): (home, name, kernel)
+        for layer in layers.values()
+        for m in layer.modules()
+        for names, kernel in (
+            (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
+            (kda_names, attention.speccat_chunk_kda),
+            (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
+            (mamba_inner_names, speccat_mamba_inner_fn),
+            (selective_scan_names, speccat_selective_scan_fn),
+            (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
+            (wkv_names, speccat_rwkv_linear_attention),
+            (rg_lru_names, speccat_rnn_scan),
+        )
+        for home, name in names(m)
+    }
+    saved = {key: getattr(home, name) for key, (home, name, _) in targets.items()}
+    try:
+        for home, name, kernel in targets.values():
+            setattr(home, name, kernel)
+        yield
+    finally:
+        for key, (home, name, _) in targets.items():
+            setattr(home, name, saved[key])
+
+
+# Per-layer config lists that transformers' decoder loops index by the layer's position.
+PER_LAYER_LISTS = ("layer_types", "layer_rope_theta", "layers_block_type")
+
+
+@contextlib.contextmanager
+def _index_lists_subset(config: Any, decoder: nn.Module, keep: list[int]) -> Iterator[None]:
+    """Make the config's (and the decoder's) lists of layer indices (census/intake/checks.py
+    LAYER_INDEX_LISTS: a decoder loop tests each layer's position against them, as mllama's skips
+    its cross-attention layers without encoder states) name the kept layers' positions while they
+    run; the decoder may hold the same list as an attribute of its own."""
+    originals = []
+    try:
+        for key in LAYER_INDEX_LISTS:
+            value = getattr(config, key, None)
+            if not isinstance(value, (list, tuple)):
+                continue
+            positions = type(value)(i for i, index in enumerate(keep) if index in value)
+            for holder in (config, decoder):
+                if getattr(holder, key, None) is value:
+                    originals.append((holder, key, value))
+                    setattr(holder, key, positions)
+        yield
+    finally:
+        for holder, key, value in reversed(originals):
+            setattr(holder, key, value)
+
+
+def _index_keyed_dicts(config: Any, layers: Iterator[nn.Module], total: int) -> list[tuple[nn.Module, str, dict]]:
+    """The dicts held by the kept layers' modules that are keyed by exactly the layer indices one
+    of the config's lists names (zamba2's shared block maps each hybrid layer's index, from
+    `hybrid_layer_ids`, to its adapter slot): (module, attribute, dict). A list of indices names
+    each layer once: a per-layer list of flags (llama4's `no_rope_layers`) or of sizes
+    (`mrope_section`) repeats its values and names no layers."""
+    named = [
+        frozenset(value) for value in getattr(config, "__dict__", {}).values()
+        if isinstance(value, (list, tuple)) and value and all(type(i) is int and 0 <= i < total for i in value) and len(set(value)) == len(value)
+    ]
+    found = []
+    for layer in layers:
+        for module in layer.modules():
+            for key, value in vars(module).items():  # torch's own dicts (hooks keyed by handle ids) are private
+                if not key.startswith("_") and isinstance(value, dict) and value and frozenset(value) in named:
+                    found.append((module, key, value))
+    return found
+
+
+@contextlib.contextmanager
+def _index_keyed_subset(config: Any, layers: dict[int, nn.Module], keep: list[int], total: int) -> Iterator[None]:
+    """While the kept layers run at their positions in the cut stack, re-key each dict their
+    modules hold by layer index (`_index_keyed_dicts`) by those positions: a decoder hands each
+    layer its position, and the layer looks itself up by it (zamba2's adapters by `layer_idx`)."""
+    originals = _index_keyed_dicts(config, layers.values(), total)
+    try:
+        for module, key, value in originals:
+            setattr(module, key, {position: value[index] for position, index in enumerate(keep) if index in value})
+        yield
+    finally:
+        for module, key, value in reversed(originals):
+            setattr(module, key, value)
+
+
+def _count_per_layer(config: Any, stated: Any, total: int) -> int:
+    """How many of what the config's layer count counts each module of the stack holds: 1, or,
+    where the count is a property derived from other fields, the whole multiple it states of the
+    stack's length (longcat_flash's num_hidden_layers is 2 × num_layers, the stack's length, and
+    setting it sets num_layers to half: set to the probed layers' count it would run none)."""
+    derived = isinstance(getattr(type(config), "num_hidden_layers", None), property)
+    if derived and isinstance(stated, int) and total > 0 and stated > total and stated % total == 0:
+        return stated // total
+    return 1
+
+
+@contextlib.contextmanager
+def _config_subset(config: Any, keep: list[int], total: int, probed_count: bool) -> Iterator[None]:
+    """Make the config's per-layer lists match the kept layers while they run, and its layer
+    count too when `probed_count` (census/build/inputs.py)."""
+    originals = {}
+    try:
+        for key in PER_LAYER_LISTS:
+            value = getattr(config, key, None)
+            if isinstance(value, (list, tuple)) and len(value) == total:
+                try:
+                    setattr(config, key, type(value)(value[i] for i in keep))
+                except AttributeError:
+                    continue  # a read-only property derived from other fields
+                originals[key] = value
+        try:
+            if probed_count:
+                stated = config.num_hidden_layers
+                config.num_hidden_layers = len(keep) * _count_per_layer(config, stated, total)
+                originals["num_hidden_layers"] = stated
+        except (AttributeError, NotImplementedError):
+            pass  # a config that derives its layer count from others (prophetnet); its decoder loops over the stack
+        yield
+    finally:
+        for key, value in originals.items():
+            setattr(config, key, value)
+
+
+def probe_layers(
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    fake_mode: FakeTensorMode | None = None,
+    backward: bool = True,
+    encoder_tokens: int = 0,
+    flops: bool = False,
+) -> dict[int, LayerProbe]:
+    """Probe the layers `indices`: the decoder forward and backward with only them in its stack, on fake tensors.
+
+    The model is on meta and its needed parts are converted to fake tensors, unless `fake_mode`
+    is given: then the model was built under that mode and is fake already. Without
+    `backward`, the saved bytes are booked after the forward alone (a second measurement of
+    layers whose backward the census has run). With `encoder_tokens`, the decoder is also given
+    encoder states of that many tokens (encoder_input names its argument). With `flops`, each
+    probe's `forward_flops` is counted in the same forward (census/measure/flops.py).
+    """
+    return run_layers(built, indices, seq_length, Watcher, fake_mode=fake_mode, backward=backward, encoder_tokens=encoder_tokens, flops=flops).probes
+
+
+# The names under which a decoder's forward takes encoder states (mllama's text model:
+# cross_attention_states; an encoder-decoder's decoder: encoder_hidden_states).
+ENCODER_INPUTS = ("cross_attention_states", "encoder_hidden_states")
+
+
+def encoder_input(module: nn.Module) -> str | None:
+    """The argument of `module`'s forward that takes encoder states, or None."""
+    try:
+        takes = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((name for name in ENCODER_INPUTS if name in takes), None)
+
+
+class ModelCodeError(SpecError):
+    """The model's own code failed where the census ran it (an exception raised in transformers'
+    frames, or an op that needs the tensors' values): `unsupported_layer`. run_layers may run
+    the decoder again from token ids after it."""
+
+
+def run_layers(
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    make_watcher: Callable[[dict[int, nn.Module], set[int]], Watcher],
+    around: Callable[[dict[int, nn.Module], Watcher], contextlib.AbstractContextManager] | None = None,
+    fake_mode: FakeTensorMode | None = None,
+    backward: bool = True,
+    encoder_tokens: int = 0,
+    flops: bool = False,
+) -> Watcher:
+    """Run the decoder with only the layers `indices` in its stack, watched by `make_watcher(...)`.
+
+    Plain probing (no `around`) books what backward can reach after the forward and runs the
+    backward; with `around` (a context wrapping the layers' forwards, census/measure/recompute.py) the
+    forward alone runs and the watcher counts. With `flops`, FlopCounterMode counts the forward
+    (below the watcher's dispatch mode, so the watcher sees the ops as they were called) and
+    each probe gets its layer's FLOPs.
+
+    The decoder runs the first of census/build/inputs.py's ways that its own code does not fail
+    (`ModelCodeError`), tried in turn on a model's first run; the way that worked is kept on
+    `built` for every later run. When every way fails, the first way's error is raised, with
+    the last's.
+    """
+    args = (seq_length, make_watcher, around, fake_mode, backward, encoder_tokens, flops)
+    try:
+        watcher = _run_some_way(built, readers.with_sources(indices, built.sources or {}), *args)
+    except ModelCodeError:
+        if built.sources is not None or len(indices) == len(built.layers):
+            raise
+        built.sources = _find_sources(built, seq_length)
+        wider = readers.with_sources(indices, built.sources)
+        if wider == sorted(indices):
+            raise
+        watcher = _run_some_way(built, wider, *args)
+    if any(probe.reads_depth for probe in watcher.probes.values()):
+        # layers that read the states stored down the stack's depth run with every layer before them
+        built.sources = readers.with_earlier(built.sources or {}, len(built.layers))
+        wider = readers.with_sources(indices, built.sources)
+        if wider != sorted(watcher.probes):
+            watcher = _run_some_way(built, wider, *args)
+    # the layers run only for what they store (a source another probed layer reads) are not probed
+    watcher.probes = {index: watcher.probes[index] for index in indices}
+    return watcher
+
+
+def _run_some_way(built: Built, indices: list[int], *args: Any) -> Watcher:
+    """_run_layers, the way kept on `built`, else each of census/build/inputs.py's ways in turn."""
+    run = functools.partial(_run_layers, built, indices, *args)
+    if built.way is not None:
+        return run(built.way)
+    tried = inputs.ways(built.decoder)
+    first = None
+    for way in tried:
+        try:
+            watcher = run(way)
+        except ModelCodeError as err:
+            first = first or err
+            last = err
+            continue
+        built.way = way
+        return watcher
+    if last is first:
+        raise first
+    raise ModelCodeError(first.reason, f"{first}; {tried[-1].words()}: {last}") from last
+
+
+def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
+    """Which earlier layers each layer reads from (census/measure/readers.py): the decoder's forward
+    with its whole stack, watched, the first of census/build/inputs.py's ways that runs; {} when none
+    does (the probe's own error stands then)."""
+    decoder = built.decoder
+    every = list(range(len(built.layers)))
+    fake_mode = fake_mode_of(decoder) or FakeTensorMode(allow_non_fake_inputs=True)
+    make_meta_fake(decoder, fake_mode)
+    for way in inputs.ways(decoder):
+        tracker = readers.StoredReads(built.layers)
+        try:
+            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
+                decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
+        except Exception:  # the model's code fails this way too: the next
+            continue
+        return readers.with_earlier(tracker.sources, len(every)) if tracker.depth else tracker.sources
+    return {}
+
+
+def _run_layers(
+    built: Built,
+    indices: list[int],
+    seq_length: int,
+    make_watcher: Callable[[dict[int, nn.Module], set[int]], Watcher],
+    around: Callable[[dict[int, nn.Module], Watcher], contextlib.AbstractContextManager] | None,
+    fake_mode: FakeTensorMode | None,
+    backward: bool,
+    encoder_tokens: int,
+    flops: bool,
+    way: inputs.Way,
+) -> Watcher:
+    """run_layers, the decoder run `way` (census/build/inputs.py)."""
+    decoder = built.decoder
+    config = built.config
+    total = len(built.layers)
+    holder, stack_name = built.stack.parent
+    kept = {index: built.layers[index] for index in indices}
+    setattr(holder, stack_name, nn.ModuleList([kept[i] for i in indices]))  # the decoder now holds only the kept layers
+    try:
+        fake_mode = fake_mode or fake_mode_of(decoder)
+        if fake_mode is None:
+            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            make_fake(decoder, fake_mode)
+        for layer in kept.values():  # layers an earlier probe of this decoder left on meta (run now with the layers after them)
+            make_meta_fake(layer, fake_mode)
+        for layer in kept.values():
+            _mark_inline_activations(layer)
+        # Held alive through the forward: a model may replace a buffer as it runs (ctrl casts its
+        # pos_encoding and assigns the copy), and a dead storage's identity can be taken by an
+        # activation, which would then be left out as a parameter.
+        fixed = [t.untyped_storage() for t in (*decoder.parameters(), *decoder.buffers())]
+        watcher = make_watcher(kept, {storage._cdata for storage in fixed})
+        watcher.kept.extend(fixed)
+        wrapped = around(kept, watcher) if around is not None else contextlib.nullcontext()
+        # Everything alive now (the model, transformers, torch) is not this forward's garbage:
+        # frozen, the collection after the forward scans only what the forward made (a full
+        # collection of the whole heap costs ~0.2 s, most of a probe).
+        gc.freeze()
+        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _index_keyed_subset(config, kept, indices, total), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+            width = built.embedding.weight.shape[1]
+            extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
+            if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
+                name = encoder_input(decoder)
+                if name is None:
+                    raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
+                extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
+            counted = LayerFlops(decoder) if flops else None
+            with counted.counting() if counted else contextlib.nullcontext(), _DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, _unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()), attention.eager_seen(watcher.note_eager_attention):
+                output = decoder(use_cache=False, **extra)
+            watcher.forward_done = True
+            if watcher.fallbacks:
+                raise SpecError(
+                    "kernel_fallback",
+                    f"{watcher.fallbacks[0]}: a depthwise convolution ran in torch where the causal-conv1d kernel runs in training; "
+                    "the census found no kernel function to stand in for (renamed or moved without a kernel hook), so it would measure the torch fallback",
+                )
+            if counted:
+                for index, layer in kept.items():
+                    watcher.probes[index].forward_flops = counted.of(layer)
+            hidden_out = output[0] if isinstance(output, tuple) else output.last_hidden_state
+            del output
+            gc.collect()  # graph nodes no output reaches are freed now, with what they saved
+            if around is not None:
+                watcher.count()
+                return watcher
+            _book_bytes(watcher)
+            if backward:
+                # back to the stack's input: every probed layer's backward runs (each kernel's
+                # too); the weights' own gradients, which read only what the forward saved, are
+                # not asked for (docs/census.md, "Measured bytes")
+                torch.autograd.backward(hidden_out.float().sum(), inputs=_stack_inputs(extra, built))
+    except (DynamicOutputShapeException, DataDependentOutputException) as err:
+        raise ModelCodeError(
+            "unsupported_layer",
+            f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
+        ) from err
+    except (SpecError, MemoryError):
+        raise
+    except Exception as err:
+        where = _failing_model_code(err)
+        if where is None:  # the census's own code failed: not the model's limit
+            raise
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ModelCodeError(
+            "unsupported_layer",
+            f"{where}: {type(err).__name__}: {first_line[:200]} (the model's own code fails where the census runs it: its decoder {way.words()}, in bf16, on fake tensors)",
+        ) from err
+    finally:
+        gc.unfreeze()
+        setattr(holder, stack_name, built.layers)
+    return watcher
+
+
+def _stack_inputs(given: dict[str, Any], built: Built) -> list[torch.Tensor]:
+    """What the decoder was given that the backward runs back to: the input embeddings (and
+    encoder states), or, from token ids, the embedding's weight."""
+    return [t for t in given.values() if isinstance(t, torch.Tensor) and t.requires_grad] or [built.embedding.weight]
+
+
+def _model_code(err: BaseException) -> str:
+    """Where in the model's code an op failed: the innermost transformers frame (file:line function)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "/transformers/" in f.filename.replace("\\", "/")]
+    if not frames:
+        return "the model's code"
+    frame = frames[-1]
+    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
+
+
+_CENSUS_DIR = str(Path(__file__).resolve().parents[1]).replace("\\", "/") + "/"
+
+
+def _failing_model_code(err: BaseException) -> str | None:
+    """Where the model's code raised `err` (file:line function): when the innermost frame that is
+    transformers' or the census's own is transformers' (torch's and the standard library's
+    frames below it only carry out what it asked, and so do the census's modes passing an op
+    on, unless one raised it itself); None when it is the census's."""
+    owner = None
+    frames = traceback.extract_tb(err.__traceback__)
+    for i, frame in enumerate(frames):
+        name = frame.filename.replace("\\", "/")
+        passing_on = frame.name in ("__torch_function__", "__torch_dispatch__") and i < len(frames) - 1
+        if name.startswith(_CENSUS_DIR) and not passing_on:
+            owner = "census"
+        elif "/transformers/" in name:
+            owner = "transformers"
+    return _model_code(err) if owner == "transformers" else None
+
+
+def _book_bytes(watcher: Watcher) -> None:
+    """Book each storage backward can still reach to the op of its first saver still alive."""
+    for key, savers in watcher.seen.items():
+        if key in watcher.excluded_outputs:
+            continue
+        alive = next(((probe, op, nbytes, part) for probe, op, nbytes, held, part in savers if held() is not None), None)
+        if alive is not None:
+            probe, op, nbytes, part = alive
+            if key in watcher.activation_inputs and op.startswith("child:"):
+                op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
+            probe.saved_bytes[op] += nbytes
+            probe.saved_storages[op] += 1
+            probe.kept_tails[(op, *watcher.tails[key])] += 1
+            tail, dtype = watcher.tails[key]
+            if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
+                probe.kept_square[(op, tail[0], dtype)] += 1
+            if op == "ffAct":
+                probe.act_kept.add(key)
+                if key in watcher.act_child:
+                    probe.mixer_act_kept[watcher.act_child[key]] += 1
+            made = watcher.creator.get(key)
+            if made is not None and made.probe is probe:
+                probe.kept_by_call.setdefault(made.call, set()).add(part or op)
+                probe.booked_as.setdefault(made.call, op)
+                probe.kept_outputs.setdefault(made.call, set()).add(made.position)
+            else:
+                probe.input_bytes[op] += nbytes  # a storage the layer did not make: its input
