@@ -100,7 +100,7 @@ def main() -> None:
     for name, config in _configs():  # warm-up: imports and first-use costs, untimed
         try:
             census(config, name)
-        except SpecError as err:  # refused by design or a known limit (tests/test_census_hub_more.py)
+        except SpecError as err:  # refused by design or a known limit (tests/census/test_census_hub_more.py)
             refused.append(f"{name} ({err.reason})")
             continue
         configs.append((name, config))

@@ -6,7 +6,7 @@ transformers itself can build the model from those defaults (on meta, its defaul
 is checked apart. Prints one row per model_type, the outcomes by reason, the share of the
 buildable model types that give a spec, how many of those specs the records price within their
 tolerance at the census's point (the others the night stores unpriced), and where the outcome
-differs from tests/registry_refusals.yaml (the refusals the project states, each with its reason).
+differs from tests/support/registry_refusals.yaml (the refusals the project states, each with its reason).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import yaml
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-REFUSALS_PATH = Path(__file__).resolve().parent.parent / "tests" / "registry_refusals.yaml"
+REFUSALS_PATH = Path(__file__).resolve().parent.parent / "tests" / "support" / "registry_refusals.yaml"
 SEQ = 256
 TARGET = 0.95
 
@@ -138,7 +138,7 @@ def main() -> None:
     slowest = sorted(rows, key=lambda t: rows[t]["seconds"], reverse=True)[:5]
     print("   slowest: " + ", ".join(f"{t} {rows[t]['seconds']:.2f} s" for t in slowest))
     diff = differences(rows, load_refusals())
-    print(f"   against tests/registry_refusals.yaml: {'agrees' if not diff else f'{len(diff)} differences'}")
+    print(f"   against tests/support/registry_refusals.yaml: {'agrees' if not diff else f'{len(diff)} differences'}")
     for line in diff:
         print(f"     {line}")
 

@@ -11,7 +11,7 @@ the expression language.
    default budget (census/intake/limits.yaml census_memory_mib) as a multiple of it. A config the census
    refuses is reported in one line with its reason code and left out; a child that fails
    otherwise (timeout, budget, crash) is reported as FAILED and left out.
-2. Fuzz. The escape fuzz of tests/test_security_expr.py at FUZZ_EXAMPLES generated
+2. Fuzz. The escape fuzz of tests/pricing/test_security_expr.py at FUZZ_EXAMPLES generated
    expressions and as many random strings (the suite runs fewer): escapes found (must be 0)
    and the rate.
 """

@@ -34,7 +34,7 @@ TARGET_MS = {"per-model": 100, "catalogue-wide": 1000}
 def shipped_items():
     tests = Path(__file__).resolve().parent.parent / "tests"
     sys.path.insert(0, str(tests))
-    import store_runs
+    from support import store_runs
     from conftest import repo_id_of, shipped_config_paths
 
     from speccat.catalogue.errors import ReasonError

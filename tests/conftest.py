@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # The refresh tests' session fixtures (one Prefect API, the shared snapshot runs).
-pytest_plugins = ["refresh_runs"]
+pytest_plugins = ["support.refresh_runs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "flows" / "snapshot"

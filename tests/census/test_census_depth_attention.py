@@ -1,0 +1,178 @@
+"""Attention run as written (docs/census.md, "Attention run as written"): inkling2's self-attention
+with per-query sinks beside its relative position bias, and its block attention residuals, which
+attend over the block states stored down the stack's depth. What the census books for every layer
+of a tiny inkling2_text, each probed at its place in the stack, against a real CPU forward and
+backward of the whole decoder, storage by storage; the kinds and what they keep against the
+config, by hand; and every layer of a tiny inkling2_loop_text, whose looped layers run twice.
+
+inkling2 supports neither flash nor SDPA attention (its sinks are one logit per head and query,
+which no kernel takes): transformers trains it through its eager code, which is what the census
+runs and measures.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from support.layer_runs import tiny_model
+
+from speccat.census import run_census
+
+BF16, FP32 = 2, 4
+H, HEADS, KV, D, S = 64, 4, 2, 16, 32  # hidden, heads, kv heads, head dim, tokens
+LAYERS, BLOCK = 12, 6  # layers, layers per attention-residual block
+TINY_INKLING2 = {
+    "model_type": "inkling2_text", "hidden_size": H, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+    "num_key_value_heads": KV, "head_dim": D, "swa_num_attention_heads": HEADS, "swa_num_key_value_heads": KV,
+    "swa_head_dim": D, "sliding_window_size": 16, "d_rel": 4, "rel_extent": 24, "moe_intermediate_size": 32,
+    "n_routed_experts": 4, "num_experts_per_tok": 2, "n_layers_per_attn_res_block": BLOCK, "log_scaling_n_floor": 8,
+    "vocab_size": 128, "unpadded_vocab_size": 128, "eos_token_id": 1, "torch_dtype": "bfloat16",
+}  # fmt: skip
+# the looped variant: layers 3-8 run twice in each forward, the second pass given messages from the first
+TINY_LOOP = {
+    **TINY_INKLING2, "model_type": "inkling2_loop_text", "n_layers_per_attn_res_block": 3, "loop_layer_index_start": 3,
+    "loop_layer_index_end": 9, "loop_num_passes": 2, "loop_gate_rank": 8,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return run_census(TINY_INKLING2, name="tiny-inkling2", seq_length=S)
+
+
+def _kind_of_layer(spec) -> list[str]:
+    return [group["kind"] for group in spec["layers"] for _ in range(group["count"])]
+
+
+def _real_run(config: dict) -> dict[int, list[tuple[tuple[int, ...], torch.dtype, int]]]:
+    """A real bf16 forward and backward of the whole tiny decoder on CPU (eager, the model's only
+    attention): per layer, (shape, dtype, bytes) of each storage first saved inside it, the
+    parameters, buffers, the layer's inputs other than its hidden states (the block states, masks,
+    distances, a looped layer's messages) and its output left out, as the census leaves them out;
+    a looped layer's passes summed."""
+    model = tiny_model(config, torch.bfloat16)
+    decoder = model.model
+    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    current: list[int | None] = [None]
+    inputs: dict[int, set[int]] = {}
+    outputs: dict[int, set[int]] = {}
+    saved: dict[int, tuple[int, torch.Tensor]] = {}
+
+    def pre(index):
+        def hook(module, args, kwargs):
+            current[0] = index
+            others = [t for t in (*args[1:], *kwargs.values()) if isinstance(t, torch.Tensor)]
+            inputs.setdefault(index, set()).update(t.untyped_storage()._cdata for t in others)
+
+        return hook
+
+    def post(index):
+        def hook(module, args, kwargs, output):
+            current[0] = None
+            outputs.setdefault(index, set()).add(output.untyped_storage()._cdata)
+
+        return hook
+
+    for index, layer in enumerate(decoder.layers):
+        layer.register_forward_pre_hook(pre(index), with_kwargs=True)
+        layer.register_forward_hook(post(index), with_kwargs=True)
+
+    def pack(t):
+        if current[0] is not None:
+            saved.setdefault(t.untyped_storage()._cdata, (current[0], t))
+        return t
+
+    ids = torch.randint(0, 128, (1, S), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = decoder(input_ids=ids, use_cache=False).last_hidden_state
+    out.float().square().sum().backward()
+    per_layer: dict[int, list] = {index: [] for index in range(LAYERS)}
+    for key, (index, t) in saved.items():
+        if key not in fixed and key not in inputs[index] and key not in outputs[index]:
+            per_layer[index].append((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()))
+    return per_layer
+
+
+@pytest.fixture(scope="module")
+def real():
+    return _real_run(TINY_INKLING2)
+
+
+def _blocks_before(index: int) -> int:
+    """Block states stored when layer `index` runs: the decoder appends the input of every block
+    boundary (layers 0, BLOCK, 2·BLOCK...) after it ran."""
+    return (index + BLOCK - 1) // BLOCK
+
+
+def _depth_bytes(keys: int, queries: int) -> int:
+    """What one attention over the depth keeps per token, with `keys` states (the stored blocks
+    and the partial one) and `queries` learned queries: the fp32 stack (the norm's input), its
+    fp32 normalised copy (the keys and values), the norm's fp32 rsqrt per state and the fp32
+    probabilities."""
+    return 2 * keys * H * FP32 + keys * FP32 + queries * keys * FP32
+
+
+def test_every_layer_books_what_a_real_run_keeps_at_its_place(spec, real):
+    kinds = _kind_of_layer(spec)
+    assert len(kinds) == LAYERS
+    for index in range(LAYERS):
+        booked = spec["measured"][kinds[index]]["bytes_per_token"]
+        assert sum(booked.values()) * S == sum(n for *_, n in real[index]), index
+
+
+def test_every_looped_layer_books_what_a_real_run_keeps_in_its_passes():
+    """inkling2_loop_text: the census runs the decoder as it is written, each looped layer in every
+    pass; what a layer keeps is what its passes keep together."""
+    spec = run_census(TINY_LOOP, name="tiny-inkling2-loop", seq_length=S)
+    real = _real_run(TINY_LOOP)
+    kinds = _kind_of_layer(spec)
+    assert len(kinds) == LAYERS
+    for index in range(LAYERS):
+        booked = spec["measured"][kinds[index]]["bytes_per_token"]
+        assert sum(booked.values()) * S == sum(n for *_, n in real[index]), index
+
+
+def test_the_kinds_follow_the_depth_and_the_layer_types(spec):
+    # by hand: a block boundary (layer 0, 6) stores one more state for its MLP's depth attention
+    # and layer 0 has no attention input; layers 1-4 and 7-10 are sliding, 5 and 11 full
+    # ("hybrid" every sixth layer); each block deeper keeps more: no two groups share a kind
+    groups = [(group["kind"], group["count"]) for group in spec["layers"]]
+    assert [count for _, count in groups] == [1, 4, 1, 1, 4, 1]
+    assert len({kind for kind, _ in groups}) == 6
+    assert [spec["flavours"][kind]["attention"] for kind, _ in groups] == ["full"] * 6
+
+
+def test_the_depth_attention_is_booked_to_other(spec, real):
+    kinds = _kind_of_layer(spec)
+    for index in range(LAYERS):
+        stored = _blocks_before(index)
+        full = (index + 1) % BLOCK == 0
+        boundary = index % BLOCK == 0
+        depth = _depth_bytes(stored + 1, 3 if full else 1) if index > 0 else 0  # the attention's input (q, k and v's for a full layer)
+        depth += _depth_bytes(stored + 1 + boundary, 1)  # the MLP's input
+        booked = spec["measured"][kinds[index]]["bytes_per_token"]
+        assert booked["other"] * S == depth * S, index
+
+
+def test_the_self_attention_keeps_its_eager_probabilities(spec, real):
+    """The eager code keeps q, k and v repeated to every head, the fp32 softmax over the keys and
+    the sink (s + 1 per query), and the bf16 probabilities the value product reads."""
+    kinds = _kind_of_layer(spec)
+    for index in (1, 5):
+        kept = Counter(real[index])
+        probabilities = ((1, HEADS, S, S + 1), torch.float32, FP32 * HEADS * S * (S + 1))
+        assert kept[probabilities] == 1
+        assert kept[((HEADS, S, S), torch.bfloat16, BF16 * HEADS * S * S)] == 1
+        booked = spec["measured"][kinds[index]]["bytes_per_token"]
+        assert booked["softmax"] * S == probabilities[2]
+        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D + BF16 * HEADS * S * S
+        assert spec["measured"][kinds[index]]["attention_impl"] == "eager"
+
+
+def test_the_attention_dims_and_counts_are_the_self_attention(spec):
+    assert (spec["num_attention_heads"], spec["num_key_value_heads"], spec["head_dim"]) == (HEADS, KV, D)
+    for kind in spec["ops"]:
+        ops = spec["ops"][kind]
+        assert (ops["attBMM"], ops["softmax"], ops["linrec"]) == (2, 1, 0)

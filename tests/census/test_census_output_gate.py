@@ -1,0 +1,24 @@
+"""An attention output multiplied by a sigmoid gate of a projection of its own (afmoe's
+`gate_proj`) is the attention output gate the records price (as Qwen3-Next's, made by q_proj)."""
+
+from __future__ import annotations
+
+from support.layer_runs import priced_vs_measured
+
+from speccat.census import run_census
+
+
+def test_an_output_gate_of_its_own_projection_is_the_attention_output_gate():
+    """afmoe's attention multiplies its output by sigmoid(gate_proj(x)), gate_proj a projection of
+    its own of heads × head_dim (16 × 128 in transformers' default config): attMM keeps the
+    projections' input, the sigmoid's output and the product o_proj reads, each 2048 bf16 wide
+    per token, and the records price the gate as Qwen3-Next's (q_proj's second half)."""
+    from transformers import CONFIG_MAPPING
+
+    config = {**CONFIG_MAPPING["afmoe"]().to_dict(), "model_type": "afmoe"}
+    spec = run_census(config, name="afmoe", seq_length=256)
+    heads, head_dim, hidden = spec["num_attention_heads"], spec["head_dim"], spec["hidden_size"]
+    assert (heads, head_dim, hidden) == (16, 128, 2048) and spec["attn_output_gate"] is True
+    for kind in ("full_dense", "full_moe"):
+        assert spec["measured"][kind]["bytes_per_token"]["attMM"] == 2 * hidden + 2 * (2 * heads * head_dim)
+    assert all(abs(priced / measured - 1) <= 0.02 for priced, measured in priced_vs_measured(spec, 256).values())

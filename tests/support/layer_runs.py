@@ -1,0 +1,123 @@
+"""Real CPU runs of one layer of a tiny model, for the tests that compare the census's booking
+with what a layer really keeps (the mixers' tests: mamba, mamba2, the scan apart, falcon-mamba,
+short convolutions, rwkv, linear attention run in torch), and the records' price of a spec's kinds
+beside what the census measured."""
+
+from __future__ import annotations
+
+import torch
+
+
+def tiny_model(config: dict, dtype: torch.dtype):
+    """The causal LM of `config` (a config.json's fields; `torch_dtype` is ignored), built with real
+    weights in `dtype` (seed 0), in training mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    built = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "torch_dtype"})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(built, dtype=dtype)
+    model.train()
+    return model
+
+
+def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True, **inputs) -> tuple[dict[int, torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward and backward of `layer` on `x` (and its other `inputs`, passed by name): (the
+    storages it saved for backward, by storage, the model's parameters and buffers, x, the other
+    inputs and the output left out; the gradients of the layer's parameters, of x and of each
+    other input that requires one). The loss is the output's squared sum, or its sum."""
+    saved: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        saved.setdefault(t.untyped_storage()._cdata, t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x, **inputs)
+    out = out[0] if isinstance(out, tuple) else out
+    (out.float().square() if square else out.float()).sum().backward()
+    given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
+    left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, *given, out)}
+    grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
+    grads["x"] = x.grad.clone()
+    grads.update({name: t.grad.clone() for name, t in inputs.items() if isinstance(t, torch.Tensor) and t.grad is not None})
+    return {k: t for k, t in saved.items() if k not in left_out}, grads
+
+
+def layer_saves(monkeypatch, modeling, kernels: dict, config: dict, index: int, seq: int, **inputs) -> dict[int, torch.Tensor]:
+    """One real bf16 forward and backward of the tiny model's layer `index` on CPU, with the
+    modeling module's kernel functions swapped for speccat's stand-ins (`kernels`: name -> op) and
+    its attention through speccat's kernel: the storages it saved (saves_and_grads)."""
+    from speccat.census.kernels.attention import ATTENTION_IMPL, register
+
+    register()
+    for name, op in kernels.items():
+        monkeypatch.setattr(modeling, name, op)
+    model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
+    torch.manual_seed(1)
+    x = torch.randn(1, seq, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+    kept, _ = saves_and_grads(model, model.model.layers[index], x, **inputs)
+    monkeypatch.undo()
+    return kept
+
+
+def signature(tensors) -> list[tuple[tuple[int, ...], torch.dtype, int]]:
+    """(shape, dtype, storage bytes) of each tensor, sorted: what a layer keeps, comparable."""
+    return sorted(((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()) for t in tensors), key=str)
+
+
+def assert_same_grads(ours: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
+    """The same gradients, for the input and every parameter, within fp32 rounding of a different
+    order of operations."""
+    assert ours.keys() == reference.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], reference[name], rtol=2e-4, atol=2e-5, msg=name)
+
+
+def priced_vs_measured(spec, seq: int) -> dict[str, tuple[float, float]]:
+    """kind -> (the records' bytes per token at the grid's setting of sequence length `seq`, what
+    the census measured it keeping per token)."""
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.pricing import price_layers
+    from speccat.catalogue.records.settings import load_settings
+    from speccat.census.structure.family import family_for
+
+    records, grid = load_records(), load_settings()
+    one = grid.with_settings([grid.setting({"seq_length": seq})])
+    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    return {
+        kind: (float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())) for i, kind in enumerate(prices.kinds)
+    }
+
+
+def saved_by_graph(root: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Every tensor the autograd graph behind `root` holds for backward, by storage."""
+    found, seen, stack = {}, set(), [root.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        values = []
+        for name in dir(node):
+            if name.startswith("_saved_"):
+                try:
+                    values.append(getattr(node, name))
+                except RuntimeError:  # freed or not a tensor slot
+                    continue
+        if hasattr(node, "saved_tensors"):  # a Python-level autograd function (speccat's kernels)
+            values.extend(node.saved_tensors)
+        for value in values:
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(t, torch.Tensor) and t.dim() > 0:  # 0-dim: wrapped scalars, no activation
+                    found[t.untyped_storage()._cdata] = t
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+def saved_by_layer(model: torch.nn.Module, layer: torch.nn.Module, x: torch.Tensor) -> dict[int, torch.Tensor]:
+    """What the real graph of `layer` called on `x` (no mask) holds for backward, by storage:
+    not the model's parameters and buffers, nor the layer's output."""
+    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    out = layer(x, attention_mask=None)
+    out = out[0] if isinstance(out, tuple) else out
+    return {key: t for key, t in saved_by_graph(out).items() if key not in fixed | {out.untyped_storage()._cdata}}
