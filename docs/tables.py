@@ -208,16 +208,15 @@ def view_header(name: str) -> tuple[str, str]:
 
 
 def views_markdown() -> str:
-    """docs/catalogue.md's table of views, in the order the store creates them (a view after
-    those it reads), from their headers."""
+    """docs/catalogue.md's table of views, by name, from their headers."""
     from speccat import sql
     from speccat.catalogue.store.comments import view_columns
 
-    lines = ["| view | what it answers | grain | columns |", "|---|---|---|---|"]
-    for name in sql.views():
+    lines = ["| view | what it answers | grain: one row per | columns |", "|---|---|---|---|"]
+    for name in sorted(sql.views()):
         answers, grain = view_header(name)
         columns = ", ".join(view_columns(name))
-        lines.append(f"| `{name}` | {_cell(answers)} | {_cell(grain)} | {columns} |")
+        lines.append(f"| `{name}` | {_cell(answers)} | {_cell(grain.removeprefix('one row per '))} | {columns} |")
     return "\n".join(lines)
 
 
@@ -284,12 +283,11 @@ def main(argv: list[str]) -> int:
         for line in found:
             print(f"stale: {line}")
         return 1 if found else 0
-    for doc, parts in PARTS.items():
-        path = ROOT / doc
-        text = path.read_text()
-        new = render(text, parts, doc)
-        if new != text:
-            path.write_text(new)
+    # every part drawn before any doc is written: a part that cannot be drawn changes nothing
+    drawn = {doc: render((ROOT / doc).read_text(), parts, doc) for doc, parts in PARTS.items()}
+    for doc, new in drawn.items():
+        if new != (ROOT / doc).read_text():
+            (ROOT / doc).write_text(new)
             print(f"rewrote {doc}")
     return 0
 
