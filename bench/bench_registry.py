@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import yaml
+from speccat.catalogue.datafile import read_yaml
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
@@ -29,7 +29,7 @@ TARGET = 0.95
 
 def load_refusals(path: Path = REFUSALS_PATH) -> dict:
     """{'not_buildable': {model_type: why}, 'refused': {model_type: {reason, why}}}."""
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     return {"not_buildable": dict(data["not_buildable"]), "refused": dict(data["refused"])}
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-import yaml
+from speccat.catalogue.datafile import read_yaml
 
 VOCABULARY_PATH = Path(__file__).with_name("vocabulary.yaml")
 
 
 def _lists(path: Path = VOCABULARY_PATH) -> Mapping[str, Mapping]:
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     return MappingProxyType({name: MappingProxyType(dict(codes)) for name, codes in data.items()})
 
 

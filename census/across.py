@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from speccat.catalogue.datafile import read_yaml
 from speccat.catalogue.records.oprecords import load_records
 from speccat.census.build.model import build
 from speccat.census.describe.layer_view import EXPERTS_IMPL, LayerView, check_appended_keys
@@ -34,7 +33,7 @@ from speccat.census.structure.shapes import Shape, classify, uses_experts_interf
 
 log = logging.getLogger(__name__)
 
-POINTS: Mapping[str, Any] = yaml.safe_load(Path(__file__).with_name("across.yaml").read_text())
+POINTS: Mapping[str, Any] = read_yaml(Path(__file__).with_name("across.yaml"))
 
 Measure = Callable[[dict[int, LayerProbe], int], dict[str, dict[str, float]]]
 

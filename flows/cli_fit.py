@@ -18,8 +18,7 @@ import math
 import re
 import sys
 
-import yaml
-
+from speccat.catalogue.datafile import parse_yaml
 from speccat.flows.cli_catalogue import _catalogue_options, _epilog, _units_option
 
 UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -215,7 +214,7 @@ def check_inputs(args: argparse.Namespace) -> None:
             raise InputError("bad_argument", f"--set {pair!r}: expected FIELD=VALUE")
         if name in OWN_FIELDS:
             raise InputError("bad_argument", f"--set {name}: fit sets it from {OWN_FIELDS[name]}")
-        args.setting[name] = yaml.safe_load(text)
+        args.setting[name] = parse_yaml(text)
     if args.stack is not None:
         args.setting["stack"] = args.stack
     args.chosen = data["grid"].setting({**args.setting, "seq_length": args.seq or 1, "micro_batch": args.micro_batch or 1})  # refuses a bad field or value

@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any
 
-import yaml
+from speccat.catalogue.datafile import parse_yaml
 
 FULL = "full"
 
@@ -72,7 +72,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         name, sep, text = pair.partition("=")
         if not sep or not name:
             raise SettingsError("bad_value", f"--set {pair!r}: expected FIELD=VALUE")
-        fields[name.strip()] = yaml.safe_load(text)
+        fields[name.strip()] = parse_yaml(text)
     for name in ("stack", "seq_length", "micro_batch", "tp", "cp"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)

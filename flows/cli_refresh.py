@@ -189,9 +189,9 @@ def find_prefect_yaml(explicit: str | None) -> Path:
 
 
 def load_deployment(path: Path, name: str) -> dict[str, Any]:
-    import yaml
+    from speccat.catalogue.datafile import read_yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path) or {}
     for deployment in data.get("deployments") or ():
         if deployment.get("name") == name:
             return deployment

@@ -16,9 +16,9 @@ from importlib import resources
 from typing import Any
 
 import pyarrow as pa
-import yaml
 
 from speccat import sql
+from speccat.catalogue.datafile import read_yaml
 from speccat.catalogue.store import present
 
 FULL = -1  # the mask of full recompute in the views
@@ -27,7 +27,7 @@ FULL = -1  # the mask of full recompute in the views
 @cache
 def layouts() -> dict:
     """report/layouts.yaml: the layouts and switch sets "what fits" tries."""
-    return yaml.safe_load(resources.files(__package__).joinpath("layouts.yaml").read_text())
+    return read_yaml(resources.files(__package__).joinpath("layouts.yaml"))
 
 
 @dataclass

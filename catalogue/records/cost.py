@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.datafile import read_yaml, version_of
 from speccat.catalogue.records.expr import Expr, ExprError
+from speccat.catalogue.records.exprloader import ExprLoader
 from speccat.catalogue.records.names import LAYER_NAMES, layer_names
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.priced import stack_counts
@@ -58,18 +59,8 @@ class Accelerator:
         return np.maximum(np.asarray(flops, dtype=float) / self.peak_flops, np.asarray(moved, dtype=float) / self.bandwidth)
 
 
-class _Loader(Loader):
+class _Loader(ExprLoader):
     error = CostError
-
-    def expr(self, key: str, text: Any, known: frozenset[str]) -> Expr:
-        try:
-            expr = Expr(str(text))
-        except ExprError as err:
-            raise self.fail("bad_expression", key, f"{err.reason}: {err}") from None
-        unknown = expr.names - known
-        if unknown:
-            raise self.fail("unknown_name", key, f"reads {sorted(unknown)}, which no layer supplies")
-        return expr
 
 
 def load_costs(records: Records, path: str | Path | None = None) -> Costs:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.datafile import read_yaml, version_of
 from speccat.catalogue.records.expr import Expr, ExprError
+from speccat.catalogue.records.exprloader import ExprLoader
 from speccat.catalogue.records.names import LAYER_NAMES, layer_names
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.priced import stack_counts
@@ -33,7 +34,7 @@ class Head:
 def load_head(records: Records, path: str | Path | None = None) -> Head:
     """Read `head.yaml`: one expression per end, over the names a layer of `records` reads."""
     path = Path(path) if path is not None else HEAD_PATH
-    loader = Loader(path.name)
+    loader = ExprLoader(path.name)
     loader.error = HeadError
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
     top = loader.mapping("", data, ("parts", "unmeasured"), ("parts", "unmeasured"))
@@ -45,14 +46,7 @@ def load_head(records: Records, path: str | Path | None = None) -> Head:
     known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V", *LOGIT_FACTS}
     parts = {}
     for name in END_PARTS:
-        try:
-            expr = Expr(str(body[name]))
-        except ExprError as err:
-            raise loader.fail("bad_expression", f"parts.{name}", f"{err.reason}: {err}") from None
-        unknown = expr.names - known
-        if unknown:
-            raise loader.fail("unknown_name", f"parts.{name}", f"reads {sorted(unknown)}, which no layer supplies")
-        parts[name] = expr
+        parts[name] = loader.expr(f"parts.{name}", body[name], known)
     return Head(parts, {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
 
 

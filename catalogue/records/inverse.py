@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from speccat.catalogue.records.datafile import Loader, read_yaml
+from speccat.catalogue.datafile import Loader, read_yaml
 from speccat.catalogue.records.states import StatesError
 
 INVERSE_PATH = Path(__file__).with_name("inverse.yaml")

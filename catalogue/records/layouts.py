@@ -44,18 +44,16 @@ class Rule:
 
 def layouts_version(path: Path = LAYOUTS_PATH) -> str:
     """A hash of the rules' parsed content (what a cached pricing depends on)."""
-    import yaml
+    from speccat.catalogue.datafile import read_yaml, version_of
 
-    from speccat.catalogue.records.datafile import version_of
-
-    return version_of(yaml.safe_load(path.read_text()))
+    return version_of(read_yaml(path))
 
 
 @cache
 def load_rules(path: Path = LAYOUTS_PATH) -> tuple[Rule, ...]:
-    import yaml
+    from speccat.catalogue.datafile import read_yaml
 
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     return tuple(Rule(name, Expr(rule["feasible"]), rule["message"]) for name, rule in data["rules"].items())
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records.expr import FUNCTIONS, Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, TOTAL

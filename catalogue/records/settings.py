@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
+from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 
 SETTINGS_PATH = Path(__file__).with_name("settings.yaml")

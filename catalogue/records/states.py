@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.records.datafile import Loader, read_yaml, version_of
-from speccat.catalogue.records.expr import Expr, ExprError
+from speccat.catalogue.datafile import read_yaml, version_of
+from speccat.catalogue.records.expr import Expr
+from speccat.catalogue.records.exprloader import ExprLoader
 
 STATES_PATH = Path(__file__).with_name("states.yaml")
 STATES = ("weight", "grad", "optimizer")
@@ -90,18 +91,9 @@ class States:
         return self.recipes[name]
 
 
-class _StatesLoader(Loader):
+class _StatesLoader(ExprLoader):
     error = StatesError
-
-    def expr(self, key: str, text: Any, known: frozenset[str]) -> Expr:
-        try:
-            expr = Expr(str(text))
-        except ExprError as err:
-            raise self.fail("bad_expression", key, f"{err.reason}: {err}") from None
-        unknown = expr.names - known
-        if unknown:
-            raise self.fail("unknown_name", key, f"reads {sorted(unknown)}; known: {sorted(known)}")
-        return expr
+    list_known = True  # the layout sizes a sharding reads
 
     def load(self, data: Any) -> States:
         top = self.mapping("", data, ("recipes", "default_recipe", "zero", "groups", "active"), ("recipes", "default_recipe", "zero", "groups"))

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import yaml
 
 from speccat import sql
+from speccat.catalogue.datafile import read_yaml
 from speccat.catalogue.store.comments import comment_views
 from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.night import STAGED_PRICES, NightData, StoreError
@@ -80,7 +80,7 @@ FRESH, OLD = "fresh", "old"
 # The name an Arrow table is registered under while sql/steps/ingest.sql appends it.
 ARROW_ROWS = "arrow_rows"
 # The store's bounds: how long a writer waits for a process holding the file (limits.yaml).
-LIMITS: dict[str, float] = yaml.safe_load(Path(__file__).with_name("limits.yaml").read_text())
+LIMITS: dict[str, float] = read_yaml(Path(__file__).with_name("limits.yaml"))
 # DuckDB's words for a file another process holds: `... Conflicting lock is held in PROGRAM (PID N) ...`.
 _LOCK_HELD = re.compile(r"Conflicting lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 VOCABULARY_SCHEMA = pa.schema(

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-import yaml
+from speccat.catalogue.datafile import read_yaml
 
 LIMITS_PATH = Path(__file__).with_name("limits.yaml")
 KEYS = ("max_config_bytes", "max_config_depth", "census_memory_mib", "required", "stack_length", "sizes", "per_layer_sizes", "unbounded", "finite")
@@ -27,7 +27,7 @@ class Limits:
 
 
 def load_limits(path: Path = LIMITS_PATH) -> Limits:
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise ValueError(f"{path.name}: unknown key(s) {unknown}")

@@ -24,8 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
+from speccat.catalogue.datafile import read_yaml
 from speccat.census.intake.config import language_config
 from speccat.census.spec import SpecError
 
@@ -58,7 +57,7 @@ class Alias:
 
 def load_aliases(path: Path = ALIASES_PATH) -> Mapping[str, Alias]:
     """model_type → its Alias, validated."""
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path) or {}
     aliases = {}
     for name, entry in data.items():
         if not isinstance(entry, Mapping) or not {"as", "rename"} <= set(entry) <= {"as", "rename", "values"}:

@@ -14,8 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
+from speccat.catalogue.datafile import read_yaml
 from speccat.census.spec import SpecError
 
 TRAINING_PATH = Path(__file__).with_name("training.yaml")
@@ -28,7 +27,7 @@ class Training:
 
 
 def load_training(path: Path = TRAINING_PATH) -> Training:
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     unknown = sorted(set(data) - {"set", "kernels"})
     if unknown:
         raise ValueError(f"{path.name}: unknown key(s) {unknown}")

@@ -20,8 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
+from speccat.catalogue.datafile import parse_yaml
 from speccat.catalogue.vocabulary import OPS
 from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, OPTIONAL_INT
 
@@ -163,10 +162,8 @@ def parse_profile(path: Path, data: Any, base_defaults: Mapping[str, int] | None
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ProfileError(f"{path.name}: not valid YAML: {err}") from None
+    """A profile parsed; bad YAML is a ProfileError naming the file."""
+    return parse_yaml(path.read_text(), lambda _reason, what: ProfileError(f"{path.name}: {what}"))
 
 
 def load_families(directory: Path = PROFILES_DIR) -> dict[str, Family]:
