@@ -15,26 +15,7 @@ import argparse
 import json
 import sys
 
-from speccat.flows.targets import DB_ENV, DEFAULT_DB, default_db, make_target
-
-UNIT_CHOICES = ("human", "bytes", "KiB", "MiB", "GiB")
-
-
-def _catalogue_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", default=None, help=f"catalogue file (default ${DB_ENV}, else {DEFAULT_DB})")
-    parser.add_argument("--lake", default=None, metavar="CATALOG", help="read this DuckLake catalog instead (sqlite:FILE, postgres:..., a DuckDB file)")
-    parser.add_argument("--lake-data", default=None, metavar="PATH", help="the DuckLake's data path (with --lake)")
-
-
-def _units_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--units", choices=UNIT_CHOICES, default="human",
-        help="how byte figures print: human (B, KiB, MiB, GiB as fits; the default) or always one unit",
-    )  # fmt: skip
-
-
-def _epilog(*lines: str) -> dict:
-    return {"epilog": "examples:\n" + "\n".join(f"  {line}" for line in lines), "formatter_class": argparse.RawDescriptionHelpFormatter}
+from speccat.flows.cli_options import catalogue_options, catalogue_target, epilog, units_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "name of a query shipped in sql/queries (latest_specs, fits_budget, masks_ranked, ...). "
         "Queries read parameters with getvariable('NAME'); pass them with --param NAME=VALUE "
         "(a NAME the query does not read is refused).",
-        **_epilog(
+        **epilog(
             "speccat query latest_specs",
             "speccat query masks_ranked -p repo_id=Qwen/Qwen3-8B -p tp=2 --units MiB",
             "speccat query fits_budget -p budget_gib=40 -p seq_length=8192 --format csv",
@@ -54,11 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     query.add_argument("sql_or_file", metavar="SQL_OR_FILE")
-    _catalogue_options(query)
+    catalogue_options(query)
     query.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
     query.add_argument("--json", action="store_true", help="the same as --format json")
-    _units_option(query)
+    units_option(query)
     query.set_defaults(handler=query_command)
 
     show = subparsers.add_parser(
@@ -66,37 +47,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a readable summary of one model in the catalogue",
         description="One repo's spec, kinds and bytes at one setting of the grid; a repo that failed shows "
         "its failure. REPO_ID matches case-insensitively when that names one repo.",
-        **_epilog(
+        **epilog(
             "speccat show meta-llama/Llama-3.1-8B-Instruct",
             "speccat show qwen/qwen3-8b --seq 8192 --tp 2 --units GiB",
             "speccat show Qwen/Qwen3-8B --json | jq .prices",
         ),
     )
     show.add_argument("repo_id", metavar="REPO_ID")
-    _catalogue_options(show)
+    catalogue_options(show)
     grid_default = "default: the grid's, from the catalogue's setting_defaults"
     show.add_argument("--seq", type=int, help=f"sequence length ({grid_default})")
     show.add_argument("--micro-batch", type=int, help=f"sequences per micro-batch ({grid_default})")
     show.add_argument("--tp", type=int, help=f"tensor-parallel ranks ({grid_default})")
     show.add_argument("--cp", type=int, help=f"context-parallel ranks ({grid_default})")
     show.add_argument("--stack", help=f"the training stack priced: transformers or megatron ({grid_default})")
-    _units_option(show)
+    units_option(show)
     show.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     show.set_defaults(handler=show_command)
 
     export = subparsers.add_parser(
         "export",
         help="write the planners' tables as Parquet, partitioned by setting",
-        **_epilog("speccat export planners/", "speccat export planners/ --lake sqlite:lake.sqlite --lake-data lake/"),
+        **epilog("speccat export planners/", "speccat export planners/ --lake sqlite:lake.sqlite --lake-data lake/"),
     )
     export.add_argument("out_dir", metavar="DIR")
-    _catalogue_options(export)
+    catalogue_options(export)
     export.add_argument("--json", action="store_true", help="print the manifest as JSON")
     export.set_defaults(handler=export_command)
-
-
-def _target(args: argparse.Namespace):
-    return make_target(args.db or default_db(), args.lake, args.lake_data)
 
 
 def _run(con, text: str, params: dict | None = None):
@@ -119,7 +96,7 @@ def query_command(args: argparse.Namespace) -> int:
     text = present.resolve_query(args.sql_or_file)
     params = present.parse_params(args.param)
     present.check_params(text, params)
-    with _target(args).open_readonly() as con:
+    with catalogue_target(args).open_readonly() as con:
         if isinstance(params.get("repo_id"), str):
             params["repo_id"] = present.resolve_repo_id(con, params["repo_id"])
         result = _run(con, text, params)
@@ -134,7 +111,7 @@ def show_command(args: argparse.Namespace) -> int:
 
     # None leaves a field to the grid's default (sql/views/chosen_settings.sql).
     wanted = {"stack": args.stack, "seq_length": args.seq, "micro_batch": args.micro_batch, "tp": args.tp, "cp": args.cp}
-    with _target(args).open_readonly() as con:
+    with catalogue_target(args).open_readonly() as con:
         repo_id = present.resolve_repo_id(con, args.repo_id)
         repo = _run(con, sql.load("show/repo"), {"repo_id": repo_id})
         if not repo.rows:
@@ -195,7 +172,7 @@ def _show_failure(args: argparse.Namespace, repo_id: str, failure: dict | None) 
 def export_command(args: argparse.Namespace) -> int:
     from speccat.catalogue.store.export import export_from
 
-    target = _target(args)
+    target = catalogue_target(args)
     with target.open_readonly() as con:
         manifest = export_from(con, str(target), args.out_dir)
     if args.json:

@@ -19,18 +19,17 @@ import re
 import sys
 
 from speccat.catalogue.datafile import parse_yaml
-from speccat.flows.cli_catalogue import _catalogue_options, _epilog, _units_option
-
-UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+from speccat.catalogue.store.units import WRITTEN
+from speccat.flows.cli_options import catalogue_options, epilog, units_option
 
 
 def parse_size(text: str) -> float:
     """'80GiB', '141GB', '1.5TiB' or '1024B': a positive number and its unit. A bare number is
     refused: `--gpu-mem 80` means 80 GiB or 80 GB to a reader, never 80 bytes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    if not match or not match.group(2) or match.group(2).lower() not in UNITS or float(match.group(1)) <= 0:
+    if not match or not match.group(2) or match.group(2).lower() not in WRITTEN or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a positive size with its unit, such as 80GiB, 141GB or 1.5TiB (B for bytes)")
-    return float(match.group(1)) * UNITS[match.group(2).lower()]
+    return float(match.group(1)) * WRITTEN[match.group(2).lower()]
 
 
 def count(low: int):
@@ -58,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "final norm and logits, and weights, gradients and optimizer states. Ranked by estimated "
         "recompute time per sequence on --accelerator. Layouts that layouts.yaml refuses (heads "
         "not divisible by tp, ...) are left out.",
-        **_epilog(
+        **epilog(
             "speccat fit meta-llama/Llama-3.1-8B-Instruct --gpu-mem 80GiB --seq 8192 --gpus 8",
             "speccat fit Qwen/Qwen3-30B-A3B --seq 32768 --gpus 16 --ep 8 --zero 1 --accelerator H200-SXM --json",
             "speccat fit meta-llama/Llama-3.1-8B-Instruct --gpus 1 --gpu-mem 80GiB --max-seq",
@@ -84,8 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=count(0), default=20, help="rows to print (default 20; 0: all)")
-    _catalogue_options(fit)
-    _units_option(fit)
+    catalogue_options(fit)
+    units_option(fit)
     fit.add_argument("--json", action="store_true", help="print one JSON object (bytes as numbers)")
     fit.set_defaults(handler=fit_command)
 

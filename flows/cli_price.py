@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from speccat.catalogue.datafile import parse_yaml
+from speccat.catalogue.store.units import PRINTED
 
 FULL = "full"
 
@@ -56,7 +57,7 @@ def register(subparsers) -> None:
     )  # fmt: skip
     parser.add_argument("--name", help="the spec's name (default: ORG/NAME from an ORG__NAME/config.json path)")
     parser.add_argument(
-        "--units", choices=("human", "bytes", "KiB", "MiB", "GiB"), default="human",
+        "--units", choices=tuple(PRINTED), default="human",
         help="how byte figures print (human: B, KiB, MiB, GiB as fits); --json always gives bytes",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the result as JSON (a stable contract)")

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from speccat.flows.cli_catalogue import _catalogue_options, _epilog, _target
+from speccat.flows.cli_options import catalogue_options, catalogue_target, epilog
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,11 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write the catalogue as a static site of tables and plots (opens from disk, no network)",
         description="Write OUT/index.html (every model, sortable), a page per model, compare.html, changes.html and "
         "truth.html from the catalogue's views. OUT is replaced whole; a folder that is not a report is refused.",
-        **_epilog("speccat report report/", "speccat report /srv/speccat/ --db /data/catalogue.duckdb",
+        **epilog("speccat report report/", "speccat report /srv/speccat/ --db /data/catalogue.duckdb",
                   "speccat report site/ --json | jq .largest_model_page_bytes"),
     )  # fmt: skip
     report.add_argument("out_dir", metavar="OUT")
-    _catalogue_options(report)
+    catalogue_options(report)
     report.add_argument("--json", action="store_true", help="print the report's manifest as JSON")
     report.set_defaults(handler=report_command)
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def report_command(args: argparse.Namespace) -> int:
     from speccat.report.site import build
 
-    with _target(args).open_readonly() as con:
+    with catalogue_target(args).open_readonly() as con:
         manifest = build(con, args.out_dir)
     if args.json:
         print(json.dumps(manifest, default=str, sort_keys=True))

@@ -56,9 +56,9 @@ def stored(args: argparse.Namespace) -> tuple[str, dict, str]:
     night stored for it."""
     from speccat import sql
     from speccat.catalogue.store import present
-    from speccat.flows.cli_catalogue import _target
+    from speccat.flows.cli_options import catalogue_target
 
-    with _target(args).open_readonly() as con:
+    with catalogue_target(args).open_readonly() as con:
         repo_id = present.resolve_repo_id(con, args.config)
         found = present.run(con, sql.load("show/spec"), {"repo_id": repo_id})
         refusal = present.run(con, sql.load("show/refusal"), {"repo_id": repo_id}).rows

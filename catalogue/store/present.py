@@ -25,13 +25,11 @@ import duckdb
 
 from speccat import sql
 from speccat.catalogue.errors import InputError
+from speccat.catalogue.store.units import BINARY, PRINTED
 
 FORMATS = ("table", "csv", "json")
-# Columns that hold a byte count; the table format prints them by the unit rule (UNITS).
+# Columns that hold a byte count; the table format prints them by the unit rule (units.PRINTED).
 BYTE_COLUMNS = frozenset({"attention", "ffn", "norm", "total", "kept", "saved", "model_total"})
-# How byte figures print: `human` (the largest binary unit that keeps the number >= 1), or
-# always in one unit. CSV and JSON always carry the raw number of bytes.
-UNITS: dict[str, int | None] = {"human": None, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 # getvariable('name') in a query; names starting with _ are the query's own constants.
 _VARIABLE = re.compile(r"getvariable\(\s*'([A-Za-z][A-Za-z0-9_]*)'\s*\)")
 # How many near ids a miss suggests.
@@ -168,9 +166,9 @@ def format_bytes(value: float | None, units: str = "human") -> str:
     thousands separators), or KiB/MiB/GiB with two decimals."""
     if value is None:
         return ""
-    if units not in UNITS:
-        raise InputError("bad_argument", f"unknown units {units!r}; units: {', '.join(UNITS)}")
-    scale = UNITS[units]
+    if units not in PRINTED:
+        raise InputError("bad_argument", f"unknown units {units!r}; units: {', '.join(PRINTED)}")
+    scale = PRINTED[units]
     if scale is None:
         return human_bytes(value)
     if scale == 1:
@@ -182,9 +180,9 @@ def human_bytes(value: float | None) -> str:
     """Bytes in the largest binary unit that keeps the number >= 1 (B, KiB, MiB, GiB, TiB)."""
     if value is None:
         return ""
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    exponent = 0 if value < 1024 else min(int(math.log(value, 1024)), len(units) - 1)
-    scaled = value / 1024**exponent
+    units, base = tuple(BINARY), BINARY["KiB"]
+    exponent = 0 if value < base else min(int(math.log(value, base)), len(units) - 1)
+    scaled = value / base**exponent
     return f"{scaled:.0f} B" if exponent == 0 else f"{scaled:.2f} {units[exponent]}"
 
 
