@@ -3,7 +3,9 @@
 Two switch sets are equivalent for a kind at a setting when they keep the same bytes in every
 part and recompute the same FLOPs and bytes moved: one representative (the lowest mask) stands
 for them. A set is on the frontier when no other set (full recompute included) keeps no more
-bytes at no more recompute FLOPs and bytes moved, and less of one of them.
+bytes at no more recompute FLOPs and bytes moved, and less of one of them. Which set is the
+cheapest to save a share of the bytes is a question of the catalogue: the query
+sql/queries/cheapest_saving.sql answers it from these classes.
 """
 
 from __future__ import annotations
@@ -62,20 +64,3 @@ def frontier(prices: LayerPrices, flops: np.ndarray, moved: np.ndarray, full_flo
     representative = same.argmax(axis=3).astype(np.int16)  # the first (lowest) equal mask
     return Frontier(kept, f, m, representative, ~_dominated(kept, f, m))
 
-
-def cheapest_saving(front: Frontier, seconds: np.ndarray, at_least: float) -> np.ndarray:
-    """[kind, setting]: the point that saves at least `at_least` (a fraction) of mask 0's bytes
-    at the fewest estimated seconds (`seconds`: [kind, setting, point]); ties to fewer FLOPs,
-    then fewer bytes kept (so the answer is never dominated), then the lower mask; -2 where
-    none does."""
-    saved = 1.0 - front.kept / front.kept[..., :1]
-    ok = saved >= at_least
-    order = np.where(ok, seconds, np.inf)
-    best = np.full(order.shape[:2], -2, dtype=np.int32)
-    for k in range(order.shape[0]):
-        for i in range(order.shape[1]):
-            candidates = np.flatnonzero(ok[k, i])
-            if candidates.size:
-                p = min(candidates, key=lambda p: (order[k, i, p], front.flops[k, i, p], front.kept[k, i, p], p))
-                best[k, i] = FULL if p == front.n_masks else p
-    return best

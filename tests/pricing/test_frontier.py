@@ -7,19 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs
-from speccat.catalogue.records.frontier import FULL, cheapest_saving, frontier
+from speccat.catalogue.records.cost import load_costs, op_costs
+from speccat.catalogue.records.frontier import FULL, frontier
 from speccat.catalogue.records.pricing import price_layers
-from speccat.census.structure.family import family_for
 from speccat.census.version import CENSUS_VERSION
 
 
 def fronts(specs, records, grid):
     costs = load_costs(records)
     for config_hash, spec in sorted(specs.items()):
-        defaults = family_for(spec["arch"]).pricing_defaults()
-        prices = price_layers(spec, defaults, records, grid)
-        oc = op_costs(spec, defaults, records, grid, costs)
+        prices = price_layers(spec, records, grid)
+        oc = op_costs(spec, records, grid, costs)
         flops, moved = oc.masks(records)
         yield spec, prices, oc, frontier(prices, flops, moved, *oc.forward()), config_hash
 
@@ -80,23 +78,6 @@ def test_gather_never_changes_anything_and_att_up_only_for_mla(shipped_fronts, r
         else:
             assert (front.representative[..., att_up] == 0).all(), spec["name"]
     assert mla >= 3  # DeepSeek-V2-Lite, V3, R1, V3.2
-
-
-def test_cheapest_set_saving_at_least_half(shipped_fronts, records):
-    h100 = load_accelerators()["H100-SXM"]
-    for spec, prices, oc, front, _ in shipped_fronts:
-        name = spec["name"]
-        seconds = h100.seconds(front.flops, front.moved)
-        best = cheapest_saving(front, seconds, 0.5)
-        for k in range(best.shape[0]):
-            for i in range(best.shape[1]):
-                saved = 1 - front.kept[k, i] / front.kept[k, i, 0]
-                ok = np.flatnonzero(saved >= 0.5)
-                if best[k, i] == -2:
-                    assert ok.size == 0
-                    continue
-                p = front.n_masks if best[k, i] == FULL else best[k, i]
-                assert saved[p] >= 0.5 and seconds[k, i, p] == seconds[k, i, ok].min(), spec["name"]
 
 
 def test_the_catalogue_stores_each_configs_costs_and_frontier(shipped_fronts, snapshot_runs, records, grid):
