@@ -2,8 +2,9 @@
 -- at least a share of the bytes one layer keeps without recompute at the least recompute cost,
 -- at the latest versions. The cost is the estimated time on an accelerator (per op re-run, the
 -- slower of its FLOPs at the accelerator's peak and its bytes at its bandwidth: op_costs,
--- switch_ops, accelerators), then the recompute FLOPs, then the bytes kept, as `speccat fit`
--- and frontier.cheapest_saving rank; ties go to the lowest mask, full recompute (mask -1) last.
+-- switch_ops, accelerators, the seconds `speccat fit` estimates), then the recompute FLOPs,
+-- then the bytes kept; ties go to the lowest mask, full recompute (mask -1) last. This query is
+-- the rule's one statement (docs/planning.md).
 -- The point is a class's representative, shown with the sets it stands for. A kind and setting
 -- where nothing saves that much has no row.
 -- Parameters: repo_id (required); at_least_pct [50]: the least saving, in per cent of mask 0's
