@@ -232,6 +232,18 @@ def shipped_configs() -> str:
     return str(len(list((ROOT / "flows" / "snapshot").glob("*/config.json"))))
 
 
+def switch_sets() -> str:
+    """How many switch sets the op records price (every combination of their switches)."""
+    from speccat.catalogue.records.oprecords import load_records
+
+    return str(load_records().n_masks)
+
+
+def hostile_cases() -> str:
+    """How many cases the hostile config corpus holds (tests/support/hostile/expected.yaml)."""
+    return str(len(yaml.safe_load((ROOT / "tests" / "support" / "hostile" / "expected.yaml").read_text())))
+
+
 def grid_settings() -> str:
     """How many settings the grid of catalogue/records/settings.yaml has."""
     from speccat.catalogue.records.settings import load_settings
@@ -241,7 +253,7 @@ def grid_settings() -> str:
 
 # Every generated part: doc -> {marker name: what draws it}.
 PARTS: Mapping[str, Mapping[str, Callable[[], str]]] = {
-    "README.md": {"reasons": reasons_markdown},
+    "README.md": {"reasons": reasons_markdown, "switch_sets": switch_sets, "hostile_cases": hostile_cases},
     "docs/architecture.md": {"rooms": rooms_markdown},
     "docs/catalogue.md": {"views": views_markdown},
     "docs/planning.md": {"grid_settings": grid_settings},
