@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from speccat.catalogue.datafile import parse_yaml
+from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.vocabulary import OPS
 from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, OPTIONAL_INT
 
@@ -35,8 +36,11 @@ KIND_KEYS = frozenset({"attention", "ffn", "ops"})
 DEFAULTS_KEYS: tuple[str, ...] = ("norm_bytes", "dropout_bytes", "softmax_bytes")
 
 
-class ProfileError(ValueError):
-    """A profile file that is not well formed; the message names the file and the key."""
+class ProfileError(ReasonError):
+    """A profile file that is not well formed: reason `bad_profile` (the vocabulary's `profile`
+    group), the message naming the file and the key, so the CLI prints it as one line."""
+
+    group = "profile"
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class Family:
 
 
 def _fail(path: Path, key: str, what: str) -> ProfileError:
-    return ProfileError(f"{path.name}: {key}: {what}")
+    return ProfileError("bad_profile", f"{path.name}: {key}: {what}")
 
 
 def _check_keys(path: Path, where: str, mapping: Any, allowed) -> Mapping:
@@ -163,7 +167,7 @@ def parse_profile(path: Path, data: Any, base_defaults: Mapping[str, int] | None
 
 def _read_yaml(path: Path) -> Any:
     """A profile parsed; bad YAML is a ProfileError naming the file."""
-    return parse_yaml(path.read_text(), lambda _reason, what: ProfileError(f"{path.name}: {what}"))
+    return parse_yaml(path.read_text(), lambda _reason, what: ProfileError("bad_profile", f"{path.name}: {what}"))
 
 
 def load_families(directory: Path = PROFILES_DIR) -> dict[str, Family]:
@@ -172,7 +176,7 @@ def load_families(directory: Path = PROFILES_DIR) -> dict[str, Family]:
     raw = {p: _read_yaml(p) for p in paths}
     default_path = next((p for p, d in raw.items() if isinstance(d, Mapping) and d.get("family") == DEFAULT_FAMILY), None)
     if default_path is None:
-        raise ProfileError(f"{directory}: no profile declares family {DEFAULT_FAMILY!r}")
+        raise ProfileError("bad_profile", f"{directory}: no profile declares family {DEFAULT_FAMILY!r}")
     base = parse_profile(default_path, raw[default_path], None)
     families = {DEFAULT_FAMILY: base}
     claimed: dict[str, str] = {}

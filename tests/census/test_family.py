@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.vocabulary import OPS
 from speccat.census.structure import family as family_mod
 from speccat.census.structure.family import (
@@ -18,6 +19,7 @@ from speccat.census.structure.family import (
     load_families,
     profiles_version,
 )
+from speccat.flows.cli import classify
 
 
 def counts(*values: int) -> dict:
@@ -113,6 +115,18 @@ def test_misspelt_profile_is_refused_naming_file_and_key(profiles_copy, change, 
     with pytest.raises(ProfileError) as info:
         load_families(profiles_copy)
     assert str(info.value).startswith(file_and_key), str(info.value)
+    assert info.value.reason == "bad_profile"
+
+
+def test_a_bad_profile_is_one_line_with_a_stable_reason(profiles_copy):
+    """A profile that is not YAML is refused as every refusal is: a ReasonError, reason
+    `bad_profile`, one line naming the file, printed by the CLI as `speccat: bad_profile: ...`."""
+    (profiles_copy / "qwen.yaml").write_text("family: qwen\nkinds: [unclosed\n")
+    with pytest.raises(ReasonError) as info:
+        load_families(profiles_copy)
+    assert info.value.reason == "bad_profile" and isinstance(info.value, ProfileError)
+    assert str(info.value).startswith("qwen.yaml: not valid YAML") and "\n" not in str(info.value)
+    assert classify(info.value) == ("refused", "bad_profile", str(info.value))
 
 
 def test_two_families_claiming_one_prefix_are_refused(profiles_copy):
