@@ -276,13 +276,17 @@ def render(text: str, parts: Mapping[str, Callable[[], str]], doc: str) -> str:
 
 
 def stale() -> list[str]:
-    """`doc: part` for each generated part that differs from what the code draws now."""
+    """`doc: part` for each generated part that differs from what the code draws now, or that
+    cannot be drawn (with why)."""
     out = []
     for doc, parts in PARTS.items():
         text = (ROOT / doc).read_text()
         for name, draw in parts.items():
-            if render(text, {name: draw}, doc) != text:
-                out.append(f"{doc}: {name}")
+            try:
+                if render(text, {name: draw}, doc) != text:
+                    out.append(f"{doc}: {name}")
+            except ValueError as err:  # no markers, or a part the code cannot draw: say which
+                out.append(f"{doc}: {name} ({err})")
     return out
 
 
