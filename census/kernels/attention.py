@@ -1,16 +1,13 @@
-"""speccat's attention in transformers: the attention function, its mask, and the delta rule.
+"""speccat's attention in transformers: the attention function and its mask, registered in
+transformers' interfaces, and attention run as the model's own eager code where no kernel stands
+for it.
 
 `speccat` is registered once in transformers' AttentionInterface (and its mask in the
 AttentionMaskInterface), as transformers intends custom attention to be plugged in. It calls
-the `speccat::flash_attention` op with K/V heads unexpanded. The gated delta rule wrapper has
-the signature of transformers' `torch_chunk_gated_delta_rule` and calls
-`speccat::chunk_gated_delta_rule`; the Kimi delta attention wrapper has the signature of
-transformers' `chunk_kimi_delta_attention` and calls `speccat::chunk_kda`. The census swaps
-them in only while a layer runs.
-
-While a kernel runs, `current_kernel()` names it ("attention" or "delta_rule", either delta
-rule), so the census
-can tell the tensors a kernel keeps from the rest.
+the `speccat::flash_attention` op (census/kernels/flash_attention.py) with K/V heads
+unexpanded, in that kernel's scope (census/kernels/scope.py), so the census can tell the
+tensors the kernel keeps from the rest. Attention run as written runs in scopes of its own
+(`EAGER_ATTENTION`, `DEPTH_ATTENTION`).
 """
 
 from __future__ import annotations
@@ -25,9 +22,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
-from speccat.census.kernels import kda
-
-from speccat.census.kernels import ops as kernels
+from speccat.census.kernels.flash_attention import FLASH_ATTENTION, flash_attention
+from speccat.census.kernels.scope import kernel_scope
 from speccat.census.structure.predicates import is_learned_query_attention
 from speccat.census.spec import SpecError
 
@@ -35,7 +31,11 @@ from speccat.census.spec import SpecError
 # transformers reads as requests for its own kernels.
 ATTENTION_IMPL = "speccat"
 
-_KERNEL: ContextVar[str | None] = ContextVar("speccat_kernel", default=None)
+# The scopes attention run as the model's eager code runs in (`_as_written`): a softmax attention
+# (census/measure/probe.py books its probabilities to softmax, the rest to attBMM), and an
+# attention over the stack's depth with learned queries (booked to other)
+EAGER_ATTENTION = "eager_attention"
+DEPTH_ATTENTION = "depth_attention"
 # While attention runs as the model's eager code (see `_as_written`): census/kernels/routing.py leaves it be
 _AS_WRITTEN: ContextVar[bool] = ContextVar("speccat_as_written", default=False)
 # Told (q, k, v, window, causal) of each self-attention run as written, while a probe watches
@@ -44,10 +44,6 @@ _ON_EAGER: ContextVar[Callable | None] = ContextVar("speccat_on_eager", default=
 # computes: the positions (already applied to q and k by the rotary embedding).
 POSITIONAL_INPUTS = frozenset({"position_ids"})
 _SEEDS = random.Random(0x5EED)  # dropout seeds, from a generator of our own (no global RNG state touched)
-
-
-def current_kernel() -> str | None:
-    return _KERNEL.get()
 
 
 def as_written_now() -> bool:
@@ -63,15 +59,6 @@ def eager_seen(callback: Callable) -> Iterator[None]:
         yield
     finally:
         _ON_EAGER.reset(token)
-
-
-@contextlib.contextmanager
-def _kernel_scope(name: str):
-    token = _KERNEL.set(name)
-    try:
-        yield
-    finally:
-        _KERNEL.reset(token)
 
 
 def speccat_attention(
@@ -114,8 +101,8 @@ def speccat_attention(
         causal = False  # keys of another length and no causal flag stated: a cross-attention to encoder states sees them all
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     seed = _SEEDS.getrandbits(62) if dropout else 0
-    with _kernel_scope("attention"):
-        out, _ = kernels.flash_attention(
+    with kernel_scope(FLASH_ATTENTION.name):
+        out, _ = flash_attention(
             query, key, value, s_aux, indices, float(scale), bool(causal), int(sliding_window or 0), float(softcap or 0.0), float(dropout), seed, bias
         )
     return out, None
@@ -169,7 +156,7 @@ def _as_written(module: torch.nn.Module, query, key, value, attention_mask, kwar
         callback(query, key, value, int(kwargs.get("sliding_window") or 0), bool(causal))
     token = _AS_WRITTEN.set(True)
     try:
-        with _kernel_scope("depth_attention" if learned else "eager_attention"):
+        with kernel_scope(DEPTH_ATTENTION if learned else EAGER_ATTENTION):
             out, _ = eager(module, query, key, value, attention_mask, **kwargs)
     finally:
         _AS_WRITTEN.reset(token)
@@ -195,58 +182,6 @@ def speccat_attention_mask(*args, **kwargs):
     return sdpa_mask(*args, **kwargs)
 
 
-def speccat_chunk_gated_delta_rule(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    chunk_size: int = 64,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-    use_qk_l2norm_in_kernel: bool = False,
-    scale: float | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """transformers' chunked gated delta rule signature, computed by `speccat::chunk_gated_delta_rule`.
-
-    Training from the start of a sequence has no recurrent state in or out; the census never
-    passes one, so a state is refused rather than ignored.
-    """
-    if initial_state is not None or output_final_state:
-        raise ValueError("speccat's gated delta rule runs from an empty state and returns no final state")
-    scale = scale if scale is not None else key.shape[-1] ** -0.5
-    value = value.contiguous()  # flash-linear-attention's input guard: v's own copy, not a view of the conv output
-    with _kernel_scope("delta_rule"):
-        out = kernels.chunk_gated_delta_rule(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
-    return out, None
-
-
-def speccat_chunk_kda(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    chunk_size: int = 64,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-    use_qk_l2norm_in_kernel: bool = False,
-    scale: float | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """transformers' chunked Kimi delta attention signature (`chunk_kimi_delta_attention`),
-    computed by `speccat::chunk_kda` (census/kernels/kda.py). From an empty state, as the delta rule."""
-    if initial_state is not None or output_final_state:
-        raise ValueError("speccat's Kimi delta attention runs from an empty state and returns no final state")
-    scale = scale if scale is not None else key.shape[-1] ** -0.5
-    # fla's input guard: every input contiguous (v its own copy, not a view of the conv output)
-    query, key, value, g, beta = (t.contiguous() for t in (query, key, value, g, beta))
-    with _kernel_scope("delta_rule"):
-        out = kda.chunk_kda(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
-    return out, None
-
-
 def register() -> None:
     """Register speccat's attention and mask with transformers (idempotent)."""
     AttentionInterface.register(ATTENTION_IMPL, speccat_attention)
@@ -255,12 +190,3 @@ def register() -> None:
 
 
 register()
-
-
-def speccat_causal_conv1d_fn(hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None, **kwargs) -> torch.Tensor:
-    """transformers' causal_conv1d_fn signature, computed by `speccat::causal_conv1d` (the causal-conv1d kernel)."""
-    if activation not in (None, "silu", "swish"):
-        raise ValueError(f"speccat's causal conv1d applies SiLU or nothing, not {activation!r}")
-    if kwargs.get("seq_idx") is not None or kwargs.get("initial_states") is not None:
-        raise ValueError("speccat's causal conv1d runs from an empty state over one sequence")
-    return kernels.causal_conv1d(hidden_states, weight, bias, activation is not None)

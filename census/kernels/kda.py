@@ -1,5 +1,7 @@
-"""Kimi delta attention (KDA) as a torch.library custom op keeping what flash-linear-attention's
-`chunk_kda` keeps (docs/census.md, "How a config becomes a spec", step 4).
+"""Kimi delta attention (KDA: the delta rule gated per key channel) as the custom op
+`speccat::chunk_kda`, keeping what flash-linear-attention's `chunk_kda` keeps, and its stand-in
+for transformers' `chunk_kimi_delta_attention` (docs/census.md, "How a config becomes a spec",
+step 4).
 
 KDA is the gated delta rule with a diagonal gate: the state decays by one factor per key channel
 (g is (b, s, heads, dk)) instead of one per head. transformers' KimiLinearDeltaAttention and
@@ -21,33 +23,36 @@ outside, `use_qk_l2norm_in_kernel=True`, default recompute) runs its inputs thro
 Everything else (w, u, the gated q and k, the chunk states h, v_new) it drops and recomputes in
 backward. fla scales the cumulative gate by 1/ln 2 to use exp2; this op keeps it in natural
 log units, the same bytes. The real CPU implementation here runs the recurrence token by token
-in fp32 (kernels.py's gated delta rule, with the gate per key channel) and its backward
+in fp32 (census/kernels/delta_math.py, with the gate per key channel) and its backward
 recomputes from the kept tensors.
 """
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import Tensor
 
-from speccat.census.kernels.ops import (
+from speccat.census.kernels.delta_math import (
     DELTA_CHUNK,
-    LIB,
-    _acc,
-    _chunk_cumsum,
-    _chunk_scores,
-    _delta_grads,
-    _delta_states,
-    _fold_heads,
-    _l2norm_backward,
-    _normalised,
-    _per_head,
-    _unchunked,
-    _wy_matrix,
+    chunk_cumsum,
+    chunk_scores,
+    delta_grads,
+    delta_states,
+    fold_heads,
+    l2norm_backward,
+    normalised,
+    per_head,
+    unchunked,
+    wy_matrix,
 )
+from speccat.census.kernels.scope import kernel_scope
+from speccat.census.kernels.tensors import acc
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
 
 
-@torch.library.custom_op(f"{LIB}::chunk_kda", mutates_args=())
+@torch.library.custom_op(f"{NAMESPACE}::chunk_kda", mutates_args=())
 def chunk_kda(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float, l2norm_qk: bool
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -59,13 +64,13 @@ def chunk_kda(
     (b, s, kv_heads), the fp32 chunk-local cumulative gate (b, s, heads, dk), and Aqk and Akk
     (b, s, heads, 64) in k's dtype.
     """
-    qn, kn, q_rstd, k_rstd = _normalised(q, k, l2norm_qk)
+    qn, kn, q_rstd, k_rstd = normalised(q, k, l2norm_qk)
     heads = v.shape[2]
-    g_cum = _chunk_cumsum(_acc(g), DELTA_CHUNK)
-    q_scaled, k_heads, v_acc, beta_acc = _per_head(qn, kn, v, beta, scale)
-    out = _delta_states(q_scaled, k_heads, v_acc, _acc(g), beta_acc)[0].to(v.dtype)
-    aqk = _unchunked(_chunk_scores(_acc(qn) * scale, kn, g_cum, heads, DELTA_CHUNK, strict=False), q.shape[1]).to(k.dtype)
-    akk = _wy_matrix(kn, g_cum, beta, heads, DELTA_CHUNK).to(k.dtype)
+    g_cum = chunk_cumsum(acc(g), DELTA_CHUNK)
+    q_scaled, k_heads, v_acc, beta_acc = per_head(qn, kn, v, beta, scale)
+    out = delta_states(q_scaled, k_heads, v_acc, acc(g), beta_acc)[0].to(v.dtype)
+    aqk = unchunked(chunk_scores(acc(qn) * scale, kn, g_cum, heads, DELTA_CHUNK, strict=False), q.shape[1]).to(k.dtype)
+    akk = wy_matrix(kn, g_cum, beta, heads, DELTA_CHUNK).to(k.dtype)
     return out, qn, kn, q_rstd, k_rstd, g_cum, aqk, akk
 
 
@@ -85,7 +90,7 @@ def _chunk_kda_fake(q, k, v, g, beta, scale, l2norm_qk):
     )
 
 
-@torch.library.custom_op(f"{LIB}::chunk_kda_backward", mutates_args=())
+@torch.library.custom_op(f"{NAMESPACE}::chunk_kda_backward", mutates_args=())
 def chunk_kda_backward(
     grad_out: Tensor,
     qn: Tensor,
@@ -103,12 +108,12 @@ def chunk_kda_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dq, dk, dv, dg, dbeta), recomputing the recurrence from the kept tensors (g_cum, Aqk and
     Akk are kept for parity with fla, whose backward reads them)."""
-    q, k, v_acc, beta_acc = _per_head(qn, kn, v, beta, scale)
-    dq, dk, dv, dg, dbeta = _delta_grads(q, k, v_acc, _acc(g), beta_acc, _acc(grad_out))
+    q, k, v_acc, beta_acc = per_head(qn, kn, v, beta, scale)
+    dq, dk, dv, dg, dbeta = delta_grads(q, k, v_acc, acc(g), beta_acc, acc(grad_out))
     kv_heads = kn.shape[2]
-    dqn, dkn = _fold_heads(dq, kv_heads) * scale, _fold_heads(dk, kv_heads)
+    dqn, dkn = fold_heads(dq, kv_heads) * scale, fold_heads(dk, kv_heads)
     if l2norm_qk:
-        dqn, dkn = _l2norm_backward(qn, q_rstd, dqn), _l2norm_backward(kn, k_rstd, dkn)
+        dqn, dkn = l2norm_backward(qn, q_rstd, dqn), l2norm_backward(kn, k_rstd, dkn)
     return dqn.to(qn.dtype), dkn.to(kn.dtype), dv.to(v.dtype), dg.to(g.dtype), dbeta.to(beta.dtype)
 
 
@@ -130,3 +135,47 @@ def _kda_backward(ctx, grad_out, *_unused):
 
 
 chunk_kda.register_autograd(_kda_backward, setup_context=_kda_setup)
+
+
+def speccat_chunk_kda(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    chunk_size: int = 64,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    scale: float | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    """transformers' chunked Kimi delta attention signature (`chunk_kimi_delta_attention`),
+    computed by `speccat::chunk_kda`. From an empty state, as the delta rule."""
+    if initial_state is not None or output_final_state:
+        raise ValueError("speccat's Kimi delta attention runs from an empty state and returns no final state")
+    scale = scale if scale is not None else key.shape[-1] ** -0.5
+    # fla's input guard: every input contiguous (v its own copy, not a view of the conv output)
+    query, key, value, g, beta = (t.contiguous() for t in (query, key, value, g, beta))
+    with kernel_scope(KDA.name):
+        out = chunk_kda(query, key, value, g, beta, float(scale), bool(use_qk_l2norm_in_kernel))[0]
+    return out, None
+
+
+def _book(call: CallSeen) -> KernelCall:
+    """A delta rule call whose gate, one per key channel, is kept as given: its element bytes."""
+    q, k, v, g = call.args[:4]
+    return KernelCall("delta_rule", call.child, tuple(q.shape), tuple(k.shape), tuple(v.shape), gate_channel_bytes=g.element_size())
+
+
+KDA = register(
+    Kernel(
+        op=torch.ops.speccat.chunk_kda.default,
+        kind="delta_rule",
+        book=_book,
+        calls=re.compile(r"^(chunk_kimi_delta_attention|chunk_kda)$"),  # transformers' name, fla's kernel name (the hub hook's)
+        stand_in=speccat_chunk_kda,
+        keeps=Keeps(outputs="linrec", inputs="linrec"),
+        per_child=True,
+    )
+)

@@ -17,17 +17,19 @@ backwards from what was kept (the tests compare it with transformers' loop).
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from speccat.census.kernels.attention import _kernel_scope
-from speccat.census.kernels.ops import LIB
+from speccat.census.kernels.scope import kernel_scope
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
 
 ACC = torch.float32  # the loop's accumulator dtype (transformers' `acc_dtype`)
 
 
-@torch.library.custom_op(f"{LIB}::rg_lru_scan", mutates_args=())
+@torch.library.custom_op(f"{NAMESPACE}::rg_lru_scan", mutates_args=())
 def rg_lru_scan(x: Tensor, a: Tensor, h0: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """h_t = a_t·h_{t−1} + x_t over x, a (b, s, w), from the fp32 start state h0 (b, w) →
     (the states in x's dtype (b, s, w), the last state (b, w) fp32, and what backward keeps:
@@ -99,6 +101,26 @@ def speccat_rnn_scan(
     recurrent_gate = recurrent_gate * ~reset
     if recurrent_states is None:
         recurrent_states = torch.zeros(hidden_states[:, 0].shape, dtype=ACC, device=hidden_states.device)
-    with _kernel_scope("rg_lru"):
+    with kernel_scope(RG_LRU.name):
         out, last, _, _ = rg_lru_scan(hidden_states, recurrent_gate, recurrent_states.to(hidden_states.device))
     return out, last
+
+
+def _book(call: CallSeen) -> KernelCall:
+    """The recurrence's input x and gate a."""
+    x, a = call.args[0], call.args[1]
+    return KernelCall("rglru", call.child, tuple(x.shape), tuple(a.shape), ())
+
+
+RG_LRU = register(
+    Kernel(
+        op=torch.ops.speccat.rg_lru_scan.default,
+        kind="rglru",
+        book=_book,
+        calls=re.compile(r"^_rnn_scan$"),  # a method of the RG-LRU module (recurrent_gemma's Python loop), no kernel hook
+        method=True,
+        stand_in=speccat_rnn_scan,
+        keeps=Keeps(outputs="linrec", inputs="linrec"),
+        # not per child: the projections around it are the mixer's own
+    )
+)

@@ -46,6 +46,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from speccat.census.kernels import attention
+from speccat.census.kernels.flash_attention import FLASH_ATTENTION
+from speccat.census.kernels.scope import kernel_scope
 
 _MATMULS = {
     torch.matmul,
@@ -208,7 +210,7 @@ class AttentionRoute(TorchFunctionMode):
                 return args[0]
             if func in _SOFTMAXES:
                 scores.softmax = True
-            with torch.no_grad(), attention._kernel_scope("attention"):
+            with torch.no_grad(), kernel_scope(FLASH_ATTENTION.name):
                 out = func(*args, **kwargs)
             self._mark(out, scores, (func, args, kwargs))
             return out
@@ -218,7 +220,7 @@ class AttentionRoute(TorchFunctionMode):
             batch1 = args[1] if len(args) > 1 else kwargs.get("batch1")
             batch2 = args[2] if len(args) > 2 else kwargs.get("batch2")
             if self._is_score(batch1, batch2):
-                with torch.no_grad(), attention._kernel_scope("attention"):
+                with torch.no_grad(), kernel_scope(FLASH_ATTENTION.name):
                     out = func(*args, **kwargs)
                 self._mark(out, _Scores(batch1, batch2.transpose(-1, -2)), (func, args, kwargs))
                 return out
@@ -229,7 +231,7 @@ class AttentionRoute(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _score(self, func, q, kt):
-        with torch.no_grad(), attention._kernel_scope("attention"):
+        with torch.no_grad(), kernel_scope(FLASH_ATTENTION.name):
             out = func(q, kt)
         self._mark(out, _Scores(q, kt.transpose(-1, -2)), (func, (q, kt), {}))
         return out

@@ -5,7 +5,7 @@ layer runs (docs/census.md, "State-space mixers").
 Some Mamba mixers (jamba's) do not call the fused `mamba_inner_fn`: they call the causal-conv1d
 kernel, run the x and dt projections (and norms on dt, B and C) in torch, then the selective
 scan, then the output projection. The conv runs through `speccat::causal_conv1d`
-(census/kernels/ops.py); the scan through this op.
+(census/kernels/causal_conv1d.py); the scan through this op.
 
 What mamba_ssm's `SelectiveScanFn` keeps for backward (mamba_ssm/ops/selective_scan_interface.py;
 mamba_ssm is not installed here, so this is the fact relied on): it first makes u, delta, B, C
@@ -17,36 +17,39 @@ out·silu(z), which nothing keeps. Without z it keeps no `out`. Backward recompu
 else from those.
 
 `speccat::selective_scan` keeps exactly that set. Its fake implementation gives shapes only; its
-real one runs the scan in fp32 torch (census/kernels/scans.py `_selective_scan`) and its backward
+real one runs the scan in fp32 torch (census/kernels/scan_math.py `selective_scan`) and its backward
 recomputes from what was kept, so the op is correct on real tensors too.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from speccat.census.kernels.attention import _kernel_scope
-from speccat.census.kernels.ops import LIB, _acc
-from speccat.census.kernels.scans import _chunks, _selective_scan
+from speccat.census.kernels import scan_math
+from speccat.census.kernels.scope import kernel_scope
+from speccat.census.kernels.tensors import acc
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
 
 
 def _scan(u, delta, A, B, C, D, z, delta_bias, softplus):
     """The scan in the accumulation dtype: u, delta, z (b, inner, s); B, C (b, state, s).
     Returns (gated output, output before the gate, chunk states)."""
-    delta = _acc(delta)
+    delta = acc(delta)
     if delta_bias is not None:
-        delta = delta + _acc(delta_bias)[None, :, None]
+        delta = delta + acc(delta_bias)[None, :, None]
     if softplus:
         delta = F.softplus(delta)
-    y, states = _selective_scan(_acc(u), delta, _acc(A), _acc(B).transpose(1, 2), _acc(C).transpose(1, 2), None if D is None else _acc(D))
-    gated = y * F.silu(_acc(z)) if z is not None else y
+    y, states = scan_math.selective_scan(acc(u), delta, acc(A), acc(B).transpose(1, 2), acc(C).transpose(1, 2), None if D is None else acc(D))
+    gated = y * F.silu(acc(z)) if z is not None else y
     return gated, y, states
 
 
-@torch.library.custom_op(f"{LIB}::selective_scan", mutates_args=())
+@torch.library.custom_op(f"{NAMESPACE}::selective_scan", mutates_args=())
 def selective_scan(
     u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None, delta_bias: Tensor | None, softplus: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -61,7 +64,7 @@ def selective_scan(
 def _selective_scan_fake(u, delta, A, B, C, D, z, delta_bias, softplus):
     b, d, s = u.shape
     out = u.new_empty(b, d, s) if z is not None else u.new_empty(0)
-    return u.new_empty(b, d, s), out, u.new_empty(b, d, _chunks(s), 2 * A.shape[1], dtype=torch.float32)
+    return u.new_empty(b, d, s), out, u.new_empty(b, d, scan_math.scan_chunks(s), 2 * A.shape[1], dtype=torch.float32)
 
 
 _TENSORS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
@@ -84,7 +87,7 @@ def _backward(ctx, grad, *_unused):
         leaves = [t.detach().requires_grad_(True) if t is not None else None for t in tensors]
         gated = _scan(*leaves, ctx.softplus)[0]
         wanted = [t for t in leaves if t is not None]
-        found = iter(torch.autograd.grad(gated, wanted, _acc(grad)))
+        found = iter(torch.autograd.grad(gated, wanted, acc(grad)))
     return (*(next(found).to(t.dtype) if t is not None else None for t in tensors), None)
 
 
@@ -119,6 +122,26 @@ def speccat_selective_scan_fn(
         raise ValueError("speccat's selective scan runs one sequence from an empty state and returns no final state")
     if B.dim() != 3 or C.dim() != 3 or A.is_complex():
         raise ValueError("speccat's selective scan runs real A with input-dependent B and C (batch, state, tokens)")
-    with _kernel_scope("scan"):
+    with kernel_scope(SCAN_APART.name):
         D = D.contiguous() if D is not None else None
         return selective_scan(_own(u), _own(delta), A, _own(B), _own(C), D, _own(z), delta_bias, bool(delta_softplus))[0]
+
+
+def _book(call: CallSeen) -> KernelCall:
+    """u and A: the inner width and the state; its conv and projections ran outside it."""
+    u, A = call.args[0], call.args[2]
+    return KernelCall("scan", call.child, tuple(u.shape), tuple(A.shape), (), apart=True)
+
+
+SCAN_APART = register(
+    Kernel(
+        op=torch.ops.speccat.selective_scan.default,
+        kind="scan",
+        book=_book,
+        calls=re.compile(r"^(mamba_)?selective_scan(_fn)?$"),  # mamba_ssm's selective_scan_fn, as transformers names it
+        stand_in=speccat_selective_scan_fn,
+        keeps=Keeps(outputs="linrec", inputs="linrec"),
+        # not per child: the output projection after it is one of the mixer's own (as the fused
+        # kernel's), counted with them (census/describe/layer_view.py scan_projections)
+    )
+)

@@ -19,12 +19,15 @@ is correct on real tensors too (the tests compare it with transformers' CPU path
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from speccat.census.kernels.attention import _kernel_scope
-from speccat.census.kernels.ops import LIB
+from speccat.census.kernels.scope import kernel_scope
+from speccat.census.kernels.tensors import acc
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
 
 
 def _wkv(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -48,16 +51,12 @@ def _wkv(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return torch.stack(outputs, dim=1)
 
 
-def _float(x: Tensor) -> Tensor:
-    return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
-@torch.library.custom_op(f"{LIB}::wkv", mutates_args=())
+@torch.library.custom_op(f"{NAMESPACE}::wkv", mutates_args=())
 def wkv(time_decay: Tensor, time_first: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
     """RWKV's WKV over key, value (b, s, c) with per-channel time_decay and time_first (c,) →
     (the output (b, s, c) in key's dtype, w = −exp(time_decay) in fp32, which backward keeps)."""
-    w = -torch.exp(_float(time_decay))
-    out = _wkv(w, _float(time_first), _float(key), _float(value))
+    w = -torch.exp(acc(time_decay))
+    out = _wkv(w, acc(time_first), acc(key), acc(value))
     return out.to(key.dtype), w
 
 
@@ -82,8 +81,8 @@ def _wkv_backward(ctx, grad_out, _grad_w):
     if is_fake(grad_out):
         return torch.empty_like(w, dtype=ctx.decay_dtype), torch.empty_like(time_first), torch.empty_like(key), torch.empty_like(value)
     with torch.enable_grad():
-        leaves = [_float(t).detach().requires_grad_(True) for t in (w, time_first, key, value)]
-        dw, du, dk, dv = torch.autograd.grad(_wkv(*leaves), leaves, _float(grad_out))
+        leaves = [acc(t).detach().requires_grad_(True) for t in (w, time_first, key, value)]
+        dw, du, dk, dv = torch.autograd.grad(_wkv(*leaves), leaves, acc(grad_out))
     return (dw * leaves[0].detach()).to(ctx.decay_dtype), du.to(time_first.dtype), dk.to(key.dtype), dv.to(value.dtype)
 
 
@@ -105,6 +104,25 @@ def speccat_rwkv_linear_attention(
     dtype = key.dtype
     if dtype == torch.float16:
         time_first, key, value = time_first.float(), key.float(), value.float()
-    with _kernel_scope("wkv"):
+    with kernel_scope(WKV.name):
         out = wkv(time_decay, time_first, key, value)[0]
     return out.to(dtype), None
+
+
+def _book(call: CallSeen) -> KernelCall:
+    """key, time_decay and value: the time mixing's width."""
+    decay, key, value = call.args[0], call.args[2], call.args[3]
+    return KernelCall("wkv", call.child, tuple(key.shape), tuple(decay.shape), tuple(value.shape))
+
+
+WKV = register(
+    Kernel(
+        op=torch.ops.speccat.wkv.default,
+        kind="wkv",
+        book=_book,
+        calls=re.compile(r"^rwkv_linear_attention$"),  # transformers' entry to RWKV's WKV CUDA kernel (its CPU loop without one)
+        stand_in=speccat_rwkv_linear_attention,
+        keeps=Keeps(outputs="linrec", inputs="linrec"),
+        # not per child: the output projection after it is the mixer's own
+    )
+)

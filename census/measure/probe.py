@@ -14,8 +14,13 @@ converted from meta to fake tensors. While it runs:
   layer's inputs and output are left out, and the storage is booked to the op of the region
   that first saved it.
 
-What one layer did is its `LayerProbe`. Nothing here is global: hooks are removed, the patched
-delta rule restored and the modes popped when the probe ends, whatever happens.
+The kernels are the registered ones (census/structure/kernel_registry.py): each function of a
+layer's forward that a kernel stands in for is pointed at its stand-in while the layers run,
+each call of a kernel's op is booked as its record's `book` says, and what is saved while its
+stand-in runs as its `keeps` says.
+
+What one layer did is its `LayerProbe`. Nothing here is global: hooks are removed, the swapped
+kernel functions restored and the modes popped when the probe ends, whatever happens.
 """
 
 from __future__ import annotations
@@ -42,16 +47,16 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
+from speccat.census.kernels.flash_attention import heads_major
+from speccat.census.kernels.scope import current_kernel
 from speccat.census.build import inputs
 from speccat.census.measure import readers
 from speccat.census.build.model import Built
 from speccat.census.intake.checks import LAYER_INDEX_LISTS
 from speccat.census.measure.flops import LayerFlops
+from speccat.census.structure.kernel_registry import CallSeen, KernelCall, kernel_named, kernel_of, storage_key
 from speccat.census.structure.predicates import (
-    causal_conv1d_names,
     expects_conv_kernel,
-    delta_rule_names,
-    kda_names,
     is_activation,
     is_activation_region,
     is_experts,
@@ -60,33 +65,16 @@ from speccat.census.structure.predicates import (
     is_norm,
     is_stacked_experts,
     is_projection,
-    mamba_inner_names,
+    kernel_sites,
     part_blocks,
     part_of,
     QK_NORM_NAME,
-    selective_scan_names,
-    ssd_scan_names,
-    wkv_names,
-    rg_lru_names,
 )
 from speccat.census.measure.expert_counts import assumed_routing
 from speccat.census.build.fake import fake_mode_of, make_fake, make_meta_fake
 from speccat.census.kernels.routing import route_attention
 from speccat.census.spec import SpecError
-from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
-from speccat.census.kernels.scans import speccat_mamba_inner_fn, speccat_mamba_split_conv1d_scan_combined
-from speccat.census.kernels.wkv import speccat_rwkv_linear_attention
-from speccat.census.kernels.rglru import speccat_rnn_scan
 
-OPS_KERNEL = torch.ops.speccat.flash_attention.default
-OPS_DELTA = torch.ops.speccat.chunk_gated_delta_rule.default
-OPS_KDA = torch.ops.speccat.chunk_kda.default
-OPS_SCAN = torch.ops.speccat.mamba_inner.default
-OPS_SCAN_APART = torch.ops.speccat.selective_scan.default
-OPS_SSD = torch.ops.speccat.mamba_split_conv1d_scan.default
-OPS_CONV = torch.ops.speccat.causal_conv1d.default
-OPS_WKV = torch.ops.speccat.wkv.default
-OPS_RG_LRU = torch.ops.speccat.rg_lru_scan.default
 CONVOLUTION = torch.ops.aten.convolution.default
 # The records' part (records.yaml `parts`) for a projection's input that a norm inside the same
 # child made: MLA's up-projections keep their latent norms' outputs. Its bytes are booked to
@@ -109,8 +97,7 @@ DROPOUT_OPS = {
 }
 
 
-def _storage_key(tensor: torch.Tensor) -> int:
-    return tensor.untyped_storage()._cdata
+_storage_key = storage_key  # the key every storage is booked by (census/structure/kernel_registry.py)
 
 
 def _shifts_tokens(x: Any, pad: Any, out: Any, hidden: int) -> bool:
@@ -166,37 +153,6 @@ def layer_norm_stats_cuda_nbytes(func, args, out) -> dict[int, int]:
     if func not in _LAYER_NORM_OPS:
         return {}
     return {_storage_key(stat): stat.numel() * _acc_dtype(args[0].dtype).itemsize for stat in out[1:]}
-
-
-@dataclass
-class KernelCall:
-    # "attention", "delta_rule", "scan" (Mamba: q = xz (b, 2·inner, s), k = A (inner, state), v =
-    # dt_proj's weight (inner, rank); the scan apart from its conv: q = u (b, inner, s), k = A, v = ()) or "ssd" (Mamba2: q = zxbcdt (b, s, width), k = (heads, head
-    # dim), v = (groups, state)) or "conv" (causal conv1d: q = x (b, channels, s), k = weight (channels, width))
-    # or "wkv" (RWKV's WKV: q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels))
-    # or "rglru" (the RG-LRU's recurrence: q = its input x (b, s, width), k = its gate a (b, s, width), v = ())
-    # or "linear_eager" (a linear attention run in torch, census/kernels/routing.py: q, k, v of one block
-    # (b, heads, n, d), or of every chunk (b, heads, chunks, n, d) as xLSTM's mLSTM writes them)
-    kind: str
-    child: str | None  # the layer's top-level child it ran in
-    q: tuple[int, ...]
-    k: tuple[int, ...]
-    v: tuple[int, ...]
-    window: int = 0
-    causal: bool = True
-    heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
-    v_is_view: bool = False  # v is a view into a larger storage (a fused projection's output)
-    qk_share_v: bool = False  # q and k are views into v's storage too (nothing made them anew)
-    kv_same: bool = False  # k and v are one tensor (shared-KV attention: DeepSeek-V4), which the kernel keeps once
-    index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
-    dropout: float = 0.0  # the attention-probability dropout the kernel was called with
-    bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
-    in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
-    gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
-    apart: bool = False  # a selective scan called on its own, its conv and projections outside it
-    gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
-    kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
-    eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py `_as_written`), not the flash kernel
 
 
 @dataclass(frozen=True)
@@ -268,11 +224,6 @@ class LayerProbe:
     norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
 
 
-def _heads_major(q: torch.Tensor) -> bool:
-    """q's memory is (b, h, s, d): an attention's output is laid out so too (KernelCall.heads_major)."""
-    return q.shape[1] > 1 and q.shape[2] > 1 and q.stride(1) > q.stride(2)
-
-
 class Made(NamedTuple):
     """Which call of which probe made a storage (Watcher.creator)."""
 
@@ -341,15 +292,14 @@ class Watcher:
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
         if any(is_learned_query_attention(module) for _, module in self.path):
             return OTHER  # an attention over the stack's depth, its norm included: no op the records price (census/kernels/attention.py)
-        kernel = attention.current_kernel()
-        if kernel == "eager_attention":  # softmax attention run as written: its probabilities are softmax's, the rest attBMM's
+        scope = current_kernel()
+        if scope == attention.EAGER_ATTENTION:  # softmax attention run as written: its probabilities are softmax's, the rest attBMM's
             made = self.creator.get(key)
             return "softmax" if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS else "attBMM"
-        if kernel == "attention":  # the kernel's own outputs (its output, log-sum-exp) are softmax's; q, k, v attBMM's
+        kernel = kernel_named(scope)
+        if kernel is not None and kernel.keeps is not None:  # a kernel's stand-in runs: booked as its record says
             made = self.creator.get(key)
-            return "softmax" if made is not None and made.probe.calls[made.call] is OPS_KERNEL else "attBMM"
-        if kernel in ("delta_rule", "scan", "ssd", "wkv", "rg_lru"):
-            return "linrec"
+            return kernel.keeps.outputs if made is not None and made.probe.calls[made.call] is kernel.op else kernel.keeps.inputs
         for _, module in reversed(self.path):
             if is_norm(module):
                 return "normOp"
@@ -446,61 +396,24 @@ class Watcher:
         self._note_call(probe, func, out)
         if func is CONVOLUTION:
             self._note_fallback(args)
-        if attention.current_kernel() is None:
+        if current_kernel() is None:
             self._note_variant_op(probe, func, args, out)
             if func is torch.ops.aten.gather.default and out.dim() >= 2 and out.shape[-1] == out.shape[-2]:
                 probe.score_gathers.append((self._child(), tuple(args[0].shape), args[0].element_size(), tuple(out.shape)))
-        if func is OPS_KERNEL:
-            q, k, v = args[0], args[1], args[2]
-            window, causal, indices = args[7], args[6], args[4]
-            bias = args[11] if len(args) > 11 else kwargs.get("bias")
-            probe.kernels.append(
-                KernelCall(
-                    "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
-                    heads_major=_heads_major(q),
-                    v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
-                    qk_share_v=_storage_key(q) == _storage_key(v) == _storage_key(k),
-                    kv_same=_storage_key(k) == _storage_key(v) and k.storage_offset() == v.storage_offset() and k.shape == v.shape and k.stride() == v.stride(),
-                    index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
-                    dropout=float(args[9]),
-                    bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
-                    kv_borrowed=self._made_elsewhere(k, probe),
-                )
-            )
-            probe.value_storages.add(_storage_key(v))
-            self.kernel_count_in_child[self._child()] += 1
-        elif func is OPS_DELTA or func is OPS_KDA:
-            q, k, v, g = args[0], args[1], args[2], args[3]
-            gate = g.element_size() if func is OPS_KDA else 0  # KDA's gate, one per key channel, is kept as given
-            probe.kernels.append(KernelCall("delta_rule", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gate_channel_bytes=gate))
-            self.kernel_count_in_child[self._child()] += 1
-        elif func is OPS_SCAN:
-            xz, A, dt_w = args[0], args[7], args[4]
-            probe.kernels.append(KernelCall("scan", self._child(), tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape)))
-            self.kernel_count_in_child[self._child()] += 1
-        elif func is OPS_SCAN_APART:
-            u, A = args[0], args[2]
-            # not counted per child: the output projection after it is one of the mixer's own (as
-            # the fused kernel's), counted with them (describe.py scan_projections)
-            probe.kernels.append(KernelCall("scan", self._child(), tuple(u.shape), tuple(A.shape), (), apart=True))
-        elif func is OPS_SSD:
-            zxbcdt, conv_w, A, headdim, groups = args[0], args[1], args[4], args[9], args[10]
-            state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
-            probe.kernels.append(KernelCall("ssd", self._child(), tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state)))
-            self.kernel_count_in_child[self._child()] += 1
-        elif func is OPS_WKV:  # not counted per child: the output projection after it is the mixer's own
-            key, decay, value = args[2], args[0], args[3]
-            probe.kernels.append(KernelCall("wkv", self._child(), tuple(key.shape), tuple(decay.shape), tuple(value.shape)))
-        elif func is OPS_RG_LRU:  # not counted per child: the projections around it are the mixer's own
-            probe.kernels.append(KernelCall("rglru", self._child(), tuple(args[0].shape), tuple(args[1].shape), ()))
-        elif func is OPS_CONV:  # not counted per child: the projections after it are the mixer's own
-            probe.kernels.append(KernelCall("conv", self._child(), tuple(args[0].shape), tuple(args[1].shape), (), in_bytes=args[0].element_size()))
-        elif func in INLINE_ACTIVATIONS and attention.current_kernel() is None and self._in_mlp():
+        kernel = kernel_of(func)
+        if kernel is not None:
+            child = self._child()
+            probe.kernels.append(kernel.book(CallSeen(args, kwargs, child, lambda tensor: self._made_elsewhere(tensor, probe))))
+            if kernel.value_arg is not None:
+                probe.value_storages.add(_storage_key(args[kernel.value_arg]))
+            if kernel.per_child:  # the projections after it in its child are output projections
+                self.kernel_count_in_child[child] += 1
+        elif func in INLINE_ACTIVATIONS and current_kernel() is None and self._in_mlp():
             probe.activations[self.path[-1][0]] += 1
             kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
             self.activation_inputs.add(_storage_key(kept))
             self.kept.append(kept.untyped_storage())
-        elif func in DROPOUT_OPS and attention.current_kernel() is None:
+        elif func in DROPOUT_OPS and current_kernel() is None:
             keep = DROPOUT_OPS[func](args, kwargs)
             if keep < 1.0:
                 probe.dropouts += 1
@@ -527,7 +440,7 @@ class Watcher:
                 probe.input_products.add(int(out.shape[-1]))
             for key in read & self.gate_outputs.keys():
                 probe.sigmoid_gates[self.gate_outputs[key]].add(_storage_key(out))
-        elif func is SIGMOID_OP and attention.current_kernel() is None and self._sigmoid_of_projection(args[0]):
+        elif func is SIGMOID_OP and current_kernel() is None and self._sigmoid_of_projection(args[0]):
             path = self.last_projection[0]
             probe.sigmoid_gates.setdefault(path, set())
             self.gate_outputs[_storage_key(out)] = path
@@ -561,7 +474,7 @@ class Watcher:
         self.current.kernels.append(
             KernelCall(
                 "attention", self._child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), window, causal,
-                heads_major=_heads_major(q), eager=True,
+                heads_major=heads_major(q), eager=True,
             )
         )
         self.kernel_count_in_child[self._child()] += 1
@@ -735,34 +648,25 @@ def _mark_inline_activations(layer: nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def _delta_rule_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
-    """Point each linear-attention module's delta rule and causal conv1d, each Mamba mixer's fused
-    selective scan (or its scan apart), each RWKV time mixing's WKV and each RG-LRU's recurrence
-    (a method of its class) at speccat's kernels while the layers run."""
+def _kernels_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
+    """Point each function the layers' modules call that a registered kernel stands in for (a
+    linear attention's delta rule and causal conv1d, a Mamba mixer's fused selective scan or its
+    scan apart, RWKV's WKV, an RG-LRU's recurrence: a method of its class) at the kernel's
+    stand-in while the layers run (predicates.kernel_sites)."""
     targets = {
-        (id(home), name): (home, name, kernel)
+        (id(holder), name): (holder, name, kernel.stand_in)
         for layer in layers.values()
         for m in layer.modules()
-        for names, kernel in (
-            (delta_rule_names, attention.speccat_chunk_gated_delta_rule),
-            (kda_names, attention.speccat_chunk_kda),
-            (causal_conv1d_names, attention.speccat_causal_conv1d_fn),
-            (mamba_inner_names, speccat_mamba_inner_fn),
-            (selective_scan_names, speccat_selective_scan_fn),
-            (ssd_scan_names, speccat_mamba_split_conv1d_scan_combined),
-            (wkv_names, speccat_rwkv_linear_attention),
-            (rg_lru_names, speccat_rnn_scan),
-        )
-        for home, name in names(m)
+        for kernel, holder, name in kernel_sites(m)
     }
-    saved = {key: getattr(home, name) for key, (home, name, _) in targets.items()}
+    saved = {key: getattr(holder, name) for key, (holder, name, _) in targets.items()}
     try:
-        for home, name, kernel in targets.values():
-            setattr(home, name, kernel)
+        for holder, name, stand_in in targets.values():
+            setattr(holder, name, stand_in)
         yield
     finally:
-        for key, (home, name, _) in targets.items():
-            setattr(home, name, saved[key])
+        for key, (holder, name, _) in targets.items():
+            setattr(holder, name, saved[key])
 
 
 # Per-layer config lists that transformers' decoder loops index by the layer's position.
@@ -983,7 +887,7 @@ def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
     for way in inputs.ways(decoder):
         tracker = readers.StoredReads(built.layers)
         try:
-            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _delta_rule_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
+            with fake_mode, torch.no_grad(), _config_subset(built.config, every, len(every), way.probed_count), _kernels_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
                 decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
         except Exception:  # the model's code fails this way too: the next
             continue
@@ -1030,7 +934,7 @@ def _run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _index_keyed_subset(config, kept, indices, total), _delta_rule_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, _config_subset(config, indices, total, way.probed_count), _index_lists_subset(config, decoder, indices), _index_keyed_subset(config, kept, indices, total), _kernels_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
             extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through

@@ -3,7 +3,9 @@ state-space mixer, a selective-scan, gated-delta-rule (or Kimi delta attention),
 
 Every part of the census asks these questions of modules (building, classifying layers into
 shapes, probing, describing); they are answered here only, from the module's class, its
-attributes and the global names its forward reads, never by running it.
+attributes and the global names its forward reads, never by running it. Which kernels a
+module's forward calls is read off the kernels' records (census/structure/kernel_registry.py):
+each names the function it stands in for, and the mixer questions ask by the records' kinds.
 """
 
 from __future__ import annotations
@@ -18,15 +20,7 @@ import torch
 from torch import nn
 from transformers import activations as hf_activations
 
-_DELTA_RULE = re.compile(r"chunk_gated_delta_rule")
-# Kimi delta attention: the delta rule with a gate per key channel (transformers' name, fla's kernel name)
-_KDA = re.compile(r"^(chunk_kimi_delta_attention|chunk_kda)$")
-_CAUSAL_CONV1D = re.compile(r"^causal_conv1d_fn$")
-_MAMBA_INNER = re.compile(r"^mamba_inner_fn$")
-_SELECTIVE_SCAN = re.compile(r"^(mamba_)?selective_scan(_fn)?$")  # mamba_ssm's selective_scan_fn, as transformers names it
-_SSD_COMBINED = re.compile(r"^mamba2?_split_conv1d_scan_combined$")
-_WKV = re.compile(r"^rwkv_linear_attention$")  # transformers' entry to RWKV's WKV CUDA kernel (its CPU loop without one)
-_RG_LRU = re.compile(r"^_rnn_scan$")  # the RG-LRU's linear recurrence, a method of its module (recurrent_gemma's Python loop)
+from speccat.census.structure.kernel_registry import Kernel, kernels
 # State-space mixers no family prices, by class name (MambaMixer, ...SSM...) or attribute name (mamba, ssm).
 _STATE_SPACE_CLASS = re.compile(r"Mamba|SSM|StateSpace")
 QK_NORM_NAME = re.compile(r"^(q|k|query|key)_?(norm|layernorm|ln)$")  # q_norm, k_norm, query_layernorm...
@@ -240,13 +234,14 @@ def _reads(function: Any) -> tuple[Any, tuple[str, ...]]:
 
 
 @lru_cache(maxsize=None)
-def _reached(cls: type) -> tuple[tuple[str, Any, str], ...]:
+def reached(cls: type) -> tuple[tuple[str, Any, str], ...]:
     """(identity, home module, global name) of every global a module class's forward reads,
     directly or through the functions it calls in its own modeling file and through kernel
     hooks: the identity is the hook's name where the global is a kernel hook, else the global's
     own name. The census finds its kernels' stand-ins by these identities, so a kernel moved
     into a helper or renamed in a modeling file is still found by the hook transformers lists it
-    under (docs/census.md, "Kernels found by what they are")."""
+    under (docs/census.md, "Kernels found by what they are"). Read once per class for the
+    process (`forget_reached`)."""
     start_home, start_names = _reads(cls.forward)
     own_file = cls.__module__
     found: dict[tuple[int, str], tuple[str, Any, str]] = {}
@@ -269,33 +264,66 @@ def _reached(cls: type) -> tuple[tuple[str, Any, str], ...]:
 
 
 @lru_cache(maxsize=None)
-def _forward_names(cls: type) -> tuple[str, ...]:
+def forward_names(cls: type) -> tuple[str, ...]:
     """The identities of the globals a module class's forward reads, through the functions and
-    kernel hooks it calls (_reached)."""
-    return tuple(identity for identity, _, _ in _reached(cls))
+    kernel hooks it calls (`reached`)."""
+    return tuple(identity for identity, _, _ in reached(cls))
 
 
 @lru_cache(maxsize=None)
-def _calls(cls: type, *patterns: re.Pattern) -> bool:
-    """Whether a module class's forward reaches a global whose identity matches any of the
-    patterns (asked of every module of every layer while classifying: answered once per class)."""
-    return any(p.search(name) for name in _forward_names(cls) for p in patterns)
+def _calls(cls: type, pattern: re.Pattern) -> bool:
+    """Whether a module class's forward reaches a global whose identity matches the pattern
+    (asked of every module of every layer while classifying: answered once per class)."""
+    return any(pattern.search(name) for name in forward_names(cls))
 
 
-def _kernel_globals(module: nn.Module, pattern: re.Pattern) -> list[tuple[Any, str]]:
-    """(home module, global name) of each callable the module's forward reaches whose identity
-    matches the pattern: where the census points the name at its stand-in while the layer runs."""
+def forget_reached() -> None:
+    """Read every class's calls again from now on: what `reached` and the questions built on it
+    kept (a test that changes a modeling module's globals)."""
+    for cached in (reached, forward_names, _calls):
+        cached.cache_clear()
+
+
+def _targets(module: nn.Module, kernel: Kernel) -> list[tuple[Any, str]]:
+    """(holder, name) of each callable the module's forward reaches that `kernel` stands in for:
+    a global of the module whose globals the calling code reads, or a method of the module's
+    class (`Kernel.method`). Where the probe points the name at the stand-in while the layer runs."""
+    cls = type(module)
+    if kernel.method:
+        return [(cls, n) for n in forward_names(cls) if kernel.calls.search(n) and callable(getattr(cls, n, None))]
     return [
         (home, name)
-        for identity, home, name in _reached(type(module))
-        if home is not None and pattern.search(identity) and callable(getattr(home, name, None))
+        for identity, home, name in reached(cls)
+        if home is not None and kernel.calls.search(identity) and callable(getattr(home, name, None))
     ]
+
+
+def calls_kernel(module: nn.Module, kernel: Kernel) -> bool:
+    """Whether the module's forward calls the function `kernel` stands in for."""
+    if kernel.calls is None:
+        return False
+    if kernel.method:
+        return bool(_targets(module, kernel))
+    return _calls(type(module), kernel.calls)
+
+
+def kernel_sites(module: nn.Module) -> list[tuple[Kernel, Any, str]]:
+    """(kernel, holder, name) of each function the module's forward calls that a registered
+    kernel stands in for: the probe points `holder.name` at the kernel's stand-in while the
+    layer runs."""
+    return [(kernel, holder, name) for kernel in kernels() if kernel.calls is not None for holder, name in _targets(module, kernel)]
+
+
+def _runs(module: nn.Module, kind: str, fuses_conv: bool | None = None) -> bool:
+    """Whether the module's forward calls a registered kernel of that kind (KernelCall.kind), and
+    of that `fuses_conv` when it is given."""
+    return any(calls_kernel(module, k) for k in kernels() if k.kind == kind and (fuses_conv is None or k.fuses_conv == fuses_conv))
 
 
 def runs_delta_rule(module: nn.Module) -> bool:
     """Whether the module's forward calls a gated delta rule (the linear-attention recurrence),
     with a gate per head or per key channel (Kimi delta attention)."""
-    return _calls(type(module), _DELTA_RULE, _KDA)
+    return _runs(module, "delta_rule")
 
 
 def runs_selective_scan(module: nn.Module) -> bool:
@@ -307,19 +335,18 @@ def runs_selective_scan(module: nn.Module) -> bool:
 def runs_fused_scan(module: nn.Module) -> bool:
     """Whether the module's forward calls mamba_ssm's fused Mamba mixer (`mamba_inner_fn`): in
     training it takes that path (and its torch scan only when the fused one is absent)."""
-    return _calls(type(module), _MAMBA_INNER)
+    return _runs(module, "scan", fuses_conv=True)
 
 
 def runs_scan_apart(module: nn.Module) -> bool:
     """Whether the module's forward calls the selective scan and the causal conv1d, and no fused
     mixer: its projections, norms and gate run in torch between the two kernels (jamba)."""
-    cls = type(module)
-    return not runs_fused_scan(module) and _calls(cls, _SELECTIVE_SCAN) and _calls(cls, _CAUSAL_CONV1D)
+    return not runs_fused_scan(module) and _runs(module, "scan", fuses_conv=False) and _runs(module, "conv")
 
 
 def runs_ssd_scan(module: nn.Module) -> bool:
     """Whether the module's forward calls mamba_ssm's fused Mamba2 mixer (conv and chunked SSD scan)."""
-    return _calls(type(module), _SSD_COMBINED)
+    return _runs(module, "ssd")
 
 
 def holds_scan(module: nn.Module) -> bool:
@@ -332,7 +359,7 @@ def runs_short_conv(module: nn.Module) -> bool:
     """A short-convolution mixer (LFM2's ShortConv): its forward calls causal_conv1d_fn, and all
     it holds is one depthwise Conv1d between two projections (in and out). Recurrent mixers
     also run a causal conv1d first, but hold more (Kimi's delta attention, Mamba's A and D)."""
-    if not _calls(type(module), _CAUSAL_CONV1D):
+    if not _runs(module, "conv"):
         return False
     leaves = [m for m in module.modules() if not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))]
     convs = [m for m in leaves if isinstance(m, nn.Conv1d) and m.groups == m.in_channels]
@@ -351,18 +378,18 @@ def expects_conv_kernel(module: nn.Module) -> bool:
 def runs_wkv(module: nn.Module) -> bool:
     """Whether the module's forward calls RWKV's WKV recurrence (transformers' `rwkv_linear_attention`,
     which runs the WKV CUDA kernel in training on a GPU): RWKV's time mixing."""
-    return _calls(type(module), _WKV)
+    return _runs(module, "wkv")
 
 
 def runs_rg_lru(module: nn.Module) -> bool:
     """Whether the module's forward calls an RG-LRU's linear recurrence, a method of its own
     (`_rnn_scan`: recurrent_gemma's loop over the tokens, which training runs on a GPU too)."""
-    return bool(rg_lru_names(module))
+    return _runs(module, "rglru")
 
 
 def uses_attention_interface(module: nn.Module) -> bool:
     """Whether the module's forward dispatches through transformers' attention interface."""
-    return "ALL_ATTENTION_FUNCTIONS" in _forward_names(type(module))
+    return "ALL_ATTENTION_FUNCTIONS" in forward_names(type(module))
 
 
 def is_learned_query_attention(module: nn.Module) -> bool:
@@ -376,47 +403,6 @@ def is_learned_query_attention(module: nn.Module) -> bool:
         and any(True for _ in module.parameters(recurse=False))
         and not any(is_projection(m) for m in module.modules())
     )
-
-
-def delta_rule_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of each gated delta rule the module's forward calls."""
-    return _kernel_globals(module, _DELTA_RULE)
-
-
-def kda_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of each chunked Kimi delta attention the module's forward calls."""
-    return _kernel_globals(module, _KDA)
-
-
-def causal_conv1d_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of the causal-conv1d function the module's forward calls."""
-    return _kernel_globals(module, _CAUSAL_CONV1D)
-
-
-def mamba_inner_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of the fused selective scan (`mamba_inner_fn`) the module's forward calls."""
-    return _kernel_globals(module, _MAMBA_INNER)
-
-
-def selective_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of the selective scan (`selective_scan_fn`) the module's forward calls."""
-    return _kernel_globals(module, _SELECTIVE_SCAN)
-
-
-def ssd_scan_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of the fused Mamba2 mixer (`mamba_split_conv1d_scan_combined`) the module's forward calls."""
-    return _kernel_globals(module, _SSD_COMBINED)
-
-
-def wkv_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(defining module, global name) of the WKV recurrence (`rwkv_linear_attention`) the module's forward calls."""
-    return _kernel_globals(module, _WKV)
-
-
-def rg_lru_names(module: nn.Module) -> list[tuple[Any, str]]:
-    """(the module's class, method name) of the RG-LRU recurrence (`_rnn_scan`) the module's forward calls."""
-    cls = type(module)
-    return [(cls, n) for n in _forward_names(cls) if _RG_LRU.search(n) and callable(getattr(cls, n, None))]
 
 
 def attention_blocks(layer: nn.Module) -> frozenset[str]:

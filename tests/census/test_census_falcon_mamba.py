@@ -35,7 +35,7 @@ def _run_layer(model, monkeypatch, kernels: bool):
     the conv and the scan run through speccat's ops; else transformers' torch code."""
     from transformers.models.falcon_mamba import modeling_falcon_mamba
 
-    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.causal_conv1d import speccat_causal_conv1d_fn
     from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
 
     if kernels:
@@ -97,7 +97,7 @@ def test_the_default_falcon_mamba_is_priced_within_one_percent_at_every_point(re
 @pytest.mark.parametrize("weight", ["b_rms_weight", "dt_rms_weight"])
 def test_a_norm_weight_changes_what_the_kernel_computes(weight):
     """The norm weights are not ignored: with one, the output differs from the plain kernel's."""
-    from speccat.census.kernels.scans import speccat_mamba_inner_fn
+    from speccat.census.kernels.mamba_inner import speccat_mamba_inner_fn
 
     torch.manual_seed(2)
     xz, conv, x_proj = torch.randn(1, 2 * D, S), torch.randn(D, 1, W), torch.randn(R + 2 * N, D)

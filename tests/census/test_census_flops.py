@@ -1,7 +1,7 @@
 """The census's forward FLOPs (census/measure/flops.py): shipped configs' counts against formulas written
-here from their config.json dims, the counts registered for speccat's kernels and _grouped_mm
-against what FlopCounterMode counts for the same products written as matmuls, and the bytes the
-probe measures unchanged by counting in the same forward."""
+here from their config.json dims, the counts the census hands FlopCounterMode for speccat's kernels
+and _grouped_mm against what FlopCounterMode counts for the same products written as matmuls, and
+the bytes the probe measures unchanged by counting in the same forward."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import load_shipped
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils.flop_counter import FlopCounterMode
 
 from speccat.census import run_census
 from speccat.census.build.model import build
+from speccat.census.measure.flops import flop_counter
 from speccat.census.measure.probe import probe_layers
 from speccat.census.intake.resolve import resolve_config
 from speccat.census.structure.shapes import classify
@@ -60,8 +60,9 @@ def test_a_mamba_layer_counts_the_projections_inside_the_fused_kernel_and_not_it
 
 
 def counted(fn) -> int:
+    """The FLOPs the census's counter counts while `fn` runs on fake tensors."""
     with FakeTensorMode():
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()
         with counter:
             fn()
     return counter.get_total_flops()

@@ -46,7 +46,7 @@ def _run_layer(config: dict, dtype, fused: bool, monkeypatch):
     from transformers.models.falcon_h1 import modeling_falcon_h1
 
     from speccat.census.kernels.attention import ATTENTION_IMPL, register
-    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.ssd import speccat_mamba_split_conv1d_scan_combined
 
     register()
     kernel = speccat_mamba_split_conv1d_scan_combined if fused else (lambda *a, **k: None)  # None: transformers' torch path

@@ -53,7 +53,8 @@ def _run_layer(model, dtype, kernel: bool, monkeypatch):
     gradients), through speccat's KDA and conv ops, or transformers' torch path."""
     import sys
 
-    from speccat.census.kernels.attention import speccat_causal_conv1d_fn, speccat_chunk_kda
+    from speccat.census.kernels.causal_conv1d import speccat_causal_conv1d_fn
+    from speccat.census.kernels.kda import speccat_chunk_kda
 
     if kernel:
         home = sys.modules[type(model).__module__]  # the modeling module whose globals the layer calls

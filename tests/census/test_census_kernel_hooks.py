@@ -60,14 +60,9 @@ def _conv_through_plain_code(conv1d, hidden_states, cache, layer_idx, activation
 def fresh_reach():
     """The census reads each layer class's calls once per process; the tests change a modeling
     module's globals, so the classes are read again before and after."""
-
-    def clear():
-        for cached in (predicates._reached, predicates._forward_names, predicates._calls):
-            cached.cache_clear()
-
-    clear()
+    predicates.forget_reached()
     yield
-    clear()
+    predicates.forget_reached()
 
 
 def _linear(spec):
@@ -78,7 +73,7 @@ def test_a_renamed_kernel_is_found_by_its_hook(monkeypatch, fresh_reach):
     """The conv kernel called under a new name, through a helper of the test's own, still runs
     through speccat::causal_conv1d: the kind keeps exactly what it keeps with transformers' names."""
     as_shipped = run_census(TINY_NEXT, name="tiny-next", seq_length=S)
-    predicates._reached.cache_clear()
+    predicates.forget_reached()
     monkeypatch.setattr(modeling_qwen3_next, "causal_conv1d_forward", _conv_through_hooked_kernel)
     renamed = run_census(TINY_NEXT, name="tiny-next", seq_length=S)
     kind = _linear(renamed)
@@ -104,5 +99,5 @@ def test_the_hook_names_the_kernel_not_the_python_name():
     from transformers.models.mamba import modeling_mamba
 
     assert predicates.kernel_hook_name(modeling_mamba.mamba_selective_scan) == "selective_scan_fn"
-    mixer_calls = {identity for identity, _, _ in predicates._reached(modeling_mamba.MambaMixer)}
+    mixer_calls = {identity for identity, _, _ in predicates.reached(modeling_mamba.MambaMixer)}
     assert {"mamba_inner_fn", "selective_scan_fn", "causal_conv1d_fn"} <= mixer_calls

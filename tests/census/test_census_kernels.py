@@ -9,9 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from speccat.census.kernels import kda
-
-from speccat.census.kernels import ops as kernels
+from speccat.census.kernels import causal_conv1d, delta_rule, flash_attention, kda
 
 torch_ = pytest.importorskip("transformers")
 from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward as gemma2_eager  # noqa: E402
@@ -54,7 +52,7 @@ def test_flash_attention_matches_gemma2_eager(window, softcap):
     scale = 0.3
 
     def ours(q, k, v):
-        return kernels.flash_attention(q, k, v, None, None, scale, True, window, softcap, 0.0, 0)[0]
+        return flash_attention.flash_attention(q, k, v, None, None, scale, True, window, softcap, 0.0, 0)[0]
 
     def reference(q, k, v):
         return gemma2_eager(module, q, k, v, _additive_mask(7, 7, window), scaling=scale, softcap=softcap or None)[0]
@@ -72,7 +70,7 @@ def test_flash_attention_sinks_match_gpt_oss_eager():
     sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
 
     def ours(q, k, v, sinks):
-        return kernels.flash_attention(q, k, v, sinks, None, 0.4, True, 0, 0.0, 0.0, 0)[0]
+        return flash_attention.flash_attention(q, k, v, sinks, None, 0.4, True, 0, 0.0, 0.0, 0)[0]
 
     def reference(q, k, v, sinks):
         module = SimpleNamespace(num_key_value_groups=2, training=False, sinks=sinks)
@@ -95,7 +93,7 @@ def test_flash_attention_score_bias_matches_sdpa_with_a_float_mask(bias_shape, w
     allowed = _additive_mask(7, 7, window) == 0
 
     def ours(q, k, v, bias):
-        return kernels.flash_attention(q, k, v, None, None, 0.3, True, window, 0.0, 0.0, 0, bias)[0]
+        return flash_attention.flash_attention(q, k, v, None, None, 0.3, True, window, 0.0, 0.0, 0, bias)[0]
 
     def reference(q, k, v, bias):
         mask = torch.where(allowed, bias, float("-inf"))
@@ -112,7 +110,7 @@ def test_flash_attention_score_bias_matches_sdpa_with_a_float_mask(bias_shape, w
 
 def test_flash_attention_log_sum_exp_is_the_row_normaliser():
     q, k, v = _qkv(seed=2)
-    _, lse = kernels.flash_attention(q, k, v, None, None, 1.0, True, 0, 0.0, 0.0, 0)
+    _, lse = flash_attention.flash_attention(q, k, v, None, None, 1.0, True, 0, 0.0, 0.0, 0)
     # Row i of head h (kv head h // 2) sees keys 0..i: lse = log Σ_j exp(q_i·k_j).
     i, h = 4, 3
     expected = torch.logsumexp(q[0, h, i] @ k[0, h // 2, : i + 1].T, dim=0)
@@ -121,14 +119,14 @@ def test_flash_attention_log_sum_exp_is_the_row_normaliser():
 
 def test_flash_attention_dropout_is_reproducible_from_its_seed():
     q, k, v = _qkv(seed=3)
-    first = kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 1234)[0]
-    again = kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 1234)[0]
-    other = kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 99)[0]
+    first = flash_attention.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 1234)[0]
+    again = flash_attention.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 1234)[0]
+    other = flash_attention.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 99)[0]
     torch.testing.assert_close(first, again)
     assert not torch.allclose(first, other)
     # The backward regenerates the same mask: compare with finite differences on one element.
     assert torch.autograd.gradcheck(
-        lambda q: kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 1234)[0],
+        lambda q: flash_attention.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.5, 1234)[0],
         (q.clone().requires_grad_(),),
     )
 
@@ -137,7 +135,7 @@ def test_flash_attention_indices_restrict_keys():
     q, k, v = _qkv(b=1, s=5, seed=4)
     # Query row i chooses keys {0, i}: the output is a softmax over just those two keys.
     indices = torch.tensor([[[0, 0], [0, 1], [0, 2], [0, 3], [0, 4]]])
-    out, _ = kernels.flash_attention(q, k, v, None, indices, 1.0, True, 0, 0.0, 0.0, 0)
+    out, _ = flash_attention.flash_attention(q, k, v, None, indices, 1.0, True, 0, 0.0, 0.0, 0)
     i, h = 3, 1
     logits = torch.stack([q[0, h, i] @ k[0, h // 2, 0], q[0, h, i] @ k[0, h // 2, i]])
     weights = torch.softmax(logits, dim=0)
@@ -161,7 +159,7 @@ def test_delta_rule_matches_transformers_torch_implementation():
     scale = 8**-0.5
 
     def ours(q, k, v, g, beta):
-        return kernels.chunk_gated_delta_rule(q, k, v, g, beta, scale, True)[0]
+        return delta_rule.chunk_gated_delta_rule(q, k, v, g, beta, scale, True)[0]
 
     def reference(q, k, v, g, beta):
         return torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)[0]
@@ -176,7 +174,7 @@ def test_delta_rule_matches_transformers_torch_implementation():
 
 def test_delta_rule_wy_matrix_inverts_the_chunk_system():
     q, k, v, g, beta = _delta_inputs(s=64)
-    _, _, kn, _, _, g_cum, wy = kernels.chunk_gated_delta_rule(q, k, v, g, beta, 1.0, True)
+    _, _, kn, _, _, g_cum, wy = delta_rule.chunk_gated_delta_rule(q, k, v, g, beta, 1.0, True)
     # Head 3 reads kv head 1. M = I + strictly-lower(β_i k_i·k_j e^{g_i−g_j}); A·M must be I.
     h, kh = 3, 1
     kc = kn[0, :, kh]
@@ -259,7 +257,7 @@ def test_fake_kernels_keep_what_flash_kernels_keep():
         k = torch.empty(1, 2, 16, 4, dtype=torch.bfloat16, requires_grad=True)
         v = torch.empty(1, 2, 16, 4, dtype=torch.bfloat16, requires_grad=True)
         with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
-            out, _ = kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.0, 0)
+            out, _ = flash_attention.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.0, 0)
         out.sum().backward()
         assert q.grad.shape == q.shape and k.grad.shape == k.shape
     # q, k, v as given (2 kv heads, not 8), the output and the fp32 lse: nothing s×s.
@@ -280,7 +278,7 @@ def test_fake_kernel_keeps_a_score_bias_as_sdpa_s_memory_efficient_kernel_does()
         v = torch.empty(1, 2, 16, 4, dtype=torch.bfloat16, requires_grad=True)
         bias = torch.empty(1, 8, 16, 16, dtype=torch.bfloat16, requires_grad=True)
         with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
-            out, _ = kernels.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.0, 0, bias)
+            out, _ = flash_attention.flash_attention(q, k, v, None, None, 0.5, True, 0, 0.0, 0.0, 0, bias)
         out.sum().backward()
         assert bias.grad.shape == bias.shape and bias.grad.dtype == torch.bfloat16
     shapes = [tuple(t.shape) for t in kept]
@@ -296,7 +294,7 @@ def test_causal_conv1d_matches_transformers_and_keeps_only_its_input():
     weight = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
     kept = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
-        out = kernels.causal_conv1d(x, weight, None, True)
+        out = causal_conv1d.causal_conv1d(x, weight, None, True)
     x_ref, w_ref = x.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
     expected = torch.nn.functional.silu(torch.nn.functional.conv1d(x_ref, w_ref.unsqueeze(1), padding=3, groups=6)[..., :11])
     torch.testing.assert_close(out, expected)
@@ -311,7 +309,7 @@ def test_causal_conv1d_takes_fp32_weights_on_half_inputs():
     torch.manual_seed(0)
     x = torch.randn(1, 6, 9, dtype=torch.bfloat16, requires_grad=True)
     weight = torch.randn(6, 4, dtype=torch.float32, requires_grad=True)
-    out = kernels.causal_conv1d(x, weight, None, True)
+    out = causal_conv1d.causal_conv1d(x, weight, None, True)
     grad = torch.randn(out.shape, dtype=torch.float32)
     dx, dw = torch.autograd.grad(out, (x, weight), grad.to(out.dtype))
     assert (out.dtype, dx.dtype, dw.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)

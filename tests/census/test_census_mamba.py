@@ -38,7 +38,7 @@ def _run_layer(model, dtype, fused: bool, monkeypatch):
     """One real forward and backward of layer 0: (the storages it saved, by storage, and the grads)."""
     from transformers.models.mamba import modeling_mamba
 
-    from speccat.census.kernels.scans import speccat_mamba_inner_fn
+    from speccat.census.kernels.mamba_inner import speccat_mamba_inner_fn
 
     if fused:
         monkeypatch.setattr(modeling_mamba, "mamba_inner_fn", speccat_mamba_inner_fn)

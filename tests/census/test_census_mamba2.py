@@ -36,7 +36,7 @@ def _run_layer(model, dtype, fused: bool, monkeypatch):
     """One real forward and backward of layer 0: (the storages it saved, the gradients)."""
     from transformers.models.mamba2 import modeling_mamba2
 
-    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.ssd import speccat_mamba_split_conv1d_scan_combined
 
     kernel = speccat_mamba_split_conv1d_scan_combined if fused else (lambda *a, **k: None)  # None: transformers' slow path
     monkeypatch.setattr(modeling_mamba2, "mamba2_split_conv1d_scan_combined", kernel)

@@ -37,7 +37,7 @@ def _run_layer(model, dtype, kernels: bool, monkeypatch):
     With `kernels`, the scan and conv run through speccat's ops; else transformers' torch code."""
     from transformers.models.jamba import modeling_jamba
 
-    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.causal_conv1d import speccat_causal_conv1d_fn
     from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
 
     if kernels:
@@ -138,7 +138,7 @@ def _real_zamba_layer(index: int, seq: int, monkeypatch, **inputs):
     through speccat's ops and its attention through speccat's kernel: the storages it saved."""
     from transformers.models.zamba import modeling_zamba
 
-    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.causal_conv1d import speccat_causal_conv1d_fn
     from speccat.census.kernels.scan_apart import speccat_selective_scan_fn
 
     kernels = {"mamba_selective_scan": speccat_selective_scan_fn, "causal_conv1d_fn": speccat_causal_conv1d_fn}

@@ -86,7 +86,7 @@ def _real_hybrid_layer(config: dict, index: int, seq: int, monkeypatch):
     from transformers.models.zamba2 import modeling_zamba2
 
     from speccat.census.kernels.attention import ATTENTION_IMPL, register
-    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.ssd import speccat_mamba_split_conv1d_scan_combined
 
     register()
     monkeypatch.setattr(modeling_zamba2, "mamba2_split_conv1d_scan_combined", speccat_mamba_split_conv1d_scan_combined)
@@ -144,7 +144,7 @@ def _real_layer(config: dict, index: int, seq: int, monkeypatch, **inputs):
     from support.layer_runs import layer_saves
     from transformers.models.zamba2 import modeling_zamba2
 
-    from speccat.census.kernels.scans import speccat_mamba_split_conv1d_scan_combined
+    from speccat.census.kernels.ssd import speccat_mamba_split_conv1d_scan_combined
 
     kernels = {"mamba2_split_conv1d_scan_combined": speccat_mamba_split_conv1d_scan_combined}
     return layer_saves(monkeypatch, modeling_zamba2, kernels, config, index, seq, **inputs)

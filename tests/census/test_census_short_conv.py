@@ -35,7 +35,7 @@ def _conv_layer_saves(fused: bool, monkeypatch) -> list[tuple[tuple[int, ...], t
     """A real bf16 forward and backward of conv layer 0, through the census's conv op or transformers' reference."""
     from transformers.models.lfm2 import modeling_lfm2
 
-    from speccat.census.kernels.attention import speccat_causal_conv1d_fn
+    from speccat.census.kernels.causal_conv1d import speccat_causal_conv1d_fn
 
     if fused:
         monkeypatch.setattr(modeling_lfm2, "causal_conv1d_fn", speccat_causal_conv1d_fn)
