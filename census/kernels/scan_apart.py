@@ -142,6 +142,6 @@ SCAN_APART = register(
         stand_in=speccat_selective_scan_fn,
         keeps=Keeps(outputs="linrec", inputs="linrec"),
         # not per child: the output projection after it is one of the mixer's own (as the fused
-        # kernel's), counted with them (census/describe/layer_view.py scan_projections)
+        # kernel's), counted with them (the describe room's `scan_projections`)
     )
 )
