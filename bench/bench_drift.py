@@ -59,15 +59,13 @@ def _kind_rows(spec, status: str) -> dict[str, dict]:
     beyond the records' tolerance of what was measured (the night's check_prices: no prices
     for the whole spec)."""
     from speccat.catalogue.records import points
-    from speccat.census.structure.family import family_for
     from speccat.flows.analysis import pricing_inputs
 
     records, grid, _, head = pricing_inputs()
     priced: dict[str, float] = {}
     ratios: dict[str, float] = {}
     try:
-        defaults = family_for(spec["arch"]).pricing_defaults()
-        rows = points.price_points(spec, defaults, records, grid) + points.price_ends(spec, defaults, records, grid, head)
+        rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, head)
     except ValueError as err:  # no record prices some op of it: the night stores it unpriced
         rows = []
         status = status if status != PRICED else f"unpriced: {getattr(err, 'reason', 'bad_value')}"

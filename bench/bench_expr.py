@@ -38,8 +38,7 @@ def main() -> None:
         "layers": [{"kind": "decoder", "count": 32}], "ops": {"decoder": ops},
         "flavours": {"decoder": {"attention": "full", "ffn": "dense"}}, "variants": {"decoder": variants},
     }  # fmt: skip
-    defaults = {"defaults": {"norm_bytes": 4, "dropout_bytes": 0, "softmax_bytes": 4}, "model": {}}
-    names = layer_names(spec, "decoder", grid.setting(), defaults, records, grid.dtype_bytes)
+    names = layer_names(spec, "decoder", grid.setting(), records, grid.dtype_bytes)
     slot = next(s for s in records.slots if s.name == "ffn")
     kept = records.kept(0)
     value = slot.value(names, kept)

@@ -54,11 +54,10 @@ def prices(spec, seq: int) -> dict[str, float]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.structure.family import family_for
 
     grid = load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    priced = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), one)
+    priced = price_layers(spec, load_records(), one)
     return {kind: float(priced.total[i, 0, 0]) / seq for i, kind in enumerate(priced.kinds)}
 
 

@@ -22,7 +22,6 @@ REPEATS = 5
 def censused_specs():
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from speccat.census import load_config_file, run_census
-    from speccat.census.structure.family import family_for
     from speccat.census.spec import SpecError
 
     snapshot = Path(__file__).resolve().parent.parent / "flows" / "snapshot"
@@ -33,7 +32,7 @@ def censused_specs():
         except SpecError as err:  # refused by design or a known limit: nothing to price
             print(f"   refused, not priced: {path.parent.name.replace('__', '/', 1)}: {err.reason}")
             continue
-        specs.append((spec, family_for(spec["arch"]).pricing_defaults()))
+        specs.append(spec)
     return specs
 
 
@@ -56,16 +55,16 @@ def main() -> None:
     started = time.perf_counter()
     specs = censused_specs()
     print(f"   censused {len(specs)} shipped configs in {time.perf_counter() - started:.1f} s (not timed below)")
-    price_layers(*specs[0], records, grid)  # warm caches (slot plans, imports)
+    price_layers(specs[0], records, grid)  # warm caches (slot plans, imports)
     prices = fast_s = direct_s = 0.0
-    for spec, defaults in specs:
+    for spec in specs:
         try:
-            price_layers(spec, defaults, records, grid, "fast")
+            price_layers(spec, records, grid, "fast")
         except ReasonError as err:  # the records cannot price some op of it: the night stores it unpriced
             print(f"   refused by pricing, not timed: {spec['name']}: {err.reason}")
             continue
-        t_fast, fast = timed(lambda: price_layers(spec, defaults, records, grid, "fast"), REPEATS)
-        t_direct, direct = timed(lambda: price_layers(spec, defaults, records, grid, "direct"), 1)
+        t_fast, fast = timed(lambda: price_layers(spec, records, grid, "fast"), REPEATS)
+        t_direct, direct = timed(lambda: price_layers(spec, records, grid, "direct"), 1)
         if not fast.same_bits(direct):
             sys.exit(f"fast and direct prices differ for {spec['name']}")
         prices += fast.total.size

@@ -67,12 +67,10 @@ def worst_ratio(spec) -> float:
     """The records' price over what the census measured, furthest from 1 over the spec's kinds
     and ends at the census's point (catalogue/records/points.py), priced from the night's inputs."""
     from speccat.catalogue.records import points
-    from speccat.census.structure.family import family_for
     from speccat.flows.analysis import pricing_inputs
 
     records, grid, _, head = pricing_inputs()
-    defaults = family_for(spec["arch"]).pricing_defaults()
-    rows = points.price_points(spec, defaults, records, grid) + points.price_ends(spec, defaults, records, grid, head)
+    rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, head)
     return points.worst_ratio(spec, rows)[2]
 
 

@@ -23,7 +23,6 @@ from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 from speccat.census.spec import ModelSpec
 
 
@@ -61,16 +60,15 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         spec = run_census(config, name=name, seq_length=seq_length, across=True)
     else:
         spec = ModelSpec.from_json(spec_json)
-    defaults = family_for(spec["arch"]).pricing_defaults()
     try:
         records, grid, costs, head = pricing_inputs()
-        prices = price_spec(spec, defaults, records, grid, costs=costs)
-        infeasible = layouts.infeasible(spec, defaults, records, grid)
-        points = price_points(spec, defaults, records, grid, costs)
-        check_prices(spec, points + price_ends(spec, defaults, records, grid, head), records)
+        prices = price_spec(spec, records, grid, costs=costs)
+        infeasible = layouts.infeasible(spec, records, grid)
+        points = price_points(spec, records, grid, costs)
+        check_prices(spec, points + price_ends(spec, records, grid, head), records)
         skip = frozenset(row["setting_id"] for row in infeasible)
-        ends = end_prices(spec, defaults, records, grid, head, skip)
-        ops = op_costs(spec, defaults, records, grid, costs).rows(skip)
+        ends = end_prices(spec, records, grid, head, skip)
+        ops = op_costs(spec, records, grid, costs).rows(skip)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
     return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends,

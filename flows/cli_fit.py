@@ -107,7 +107,6 @@ def fitter(args: argparse.Namespace, spec: dict):
     """(run, budget): run(seq, micro_batch, gpus) lists the rows that fit (rank.fits) with
     everything else the command line holds."""
     from speccat.catalogue.records.rank import fits
-    from speccat.census.structure.family import family_for
 
     data = planning_data()
     accelerators = data["accelerators"]
@@ -117,11 +116,10 @@ def fitter(args: argparse.Namespace, spec: dict):
     budget = args.gpu_mem if args.gpu_mem is not None else accelerator.memory
     fixed = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp, "vpp": args.vpp}
     zeros = (args.zero,) if args.zero is not None else (0, 1, 2, 3)
-    defaults = family_for(spec["arch"]).pricing_defaults()
 
     def run(seq: int, micro_batch: int, gpus: int) -> list:
         return fits(
-            spec, defaults, data["records"], data["grid"], data["costs"], data["states"], data["head"], accelerator,
+            spec, data["records"], data["grid"], data["costs"], data["states"], data["head"], accelerator,
             gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros, recipe=args.recipe, setting=args.setting,
         )  # fmt: skip
 

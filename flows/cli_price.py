@@ -107,15 +107,14 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     mask = switch_mask(records, switches)  # bad settings and switches are refused before the census
 
     from speccat.census import run_census
-    from speccat.census.structure.family import family_for
 
     from speccat.catalogue.records.layouts import check_feasible
 
     spec = run_census(config, name=name)
     counts = stack_counts(spec)
-    defaults, chosen = family_for(spec["arch"]).pricing_defaults(), grid.with_settings([setting])
-    check_feasible(spec, defaults, records, chosen)
-    tables = price_spec(spec, defaults, records, chosen)
+    chosen = grid.with_settings([setting])
+    check_feasible(spec, records, chosen)
+    tables = price_spec(spec, records, chosen)
     model = model_totals(spec, tables)
     if mask is None:
         kinds = {row["kind"]: {"layers": counts[row["kind"]], "total": row["kept"]} for row in tables.full_prices.to_pylist()}

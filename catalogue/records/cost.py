@@ -22,14 +22,14 @@ from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.datafile import read_yaml, version_of
 from speccat.catalogue.records.expr import Expr, ExprError
 from speccat.catalogue.records.exprloader import ExprLoader
-from speccat.catalogue.records.names import LAYER_NAMES, layer_names
+from speccat.catalogue.records.names import LAYER_NAMES, PARAM_GROUPS, bind
 from speccat.catalogue.records.oprecords import Records
-from speccat.catalogue.records.priced import stack_counts
+from speccat.catalogue.records.priced import kinds_of
 from speccat.catalogue.records.settings import Grid
 
 COSTS_PATH = Path(__file__).with_name("costs.yaml")
 ACCELERATORS_PATH = Path(__file__).with_name("accelerators.yaml")
-PARAM_NAMES = ("p_attention", "p_ffn_dense", "p_ffn_shared", "p_ffn_router", "p_ffn_routed", "p_norm")
+PARAM_NAMES = tuple(f"p_{group}" for group in PARAM_GROUPS)  # the kind's parameter groups, beside a layer's names
 
 
 class CostError(ReasonError):
@@ -173,24 +173,19 @@ class OpCosts:
         ]  # fmt: skip
 
 
-def _param_names(spec: Mapping, kind: str) -> dict[str, float]:
-    params = spec.get("params", {}).get("kinds", {}).get(kind)
-    if params is None:
-        raise CostError("bad_value", f"params.kinds.{kind}: the spec states no parameters for kind {kind!r}")
-    return {f"p_{g}": float(params.get(g, 0)) for g in ("attention", "ffn_dense", "ffn_shared", "ffn_router", "ffn_routed", "norm")}
-
-
-def op_costs(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs) -> OpCosts:
+def op_costs(spec: Mapping, records: Records, grid: Grid, costs: Costs) -> OpCosts:
     """Every op's recompute cost for every kind of `spec` at every setting of `grid`."""
-    kinds = tuple(stack_counts(spec))
+    kvs = kinds_of(spec)
+    kinds = tuple(kv.kind for kv in kvs)
     ops = tuple(costs.ops)
     flops = np.zeros((len(kinds), len(grid.settings), len(ops)))
     moved = np.zeros_like(flops)
-    for k, kind in enumerate(kinds):
-        extra = _param_names(spec, kind)
+    for k, (kind, kv) in enumerate(zip(kinds, kvs)):
+        if kv.params is None:
+            raise CostError("bad_value", f"params.kinds.{kind}: the spec states no parameters for kind {kind!r}")
         for i, setting in enumerate(grid.settings):
-            names = layer_names(spec, kind, setting, defaults, records, grid.dtype_bytes)
-            names.update(extra)
+            names = bind(kv, setting, grid.dtype_bytes, records)
+            names.update(kv.params)
             for j, op in enumerate(ops):
                 f, m = costs.ops[op]
                 try:

@@ -17,9 +17,9 @@ from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.settings import Grid
 
 
-def price_direct(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> LayerPrices:
+def price_direct(spec: Mapping, records: Records, grid: Grid) -> LayerPrices:
     """Evaluate every (kind, setting, mask) on its own."""
-    kvs = kinds_of(spec, defaults)
+    kvs = kinds_of(spec)
     n_kinds, n_settings, n_masks = len(kvs), len(grid.settings), records.n_masks
     parts = {p: np.zeros((n_kinds, n_settings, n_masks)) for p in PARTS}
     full = np.zeros((n_kinds, n_settings))

@@ -215,10 +215,10 @@ class KindPricer:
         return np.array([full_bytes(self.records, self.scalar(i), self.where(i)) for i in range(self.n)])
 
 
-def price_fast(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> LayerPrices:
+def price_fast(spec: Mapping, records: Records, grid: Grid) -> LayerPrices:
     """Every (kind, setting, mask) price of `spec`, equal bit for bit to price_direct."""
     plans = slot_plans(records)
-    kvs = kinds_of(spec, defaults)
+    kvs = kinds_of(spec)
     shape = (len(kvs), len(grid.settings), records.n_masks)
     parts = {p: np.zeros(shape) for p in PARTS}
     full = np.zeros(shape[:2])

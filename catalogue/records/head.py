@@ -12,7 +12,7 @@ from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.datafile import read_yaml, version_of
 from speccat.catalogue.records.expr import Expr, ExprError
 from speccat.catalogue.records.exprloader import ExprLoader
-from speccat.catalogue.records.names import LAYER_NAMES, layer_names
+from speccat.catalogue.records.names import LAYER_NAMES, KindValues, bind, kind_values
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.priced import stack_counts
 from speccat.catalogue.vocabulary import END_PARTS, LOGIT_FACTS
@@ -50,20 +50,28 @@ def load_head(records: Records, path: str | Path | None = None) -> Head:
     return Head(parts, {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
 
 
-def end_prices(spec: Mapping, defaults: Mapping, records: Records, grid, head: Head, skip: frozenset[str] = frozenset()) -> list[dict]:
+def end_prices(spec: Mapping, records: Records, grid, head: Head, skip: frozenset[str] = frozenset()) -> list[dict]:
     """The catalogue's `end_prices` rows of `spec`: per setting of `grid` (but those in `skip`,
     where the model cannot be laid out), the bytes each end keeps (one rank, one micro-batch)."""
+    kv = _first_kind(spec)
     return [
-        {"setting_id": setting["setting_id"], **price_head(spec, defaults, records, setting, grid.dtype_bytes, head)}
+        {"setting_id": setting["setting_id"], **_price_ends(spec, kv, records, setting, grid.dtype_bytes, head)}
         for setting in grid.settings
         if setting["setting_id"] not in skip
     ]
 
 
-def price_head(spec: Mapping, defaults: Mapping, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], head: Head) -> dict[str, float]:
+def price_head(spec: Mapping, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], head: Head) -> dict[str, float]:
     """Bytes each end keeps at `setting` (one rank, one micro-batch), read with the first kind's names."""
-    kind = next(iter(stack_counts(spec)))
-    names: Any = layer_names(spec, kind, setting, defaults, records, dtype_bytes)
+    return _price_ends(spec, _first_kind(spec), records, setting, dtype_bytes, head)
+
+
+def _first_kind(spec: Mapping) -> KindValues:
+    return kind_values(spec, next(iter(stack_counts(spec))))
+
+
+def _price_ends(spec: Mapping, kv: KindValues, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], head: Head) -> dict[str, float]:
+    names: Any = bind(kv, setting, dtype_bytes, records)
     names["V"] = float(spec["vocab_size"])
     ends = spec.get("ends")
     names.update({fact: float(ends[fact]) for fact in LOGIT_FACTS} if ends else head.unmeasured)

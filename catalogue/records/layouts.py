@@ -57,11 +57,12 @@ def load_rules(path: Path = LAYOUTS_PATH) -> tuple[Rule, ...]:
     return tuple(Rule(name, Expr(rule["feasible"]), rule["message"]) for name, rule in data["rules"].items())
 
 
-def infeasible(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> list[dict]:
+def infeasible(spec: Mapping, records: Records, grid: Grid) -> list[dict]:
     """One row (INFEASIBLE_COLUMNS) per (kind, setting) of `grid` a rule refuses, first rule
     only, in kind-major order."""
     rows = []
-    for k, i, names, _ in layers(kinds_of(spec, defaults), records, grid):
+    kvs = kinds_of(spec)
+    for k, i, names, _ in layers(kvs, records, grid):
         for rule in load_rules():
             try:
                 ok = rule.feasible(names)
@@ -69,7 +70,7 @@ def infeasible(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -
             except PricingError:  # the kind lacks a name the rule reads: the rule does not apply
                 continue
             if message is not None:
-                kind = kinds_of(spec, defaults)[k].kind
+                kind = kvs[k].kind
                 rows.append({"kind": kind, "setting_id": grid.settings[i]["setting_id"], "rule": rule.name, "message": message})
                 break
     return rows
@@ -92,9 +93,9 @@ def split(tables: PriceTables, rows: Sequence[Mapping]) -> PriceTables:
     return PriceTables(keep(tables.layer_prices), keep(tables.full_prices), costs)
 
 
-def check_feasible(spec: Mapping, defaults: Mapping, records: Records, grid: Grid) -> None:
+def check_feasible(spec: Mapping, records: Records, grid: Grid) -> None:
     """Refuse (LayoutError "infeasible", one line) a grid with a layout the model cannot have."""
-    rows = infeasible(spec, defaults, records, grid)
+    rows = infeasible(spec, records, grid)
     if rows:
         first = rows[0]
         raise LayoutError(

@@ -5,7 +5,8 @@ double arithmetic; that is what lets the fast path evaluate expressions over num
 still agree with the direct evaluator bit for bit.
 
 A name's value comes from the spec (a plain ModelSpec mapping), the kind (its op counts and
-flavours), the setting (one grid row) or the family's pricing defaults. `layer_names` builds
+flavours) or the setting (one grid row); the two widths costs.yaml reads and no spec states
+come from the spec's family profile (catalogue/records/family_widths.py). `layer_names` builds
 them as a `LayerNames` mapping. A name the layer cannot supply is left out of the mapping with
 the reason why; reading it falls back to the records file's `defaults`, and failing that
 raises PricingError("missing_field") naming the spec field that is absent. It is never zero
@@ -13,7 +14,9 @@ by accident. Names derived in the records file (its `names:` section) are evalua
 read and kept.
 
 The work is split so pricing can reuse it: `kind_values` once per kind, `setting_values` once
-per setting (it reads nothing of the kind), combined by `bind`.
+per setting (it reads nothing of the kind), combined by `bind`. `kind_values` is where pricing
+reads a kind of the spec: its names, and the parameters of its groups that costs.yaml reads
+(`KindValues.params`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.records.family_widths import WIDTH_NAMES, family_widths
 from speccat.catalogue.records.settings import fixed_default
 from speccat.catalogue.vocabulary import KIND_DIMS, OPS, VARIANTS
 
@@ -33,7 +37,7 @@ SETTING_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
-    "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_norm", "bytes_dropout",
+    "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_dropout",
     *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "rglru", "dlru", "cross", "hybrid", "recurrent", "linear_eager", "linear_eager_gated", "lin_block", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
@@ -103,13 +107,21 @@ def _flavours(spec: Mapping, kind: str) -> tuple[str, bool]:
     return flav.get("attention"), flav.get("ffn") == "moe"
 
 
+# The parameter groups of a kind (spec `params.kinds`) costs.yaml reads, each as the name p_GROUP.
+PARAM_GROUPS: tuple[str, ...] = ("attention", "ffn_dense", "ffn_shared", "ffn_router", "ffn_routed", "norm")
+
+
 @dataclass(frozen=True)
 class KindValues:
-    """The names that depend on the spec and the kind only, and those the kind lacks (with why)."""
+    """The names that depend on the spec and the kind only, and those the kind lacks (with why).
+
+    `params` holds the kind's parameter groups as names (p_attention, ...), which costs.yaml
+    reads beside the layer's names; None when the spec states no parameters for the kind."""
 
     kind: str
     values: Mapping[str, Any]
     absent: Mapping[str, str]
+    params: Mapping[str, float] | None = None
 
 
 def kind_spec(spec: Mapping, kind: str) -> Mapping:
@@ -121,16 +133,20 @@ def kind_spec(spec: Mapping, kind: str) -> Mapping:
     return {**{k: v for k, v in spec.items() if k not in KIND_DIMS}, **own}
 
 
-def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
-    """The names from the spec and the kind (docs/pricing.md) for `kind`; `defaults` = Family.pricing_defaults()."""
+def _params(spec: Mapping, kind: str) -> dict[str, float] | None:
+    params = spec.get("params", {}).get("kinds", {}).get(kind)
+    return None if params is None else {f"p_{g}": float(params.get(g, 0)) for g in PARAM_GROUPS}
+
+
+def kind_values(spec: Mapping, kind: str) -> KindValues:
+    """The names from the spec and the kind (docs/pricing.md) for `kind`, and its parameters."""
+    params = _params(spec, kind)
     spec = kind_spec(spec, kind)
     ops = spec.get("ops", {}).get(kind)
     if ops is None:
         raise PricingError("missing_field", f"ops.{kind}: the spec has no op counts for kind {kind!r}")
     mixer, moe = _flavours(spec, kind)
     linear = mixer == "linear"
-    family_defaults = defaults["defaults"]
-    model_defaults = defaults.get("model", {})
     values: dict[str, Any] = {}
     absent: dict[str, str] = {}
 
@@ -161,12 +177,9 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
     else:
         a = values["a"] = spec["num_attention_heads"]
         values["n_kv"] = spec.get("num_key_value_heads", a)
-        if "kv_lora_rank" in spec:  # multi-head latent attention
-            v_head_dim = spec.get("v_head_dim", model_defaults.get("v_head_dim"))
-            if v_head_dim is None:
-                absent["dh"] = f"kind {kind!r} is MLA but neither the spec nor the family states v_head_dim"
-            else:
-                values["dh"] = v_head_dim
+        if "kv_lora_rank" in spec:  # multi-head latent attention: the census states its value width
+            if need("dh", "v_head_dim"):
+                values["dh"] = spec["v_head_dim"]
         else:  # the value width, where it differs from the query and key width (mimo_v2_flash)
             values["dh"] = spec.get("v_head_dim", spec.get("head_dim", h / a))
     # a hybrid (full_mamba, full_mamba2): softmax attention beside a state-space mixer, each priced by its own slot
@@ -226,9 +239,9 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
             values["hff"] = spec["intermediate_size"]
         values["n_exp"], values["n_chosen_exp"], values["n_shared_exp"] = 1, 1, 0
 
-    values["bytes_softmax"] = family_defaults["softmax_bytes"]
-    values["bytes_norm"] = family_defaults["norm_bytes"]
-    values["bytes_dropout"] = family_defaults["dropout_bytes"]
+    for name in WIDTH_NAMES:  # the spec's family profile's, read by costs.yaml only
+        if need(name, "arch"):
+            values[name] = family_widths(spec["arch"])[name]
     for op in OPS:
         values[f"n_{op}"] = ops[op]
     values["n_qknorm"] = 1 if spec.get("qk_norm") and mixer == "full" else 0  # QK-norm belongs to softmax attention
@@ -242,7 +255,7 @@ def kind_values(spec: Mapping, kind: str, defaults: Mapping) -> KindValues:
         else:
             absent[name] = f"kind {kind!r} needs variants.{kind}.{name}, which the spec does not state"
     values["recurrent"] = linear or values["ssm"] > 0 or values["rwkv"] > 0 or values["rglru"] > 0 or values["linear_eager"] == 1 or values["linear_eager_gated"] == 1  # the kind runs a recurrence (linear attention, a Mamba mixer, RWKV's WKV, an RG-LRU, a linear attention run in torch)
-    return KindValues(kind, _floats(values), absent)
+    return KindValues(kind, _floats(values), absent, params)
 
 
 def setting_values(setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str, Any]:
@@ -284,12 +297,10 @@ def bind(kv: KindValues, setting: Mapping, dtype_bytes: Mapping[str, int], recor
     return names
 
 
-def layer_names(
-    spec: Mapping, kind: str, setting: Mapping, defaults: Mapping, records: Any, dtype_bytes: Mapping[str, int]
-) -> LayerNames:
+def layer_names(spec: Mapping, kind: str, setting: Mapping, records: Any, dtype_bytes: Mapping[str, int]) -> LayerNames:
     """Every name one layer of `kind` reads at `setting` (docs/pricing.md), as one mapping.
 
-    `defaults` is the family's pricing defaults (`defaults`, `model`); `records` a loaded Records
-    (its derived names and defaults); `dtype_bytes` the settings grid's byte widths.
+    `records` is a loaded Records (its derived names and defaults); `dtype_bytes` the settings
+    grid's byte widths.
     """
-    return bind(kind_values(spec, kind, defaults), setting, dtype_bytes, records)
+    return bind(kind_values(spec, kind), setting, dtype_bytes, records)

@@ -41,7 +41,7 @@ def points_of(spec: Mapping) -> list[Mapping]:
     return points + [dict(p, stack="transformers") for p in spec.get("measured_at", [])]
 
 
-def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs | None = None) -> list[dict]:
+def price_points(spec: Mapping, records: Records, grid: Grid, costs: Costs | None = None) -> list[dict]:
     """One row per (kind, point): the records' bytes per token of one layer at the point's setting
     and mask, and costs.yaml's FLOPs of its forward at that setting (`costs`, read from
     costs.yaml when not given)."""
@@ -53,8 +53,8 @@ def price_points(spec: Mapping, defaults: Mapping, records: Records, grid: Grid,
     settings = {setting["setting_id"]: setting for setting in chosen}  # points sharing a setting price it once
     column = {setting_id: i for i, setting_id in enumerate(settings)}
     at = grid.with_settings(settings.values())
-    prices = price_layers(spec, defaults, records, at)
-    priced = op_costs(spec, defaults, records, at, costs or load_costs(records))
+    prices = price_layers(spec, records, at)
+    priced = op_costs(spec, records, at, costs or load_costs(records))
     forward = dict(zip(priced.kinds, priced.forward()[0]))  # kind -> [setting]
     rows = []
     for point, setting in zip(points, chosen):
@@ -80,7 +80,7 @@ def measured_per_token(spec: Mapping) -> dict[tuple[str, str], float]:
     return out
 
 
-def price_ends(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, head: Head) -> list[dict]:
+def price_ends(spec: Mapping, records: Records, grid: Grid, head: Head) -> list[dict]:
     """The head.yaml price of each of the model's ends at the setting the census measured them
     at (spec `ends`), per token, as rows like price_points' (kind `end:PART`, point `census`)."""
     ends = spec.get("ends")
@@ -88,7 +88,7 @@ def price_ends(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, h
         return []
     seq = ends["seq_length"]
     setting = grid.setting({"stack": "transformers", "seq_length": seq, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": False})
-    priced = price_head(spec, defaults, records, setting, grid.dtype_bytes, head)
+    priced = price_head(spec, records, setting, grid.dtype_bytes, head)
     return [{"kind": f"{END_KIND}{part}", "point": CENSUS_POINT, "priced_per_token": priced[part] / seq} for part in END_PARTS]
 
 

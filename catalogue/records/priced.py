@@ -108,9 +108,9 @@ def stack_counts(spec: Mapping) -> dict[str, int]:
     return counts
 
 
-def kinds_of(spec: Mapping, defaults: Mapping) -> list[KindValues]:
+def kinds_of(spec: Mapping) -> list[KindValues]:
     """The spec-and-kind names of each kind of the stack, in order."""
-    return [kind_values(spec, kind, defaults) for kind in stack_counts(spec)]
+    return [kind_values(spec, kind) for kind in stack_counts(spec)]
 
 
 def layers(kvs: Sequence[KindValues], records: Records, grid: Grid) -> Iterator[tuple[int, int, LayerNames, str]]:

@@ -1,7 +1,7 @@
 """Pricing a spec: bytes per part for every switch mask, kind and setting (docs/pricing.md).
 
-The input is plain mappings: a ModelSpec mapping (with `flavours` per kind), the family's
-pricing defaults (Family.pricing_defaults()), a Records and a settings Grid. Two evaluators
+The input is a ModelSpec mapping (with `flavours` per kind), a Records and a settings Grid:
+the spec alone says what is priced. Two evaluators
 give the same prices bit for bit: `fast` (catalogue/records/fastpath.py, the default) and `direct`
 (catalogue/records/direct.py, the reference). `model_totals` adds the kinds up through the stack.
 """
@@ -26,27 +26,25 @@ METHODS = {"fast": price_fast, "direct": price_direct}
 __all__ = ["METHODS", "LayerPrices", "PriceTables", "PricingError", "model_totals", "price_layers", "price_spec", "stack_counts"]
 
 
-def price_layers(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, method: str = "fast") -> LayerPrices:
+def price_layers(spec: Mapping, records: Records, grid: Grid, method: str = "fast") -> LayerPrices:
     """All (kind, setting, mask) prices of `spec` as arrays; `method` is fast or direct."""
     if method not in METHODS:
         raise ValueError(f"unknown pricing method {method!r}; methods: {', '.join(METHODS)}")
-    return METHODS[method](spec, defaults, records, grid)
+    return METHODS[method](spec, records, grid)
 
 
-def price_spec(
-    spec: Mapping, defaults: Mapping, records: Records, settings: Grid, method: str = "fast", costs: Costs | None = None
-) -> PriceTables:
+def price_spec(spec: Mapping, records: Records, settings: Grid, method: str = "fast", costs: Costs | None = None) -> PriceTables:
     """Price every mask × kind × setting of `spec` (a plain ModelSpec mapping with flavours).
 
-    `defaults` is Family.pricing_defaults() for the spec's family; `settings` a Grid. With
-    `costs` (cost.load_costs) the tables carry the recompute costs and the frontier too
-    (`switch_costs`, catalogue/records/switchcosts.py), as the catalogue stores them.
+    `settings` is a Grid. With `costs` (cost.load_costs) the tables carry the recompute costs
+    and the frontier too (`switch_costs`, catalogue/records/switchcosts.py), as the catalogue
+    stores them.
     """
-    prices = price_layers(spec, defaults, records, settings, method)
+    prices = price_layers(spec, records, settings, method)
     tables = prices.to_tables()
     if costs is None:
         return tables
-    return dataclasses.replace(tables, switch_costs=switch_costs(spec, defaults, records, settings, prices, costs))
+    return dataclasses.replace(tables, switch_costs=switch_costs(spec, records, settings, prices, costs))
 
 
 def model_totals(spec: Mapping, tables: PriceTables) -> PriceTables:

@@ -111,7 +111,7 @@ def _pareto(bytes_: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 
 def fits(
-    spec: Mapping, defaults: Mapping, records: Records, grid: Grid, costs: Costs, states: States, head: Head,
+    spec: Mapping, records: Records, grid: Grid, costs: Costs, states: States, head: Head,
     accelerator: Accelerator, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
     setting: Mapping | None = None,
@@ -131,7 +131,7 @@ def fits(
     keys = sorted({(lay.tp, lay.cp) for lay in candidates})
     base = dict(setting or {})  # the stack and any other setting field (`--set`), under what the layout decides
     settings = [grid.setting({**base, "seq_length": seq, "micro_batch": micro_batch, "tp": tp, "cp": cp, "in_flight": 1}) for tp, cp in keys]
-    refusals = infeasible(spec, defaults, records, grid.with_settings(settings))
+    refusals = infeasible(spec, records, grid.with_settings(settings))
     refused = {row["setting_id"] for row in refusals}
     keys = [key for key, setting in zip(keys, settings) if setting["setting_id"] not in refused]
     settings = [setting for setting in settings if setting["setting_id"] not in refused]
@@ -140,8 +140,8 @@ def fits(
         first = refusals[0]
         raise LayoutError("infeasible", f"{spec.get('name', 'the model')}: kind {first['kind']!r} cannot run at seq {seq}: {first['message']} ({first['rule']})")
     sub = grid.with_settings(settings)
-    prices = price_layers(spec, defaults, records, sub)
-    oc = op_costs(spec, defaults, records, sub, costs)
+    prices = price_layers(spec, records, sub)
+    oc = op_costs(spec, records, sub, costs)
     flops, moved = oc.masks(records)
     fwd_flops, fwd_moved = oc.forward()
     seconds = oc.seconds(accelerator, records)  # [kind, setting, mask]
@@ -152,7 +152,7 @@ def fits(
     p_moved = np.concatenate([moved, fwd_moved[..., None]], axis=2)
     p_seconds = np.concatenate([seconds, fwd_seconds[..., None]], axis=2)
     kind_index = {k: i for i, k in enumerate(prices.kinds)}
-    ends = [price_head(spec, defaults, records, s, grid.dtype_bytes, head) for s in settings]
+    ends = [price_head(spec, records, s, grid.dtype_bytes, head) for s in settings]
     n = records.n_masks
     out: list[Fit] = []
     stage_weights: dict[int, list[np.ndarray]] = {}  # pp -> layers per kind on each stage

@@ -24,10 +24,10 @@ SWITCH_COST_COLUMNS: tuple[str, ...] = (
 )
 
 
-def spec_frontier(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, prices: LayerPrices, costs: Costs) -> tuple[Frontier, np.ndarray]:
+def spec_frontier(spec: Mapping, records: Records, grid: Grid, prices: LayerPrices, costs: Costs) -> tuple[Frontier, np.ndarray]:
     """The frontier of every (kind, setting) of `spec` and the layer's step FLOPs ([kind, setting]:
     `costs.step_factor` forwards)."""
-    oc = op_costs(spec, defaults, records, grid, costs)
+    oc = op_costs(spec, records, grid, costs)
     if oc.kinds != prices.kinds or oc.setting_ids != prices.setting_ids:
         raise ValueError("the costs and the prices are not of the same kinds and settings")
     flops, moved = oc.masks(records)
@@ -61,7 +61,7 @@ def switch_cost_table(front: Frontier, step_flops: np.ndarray, kinds: tuple[str,
     )
 
 
-def switch_costs(spec: Mapping, defaults: Mapping, records: Records, grid: Grid, prices: LayerPrices, costs: Costs):
+def switch_costs(spec: Mapping, records: Records, grid: Grid, prices: LayerPrices, costs: Costs):
     """The switch_costs table of `spec` priced as `prices` (pricing.price_layers)."""
-    front, step = spec_frontier(spec, defaults, records, grid, prices, costs)
+    front, step = spec_frontier(spec, records, grid, prices, costs)
     return switch_cost_table(front, step, prices.kinds, prices.setting_ids)

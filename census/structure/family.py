@@ -1,5 +1,5 @@
 """Family profiles (census/structure/profiles/*.yaml): the layer kinds a family declares (docs/census.md,
-"Op counts"; docs/pricing.md reads the defaults).
+"Op counts").
 
 A profile names a family, the model_type prefixes it claims (`match`, its own name by
 default), its kinds (op counts plus `attention` and `ffn` flavours), an optional `default`
@@ -7,6 +7,11 @@ kind, byte-width `defaults` (merged over the default family's) and `model` defau
 family is the one whose prefix is the longest prefix of its model_type; otherwise `default`.
 The loader refuses unknown keys, missing or unknown ops, unknown flavours and a default that
 is not a kind, naming the file and the key.
+
+The census reads the kinds. Of the `defaults`, costs.yaml reads softmax_bytes and
+dropout_bytes, which the pricing reads from these files itself by the same rule
+(catalogue/records/family_widths.py); nothing reads norm_bytes, nor `model` (the census states
+an MLA kind's v_head_dim): they stay, validated here, until the profiles next change.
 """
 
 from __future__ import annotations
@@ -76,11 +81,6 @@ class Family:
         if self.default in matching:
             return self.default
         return matching[0]
-
-    def pricing_defaults(self) -> dict[str, Any]:
-        """The plain mapping catalogue/records reads: the family name, its defaults and its model
-        defaults."""
-        return {"family": self.name, "defaults": dict(self.defaults), "model": dict(self.model)}
 
 
 def _fail(path: Path, key: str, what: str) -> ProfileError:

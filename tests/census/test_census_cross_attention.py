@@ -24,7 +24,6 @@ from speccat.catalogue.records.points import check_prices, measured_per_token, p
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, W, A, KV, D, S = 64, 128, 4, 2, 16, 32  # hidden, MLP width, heads, kv heads, head width, decoder tokens
@@ -93,7 +92,7 @@ def test_without_encoder_tokens_the_decoder_skips_the_layer_and_it_keeps_nothing
     assert set(booked.values()) == {0.0} and tiny["measured"]["cross_dense"]["attention_impl"] == "speccat::flash_attention"
     # priced at the grid's default setting (encoder_tokens 0): nothing, also under full recompute
     records, grid = load_records(), load_settings()
-    prices = price_layers(tiny, family_for("mllama").pricing_defaults(), records, grid.with_settings([grid.setting({"seq_length": S})]))
+    prices = price_layers(tiny, records, grid.with_settings([grid.setting({"seq_length": S})]))
     k = prices.kinds.index("cross_dense")
     assert float(prices.total[k, 0, 0]) == 0.0 and float(prices.full[k, 0]) == 0.0
     assert float(prices.total[prices.kinds.index("full_dense"), 0, 0]) > 0
@@ -198,7 +197,7 @@ def test_the_reference_path_keeps_what_eager_attention_keeps_instead_of_the_kern
 def test_cross_attention_is_priced_as_measured(config, seq):
     spec = run_census(config, name="mllama", seq_length=seq).to_dict()
     records, grid = load_records(), load_settings()
-    rows = price_points(spec, family_for("mllama").pricing_defaults(), records, grid)
+    rows = price_points(spec, records, grid)
     measured = measured_per_token(spec)
     cross = [r for r in rows if r["kind"] == "cross_dense" and (r["kind"], r["point"]) in measured]
     assert {r["point"] for r in cross} == {"census", f"encoder {seq // 2}", f"encoder {seq // 4}"}
@@ -228,7 +227,7 @@ def test_a_planner_prices_another_encoder_length_through_the_fixed_setting(defau
     assert grid.setting({"seq_length": SEQ, "encoder_tokens": 0}) == plain
     images = grid.setting({"seq_length": SEQ, "encoder_tokens": 6404})  # four tiles of 1601 vision tokens
     assert images["encoder_tokens"] == 6404 and images["setting_id"] != plain["setting_id"]
-    prices = price_layers(default, family_for("mllama").pricing_defaults(), records, grid.with_settings([plain, images]))
+    prices = price_layers(default, records, grid.with_settings([plain, images]))
     k, f = prices.kinds.index("cross_dense"), prices.kinds.index("full_dense")
     assert float(prices.total[k, 0, 0]) == 0.0 < float(prices.total[k, 1, 0])
     assert float(prices.total[f, 0, 0]) == float(prices.total[f, 1, 0])  # self-attention does not read it
@@ -239,7 +238,7 @@ def test_across_settings_the_cross_attention_kind_is_measured_recomputed_given_e
     and the records price every such point as the census measured it."""
     spec = run_census(TINY, name="tiny-mllama", seq_length=S, across=True).to_dict()
     records, grid = load_records(), load_settings()
-    rows = price_points(spec, family_for("mllama").pricing_defaults(), records, grid)
+    rows = price_points(spec, records, grid)
     measured = measured_per_token(spec)
     recomputed = [p for p in spec["measured_at"] if p["point"].startswith(f"encoder {S // 2} recompute ")]
     assert {tuple(p["recompute"]) for p in recomputed} >= {("softmax",), ("normOp",), tuple(records.switches)}

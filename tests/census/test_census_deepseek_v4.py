@@ -129,11 +129,10 @@ def _priced_attbmm(spec, seq: int) -> dict[str, float]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.structure.family import family_for
 
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    prices = price_layers(spec, records, one)
     bit = 1 << records.switches.index("attBMM")
     return {kind: float(prices.total[i, 0, 0] - prices.total[i, 0, bit]) / seq for i, kind in enumerate(prices.kinds)}
 

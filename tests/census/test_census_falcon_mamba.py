@@ -16,7 +16,6 @@ from support.layer_runs import assert_same_grads, saves_and_grads, signature, ti
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, D, N, R, W, S = 32, 64, 4, 6, 4, 32  # hidden, inner, state, dt rank, conv width, tokens
@@ -85,8 +84,7 @@ def test_the_default_falcon_mamba_is_priced_within_one_percent_at_every_point(re
     spec = run_census(default_config("falcon_mamba"), name="falcon_mamba", across=True).to_dict()
     assert spec["layers"] == [{"kind": "mamba", "count": 32}]
     assert (spec["ssm_inner_size"], spec["ssm_state_size"], spec["ssm_dt_rank"]) == (1536, 16, 48)
-    defaults = family_for(spec["arch"]).pricing_defaults()
-    rows = price_points(spec, defaults, records, grid) + price_ends(spec, defaults, records, grid, load_head(records))
+    rows = price_points(spec, records, grid) + price_ends(spec, records, grid, load_head(records))
     measured = measured_per_token(spec)  # the layers' points and the model's ends
     assert len(rows) == len(measured) >= 10
     worst = max(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) for r in rows)

@@ -11,7 +11,6 @@ from support.layer_runs import saved_by_layer
 
 from speccat.catalogue.records.points import measured_per_token, price_points
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 
@@ -77,5 +76,5 @@ def test_the_default_bart_config_is_priced_within_one_percent(records, grid):
     spec = run_census(default_config("bart"), name="bart", seq_length=256).to_dict()
     assert spec["ops"]["decoder"]["ffMM"] == 2 and spec["ops"]["decoder"]["ffAct"] == 1
     measured = measured_per_token(spec)
-    rows = [r for r in price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid) if r["point"] == "census"]
+    rows = [r for r in price_points(spec, records, grid) if r["point"] == "census"]
     assert rows and all(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) < 0.01 for r in rows)

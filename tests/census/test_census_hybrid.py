@@ -127,13 +127,12 @@ def test_priced_within_tolerance_at_every_measured_point_but_tp(model_type):
     from transformers import CONFIG_MAPPING
 
     from speccat.catalogue.records import points
-    from speccat.census.structure.family import family_for
     from speccat.flows.analysis import pricing_inputs
 
     config = {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type}
     spec = run_census(config, name=model_type, seq_length=256, across=True)
     records, grid, _, _ = pricing_inputs()
-    rows = points.price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid)
+    rows = points.price_points(spec, records, grid)
     measured = points.measured_per_token(spec)
     tp = [row for row in rows if row["point"].startswith("tp") and measured.get((row["kind"], row["point"]))]
     assert any(f["attention"] in ("full_mamba2", "mamba2") for f in spec["flavours"].values()) and tp

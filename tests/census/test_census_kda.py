@@ -21,7 +21,6 @@ from speccat.catalogue.records.points import check_prices, measured_per_token, p
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, HEADS, DK, S = 64, 2, 16, 80  # hidden, KDA heads, KDA head width, tokens (a full chunk of 64 and a partial one)
@@ -159,7 +158,7 @@ def test_kda_stacks_are_priced_as_measured(config, seq):
     spec = run_census(config, name="tiny", seq_length=seq)
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    prices = price_layers(spec, records, one)
     for i, kind in enumerate(prices.kinds):
         priced, measured = float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())
         assert abs(priced / measured - 1) <= 0.02, (kind, priced, measured)
@@ -171,7 +170,7 @@ def test_kda_kinds_are_priced_within_one_percent_at_every_point(config):
     `linear_num_heads`) as the records do; the low-rank gates' head-wide middles stay whole."""
     spec = run_census(config, name="tiny", seq_length=256, across=True)
     records, grid = load_records(), load_settings()
-    rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), records, grid)
+    rows = price_points(spec, records, grid)
     measured = measured_per_token(spec)
     assert {r["point"] for r in rows} >= {"census", "tp 2", "cp 2"}
     worst = max(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) for r in rows)

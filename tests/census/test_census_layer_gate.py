@@ -17,7 +17,6 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.points import check_prices, price_points
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, W, A, KV, D, P, S, V = 64, 128, 4, 2, 16, 16, 32, 128  # hidden, MLP width, heads, kv heads, head width, gate width, tokens, vocabulary
@@ -139,7 +138,7 @@ def test_without_per_layer_inputs_there_is_no_gate():
 
 
 def _check(spec) -> None:
-    rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
+    rows = price_points(spec, load_records(), load_settings())
     check_prices(spec, rows, load_records())  # raises beyond the records' tolerance at any measured point
 
 

@@ -16,7 +16,6 @@ from support.layer_runs import saved_by_graph
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, price_ends, price_points, worst_ratio
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 
@@ -72,8 +71,7 @@ def test_scout_keeps_every_expert_for_every_token(scout):
 
 
 def _priced_within_tolerance(spec, records, grid) -> float:
-    defaults = family_for(spec["arch"]).pricing_defaults()
-    rows = price_points(spec, defaults, records, grid) + price_ends(spec, defaults, records, grid, load_head(records))
+    rows = price_points(spec, records, grid) + price_ends(spec, records, grid, load_head(records))
     check_prices(spec, rows, records)
     return worst_ratio(spec, rows)[2]
 
@@ -88,9 +86,8 @@ def test_the_fast_path_prices_dense_dispatch_as_the_direct_evaluator(scout, reco
     terms and the weightless QK-norm are evaluated alike by both (docs/pricing.md)."""
     from speccat.catalogue.records.pricing import price_layers
 
-    defaults = family_for(scout["arch"]).pricing_defaults()
-    fast = price_layers(scout, defaults, records, grid, "fast")
-    assert fast.same_bits(price_layers(scout, defaults, records, grid, "direct"))
+    fast = price_layers(scout, records, grid, "fast")
+    assert fast.same_bits(price_layers(scout, records, grid, "direct"))
 
 
 def test_a_tiny_llama4_books_what_its_real_graph_holds(records, grid):

@@ -19,7 +19,6 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32 = 2, 4
 H, D, N, R, W, S = 32, 64, 4, 6, 4, 32  # hidden, inner, state, dt rank, conv width, tokens
@@ -149,7 +148,7 @@ def test_mamba_is_priced_as_measured(seq):
     spec = run_census(load_shipped(MAMBA_130M), name="mamba-130m", seq_length=seq)
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    prices = price_layers(spec, records, one)
     (kind,) = prices.kinds
     priced = float(prices.total[0, 0, 0]) / seq
     measured = sum(spec["measured"][kind]["bytes_per_token"].values())

@@ -149,9 +149,8 @@ def _priced_over_measured(spec: dict) -> float:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.points import price_points, worst_ratio
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.structure.family import family_for
 
-    rows = price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())
+    rows = price_points(spec, load_records(), load_settings())
     assert len(rows) == 1  # one kind, one point
     return worst_ratio(spec, rows)[2]
 

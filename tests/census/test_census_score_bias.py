@@ -24,7 +24,6 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 BF16, FP32, I64 = 2, 4, 8
 H, HEADS, KV, D, S = 64, 4, 2, 16, 32  # hidden, heads, kv heads, head dim, tokens
@@ -143,8 +142,7 @@ def test_the_records_price_the_kept_bias_quadratic_in_the_sequence(seq):
     spec = run_census(TINY_INKLING, name="tiny-inkling", seq_length=seq)
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    defaults = family_for(spec["arch"]).pricing_defaults()
-    prices = price_layers(spec, defaults, records, one)
+    prices = price_layers(spec, records, one)
     kept_all, attbmm_dropped = records.mask_of([]), records.mask_of(["attBMM"])
     for i, kind in enumerate(prices.kinds):
         booked = spec["measured"][kind]["bytes_per_token"]

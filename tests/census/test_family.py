@@ -48,8 +48,6 @@ def test_defaults_merge_over_the_default_family():
     fams = load_families()
     assert dict(fams["default"].defaults) == {"norm_bytes": 4, "dropout_bytes": 0, "softmax_bytes": 4}
     assert dict(fams["deepseek"].defaults) == dict(fams["default"].defaults)
-    assert fams["deepseek"].pricing_defaults() == {
-        "family": "deepseek", "defaults": dict(fams["default"].defaults), "model": {"v_head_dim": 128}}
 
 
 @pytest.mark.parametrize("model_type,family", [

@@ -8,7 +8,6 @@ import pytest
 from conftest import load_shipped
 
 from speccat.catalogue.records.head import load_head, price_head
-from speccat.census.structure.family import family_for
 
 SEQ = 128
 
@@ -27,8 +26,7 @@ def test_priced_ends_equal_the_measured_ones(repo, records, grid):
     spec = spec_of(repo)
     got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/measure/head.py)
     assert spec["ends"]["seq_length"] == SEQ
-    defaults = family_for(load_shipped(repo)["model_type"]).pricing_defaults()
-    priced = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    priced = price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
     h, v = spec["hidden_size"], spec["vocab_size"]
     # by hand: the head's bf16 input, fp32 log-probabilities, int64 labels per token; one pad label
     # and the scalar loss. Gemma 2's causal LM caps its logits (logits / 30, tanh, * 30): tanh
@@ -57,8 +55,7 @@ def test_priced_ends_equal_the_measured_ones(repo, records, grid):
 def test_gemma3_1b_logits_at_8192_are_8_gib(records, grid):
     c = load_shipped("google/gemma-3-1b-it")
     spec = spec_of("google/gemma-3-1b-it")
-    defaults = family_for("gemma3_text").pricing_defaults()
-    priced = price_head(spec, defaults, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_head(records))
+    priced = price_head(spec, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_head(records))
     assert priced["logits"] / 2**30 == pytest.approx((8192 * (262144 * 4 + 1152 * 2 + 8) + 12) / 2**30)
     assert 8.0 < priced["logits"] / 2**30 < 8.1
 
@@ -76,17 +73,16 @@ def test_a_loss_on_the_bf16_logits_keeps_its_log_probabilities_in_bf16(records, 
     # by hand: the head's bf16 input and the bf16 log-probabilities; the labels are the input
     # ids themselves (bart does not shift them), booked to the embedding; the bf16 scalar loss
     assert spec["ends"]["bytes_per_token"]["logits"] * SEQ == SEQ * (h * 2 + v * 2) + 2
-    priced = price_head(spec, family_for("bart").pricing_defaults(), records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    priced = price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
     assert priced["logits"] / (spec["ends"]["bytes_per_token"]["logits"] * SEQ) == pytest.approx(1, abs=records.tolerance)
     assert priced["logits"] == SEQ * (h * 2 + v * 2 + 8) + 8 + 4  # the labels head.yaml books apart
 
 
 def test_a_spec_with_no_ends_is_priced_as_the_causal_lm_loss_keeps_its_logits(records, grid):
     spec = spec_of("meta-llama/Llama-3.2-1B-Instruct")
-    defaults = family_for("llama").pricing_defaults()
-    measured = price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    measured = price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
     del spec["ends"]
-    assert price_head(spec, defaults, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records)) == measured
+    assert price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records)) == measured
 
 
 def test_a_change_of_the_ends_prices_alone_changes_the_version_stored_prices_are_keyed_by(records, tmp_path, monkeypatch):

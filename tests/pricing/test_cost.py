@@ -23,11 +23,11 @@ def costs(records):
 
 
 def llama_spec():
-    spec, defaults = llama_8b()
+    spec = llama_8b()
     c = load_shipped("meta-llama/Llama-3.1-8B-Instruct")
     h, kv, dh, hff = c["hidden_size"], c["num_key_value_heads"], c["hidden_size"] // c["num_attention_heads"], c["intermediate_size"]
     spec["params"] = {"kinds": {"decoder": {"attention": 2 * h * h + 2 * h * kv * dh, "ffn_dense": 3 * h * hff, "norm": 2 * h}}}
-    return spec, defaults
+    return spec
 
 
 def flop_counter_on_a_fake_llama_layer(seq: int) -> dict[str, int]:
@@ -70,9 +70,9 @@ def flop_counter_on_a_fake_llama_layer(seq: int) -> dict[str, int]:
 def test_full_recompute_of_a_llama_8b_layer_is_its_forward_as_flop_counter_counts_it(records, grid, costs):
     seq = 1024
     counted = flop_counter_on_a_fake_llama_layer(seq)
-    spec, defaults = llama_spec()
+    spec = llama_spec()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    oc = op_costs(spec, defaults, records, one, costs)
+    oc = op_costs(spec, records, one, costs)
     per_op = dict(zip(oc.ops, oc.flops[0, 0]))
     h, a, kv, dh, hff, s = 4096, 32, 8, 128, 14336, seq
     # each op by hand from the dims; under flash attBMM keeps the kernel's inputs q, k, v (their
@@ -90,13 +90,13 @@ def test_full_recompute_of_a_llama_8b_layer_is_its_forward_as_flop_counter_count
     assert oc.forward()[0][0, 0] == counted["Global"]  # full recompute = the layer's forward, FLOP for FLOP
 
 
-def gpt3_layer() -> tuple[dict, dict]:
+def gpt3_layer() -> dict:
     """A GPT-3 175B layer as Korthikanti et al. (2022) model it: h 12288, 96 heads, 16-bit
     softmax output, 1-byte dropout masks, one softmax, two products, four projections."""
     h = 12288
     ops = {"attMM": 4, "attBMM": 2, "ffMM": 2, "softmax": 1, "dropout": 2, "normOp": 2, "gather": 0, "headCast": 1, "ffAct": 1, "linrec": 0}
     spec = {
-        "hidden_size": h, "num_attention_heads": 96, "num_key_value_heads": 96, "intermediate_size": 4 * h,
+        "arch": "gpt3", "hidden_size": h, "num_attention_heads": 96, "num_key_value_heads": 96, "intermediate_size": 4 * h,
         "layers": [{"kind": "decoder", "count": 96}], "ops": {"decoder": ops},
         "flavours": {"decoder": {"attention": "full", "ffn": "dense"}},
         "params": {"kinds": {"decoder": {"attention": 4 * h * h, "ffn_dense": 8 * h * h, "norm": 4 * h}}},
@@ -104,17 +104,17 @@ def gpt3_layer() -> tuple[dict, dict]:
         # the variant facts the census states: attention dropout on, nothing else
         "variants": {"decoder": {name: name == "attention_dropout" for name in VARIANTS} | {"index_topk": 0, "act_saved": 1}},
     }  # fmt: skip
-    return spec, {"defaults": {"norm_bytes": 2, "dropout_bytes": 1, "softmax_bytes": 2}, "model": {}}
+    return spec
 
 
 def test_korthikanti_selective_recompute_on_gpt3_175b(records, grid, costs):
     from speccat.catalogue.records.pricing import price_layers
 
     h, a, s, b, t = 12288, 96, 2048, 1, 8
-    spec, defaults = gpt3_layer()
+    spec = gpt3_layer()
     setting = grid.setting({"stack": "megatron", "seq_length": s, "tp": t, "sequence_parallel": True, "flash_attention": False})
     one = grid.with_settings([setting])
-    oc = op_costs(spec, defaults, records, one, costs)
+    oc = op_costs(spec, records, one, costs)
     flops, _ = oc.masks(records)
     core = records.mask_of(["attBMM", "softmax", "dropout", "headCast"])
     forward = oc.forward()[0][0, 0]
@@ -129,7 +129,7 @@ def test_korthikanti_selective_recompute_on_gpt3_175b(records, grid, costs):
     paper = (s / (6 * h)) / (1 + s / (6 * h) + 51200 / (12 * h * 96))
     assert paper == pytest.approx(0.027, abs=0.0005) and share * 3 == pytest.approx(s / (6 * h) / (1 + s / (6 * h)), rel=1e-12)
     # and it saves the 5as²b/t term: softmax output, its dropout mask and dropout output
-    prices = price_layers(spec, defaults, records, one)
+    prices = price_layers(spec, records, one)
     saved = prices.total[0, 0, 0] - prices.total[0, 0, records.mask_of(["softmax", "dropout", "headCast"])]
     hidden_masks = 2 * s * b * h * 1 / t  # the two dropouts after attention and MLP: bool masks, 1 byte per element
     assert saved - hidden_masks == 5 * a * s * s * b / t
@@ -145,9 +145,9 @@ def test_a_mask_recomputes_exactly_the_ops_it_drops(records, costs):
 
 
 def test_time_is_the_slower_of_compute_and_memory(records, grid, costs):
-    spec, defaults = llama_spec()
+    spec = llama_spec()
     one = grid.with_settings([grid.setting({"seq_length": 8192})])
-    oc = op_costs(spec, defaults, records, one, costs)
+    oc = op_costs(spec, records, one, costs)
     h100 = load_accelerators()["H100-SXM"]
     per_op = oc.seconds(h100)
     assert np.array_equal(per_op, np.maximum(oc.flops / 989e12, oc.moved / 3.35e12))

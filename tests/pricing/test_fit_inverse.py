@@ -50,7 +50,6 @@ def test_min_gpus_fits_and_no_fewer_gpus_do(capsys):
     from speccat.flows.cli_fit import planning_data
     from speccat.flows.fit_spec import censused_now
     from speccat.catalogue.records.rank import fits
-    from speccat.census.structure.family import family_for
 
     base = (LLAMA_70B, "--gpu-mem", "80GiB", "--seq", 8192)
     out = fit_json(capsys, *base, "--min-gpus")
@@ -63,7 +62,7 @@ def test_min_gpus_fits_and_no_fewer_gpus_do(capsys):
     accelerator = data["accelerators"]["H100-SXM"]
     for fewer in range(1, n):
         try:
-            rows = fits(spec, family_for(spec["arch"]).pricing_defaults(), data["records"], data["grid"], data["costs"], data["states"],
+            rows = fits(spec, data["records"], data["grid"], data["costs"], data["states"],
                         data["head"], accelerator, gpus=fewer, seq=8192, budget=80 * 2**30)  # fmt: skip
         except LayoutError:
             rows = []

@@ -12,7 +12,6 @@ from conftest import SNAPSHOT
 
 from speccat.catalogue.records import layouts
 from speccat.catalogue.store.file import open_readonly, publish, stored
-from speccat.census.structure.family import family_for
 from speccat.flows.cli import main
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # 9 attention heads, 3 kv heads
@@ -21,7 +20,7 @@ SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # 9 attention heads, 3 kv heads
 def test_the_rules_refuse_what_tp_or_the_sequence_sharding_cannot_split(records, grid):
     smol = runs.censused(SMOL).spec
     assert (smol["num_attention_heads"], smol["num_key_value_heads"]) == (9, 3)
-    rows = layouts.infeasible(smol, family_for(smol["arch"]).pricing_defaults(), records, grid)
+    rows = layouts.infeasible(smol, records, grid)
     tp_of = {s["setting_id"]: s["tp"] for s in grid.settings}
     # 9 heads split only at tp 1: every setting with tp 2, 4 or 8 is refused, by the heads rule.
     assert sorted({tp_of[r["setting_id"]] for r in rows}) == [2, 4, 8]
@@ -42,7 +41,7 @@ def test_the_rules_refuse_what_tp_or_the_sequence_sharding_cannot_split(records,
 
 def test_the_catalogue_holds_no_price_of_an_infeasible_setting_but_says_why(tmp_path, records, grid):
     smol = runs.censused(SMOL)
-    rows = layouts.infeasible(smol.spec, family_for(smol.spec["arch"]).pricing_defaults(), records, grid)
+    rows = layouts.infeasible(smol.spec, records, grid)
     bad = {r["setting_id"] for r in rows}
     night = runs.make_run("n1", [smol], day=1)
     night = dataclasses.replace(
@@ -70,7 +69,7 @@ def test_the_catalogue_holds_no_price_of_an_infeasible_setting_but_says_why(tmp_
 
 def test_a_night_that_prices_an_infeasible_setting_is_refused(records, grid, tmp_path):
     smol = runs.censused(SMOL)
-    rows = layouts.infeasible(smol.spec, family_for(smol.spec["arch"]).pricing_defaults(), records, grid)
+    rows = layouts.infeasible(smol.spec, records, grid)
     night = dataclasses.replace(runs.make_run("n1", [smol], day=1), infeasible={smol.config_hash: rows})  # prices kept
     with pytest.raises(ValueError, match="both priced and infeasible"):
         publish(tmp_path / "catalogue.duckdb", night)

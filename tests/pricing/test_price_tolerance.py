@@ -13,7 +13,6 @@ from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.head import load_head
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 REPO = "Qwen/Qwen3-0.6B"
 
@@ -32,8 +31,7 @@ def with_unclaimed(spec: dict, share: float) -> dict:
 
 
 def all_rows(spec: dict, records, grid) -> list[dict]:
-    defaults = family_for(spec["arch"]).pricing_defaults()
-    return price_points(spec, defaults, records, grid) + price_ends(spec, defaults, records, grid, load_head(records))
+    return price_points(spec, records, grid) + price_ends(spec, records, grid, load_head(records))
 
 
 def test_the_shipped_spec_is_within_the_tolerance_at_every_point(spec, records, grid):
@@ -46,13 +44,12 @@ def test_the_shipped_spec_is_within_the_tolerance_at_every_point(spec, records, 
 
 
 def test_bytes_no_record_prices_beyond_the_tolerance_refuse_the_prices(spec, records, grid):
-    defaults = family_for(spec["arch"]).pricing_defaults()
     assert records.tolerance == 0.02
     small = with_unclaimed(spec, 0.01)  # 1% more measured: priced 1/1.01 of it, within 2%
-    check_prices(small, price_points(small, defaults, records, grid), records)
+    check_prices(small, price_points(small, records, grid), records)
     large = with_unclaimed(spec, 0.05)  # priced 1/1.05 of it: 4.8% short
     with pytest.raises(PricingError) as err:
-        check_prices(large, price_points(large, defaults, records, grid), records)
+        check_prices(large, price_points(large, records, grid), records)
     assert err.value.reason == "unsupported_layer"
     assert "kind 'decoder' at point 'census'" in str(err.value) and "-4.8%" in str(err.value)
 

@@ -25,7 +25,6 @@ from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.store.file import publish
 from speccat.catalogue.store.night import NightData
 from speccat.census import config_hash, load_config_file, run_census
-from speccat.census.structure.family import family_for
 from speccat.census.spec import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,10 +45,9 @@ def catalogue(tmp_path_factory) -> Path:
         except SpecError:
             continue  # refused: nothing measured (tests/census/test_census_hub_more.py states why)
         h = config_hash(config)
-        defaults = family_for(spec["arch"]).pricing_defaults()
         specs[h], configs[h] = spec, config
-        prices[h] = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
-        points[h] = price_points(spec, defaults, records(), grid())
+        prices[h] = price_spec(spec, records(), grid(), costs=load_costs(records()))
+        points[h] = price_points(spec, records(), grid())
         repos.append({"repo_id": repo_id, "config_hash": h})
     started = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
     night = NightData(

@@ -27,17 +27,17 @@ def records():
     return parse_records(yaml.safe_load(RECORDS_PATH.read_text()), "records.yaml")
 
 
-def assert_same(spec, defaults, records, grid):
-    fast = price_layers(spec, defaults, records, grid, "fast")
-    direct = price_layers(spec, defaults, records, grid, "direct")
+def assert_same(spec, records, grid):
+    fast = price_layers(spec, records, grid, "fast")
+    direct = price_layers(spec, records, grid, "direct")
     assert fast.same_bits(direct)
     return fast
 
 
 @pytest.mark.parametrize("build", BUILDERS, ids=lambda b: b.__name__)
 def test_fast_equals_direct_on_the_default_grid(records, grid, build):
-    spec, d = build()
-    assert_same(spec, d, records, grid)
+    spec = build()
+    assert_same(spec, records, grid)
 
 
 def wide_grid():
@@ -68,14 +68,14 @@ def sample(grid, count, seed):
 
 @pytest.mark.parametrize("build", BUILDERS, ids=lambda b: b.__name__)
 def test_fast_equals_direct_on_a_grid_varying_every_field(records, build):
-    spec, d = build()
-    assert_same(spec, d, records, sample(wide_grid(), 48, seed=len(spec["name"])))
+    spec = build()
+    assert_same(spec, records, sample(wide_grid(), 48, seed=len(spec["name"])))
 
 
 def test_the_wide_grid_drives_formulas_into_the_scalar_fallback(records):
-    spec, d = qwen15_moe()
+    spec = qwen15_moe()
     grid = wide_grid()
-    pricer = KindPricer(kind_values(spec, "decoder", d), grid, records)
+    pricer = KindPricer(kind_values(spec, "decoder"), grid, records)
     assert {"gmm", "s", "t", "cp", "sp", "kv_shards", "rep", "kvr"} <= pricer.arrays
     routed = next(s for s in records.slots if s.name == "routed")
     # `dropless_tok_factor if gmm else cap_fact` tests a varying name: not elementwise
@@ -87,9 +87,9 @@ def test_the_wide_grid_drives_formulas_into_the_scalar_fallback(records):
 
 def test_the_default_grid_runs_every_records_expression_over_arrays(records, grid):
     for build in BUILDERS:
-        spec, d = build()
+        spec = build()
         for kind in dict.fromkeys(g["kind"] for g in spec["layers"]):
-            pricer = KindPricer(kind_values(spec, kind, d), grid, records)
+            pricer = KindPricer(kind_values(spec, kind), grid, records)
             # every slot the kind applies (a linear attention run in torch's reads min/max of a
             # block and the length, which the scalar path evaluates: no builder's kind has one)
             for slot in (slot for slot in records.slots if pricer.applies(slot) is not False):
@@ -125,9 +125,9 @@ NONLINEAR = {
 @pytest.mark.parametrize("build", BUILDERS, ids=lambda b: b.__name__)
 def test_fast_equals_direct_with_non_elementwise_records(grid, build):
     records = variant(NONLINEAR)
-    spec, d = build()
-    assert_same(spec, d, records, grid)
-    pricer = KindPricer(kind_values(spec, spec["layers"][0]["kind"], d), grid, records)
+    spec = build()
+    assert_same(spec, records, grid)
+    pricer = KindPricer(kind_values(spec, spec["layers"][0]["kind"]), grid, records)
     assert "f32" in pricer.unavailable
     assert not records.full.elementwise(pricer.arrays)
     norm = next(s for s in records.slots if s.name == "norm")
@@ -140,16 +140,16 @@ def test_fast_equals_direct_with_non_elementwise_records(grid, build):
 def test_errors_agree_where_python_refuses(grid):
     # 1 / (1 / (cp - 1)): numpy would give 1/inf = 0 at cp = 1; Python divides by zero
     records = variant({"      attBMM: n_softmax*(": "      attBMM: 0 * (1 / (1 / (cp - 1))) + n_softmax*("})
-    spec, d = llama_8b()
+    spec = llama_8b()
     for method in ("fast", "direct"):
         with pytest.raises(PricingError) as err:
-            price_layers(spec, d, records, grid, method)
+            price_layers(spec, records, grid, method)
         assert err.value.reason == "bad_value" and "zero" in str(err.value)
     # a negative price is refused by both
     records = variant({"      normOp: gated_norm*": "      normOp: -10**6 + gated_norm*"})
     for method in ("fast", "direct"):
         with pytest.raises(PricingError) as err:
-            price_layers(spec, d, records, grid, method)
+            price_layers(spec, records, grid, method)
         assert "finite and >= 0" in str(err.value)
 
 
@@ -168,14 +168,14 @@ def test_slot_plans_group_masks_by_the_slots_own_switches(records):
 
 def test_fast_equals_direct_for_a_kind_priced_alone(records, grid):
     # the deepseek dense kind next to the moe kind: slots that apply to one kind only
-    spec, d = deepseek_v2_lite()
-    prices = assert_same(spec, d, records, grid)
+    spec = deepseek_v2_lite()
+    prices = assert_same(spec, records, grid)
     assert prices.kinds == ("dense", "moe")
     ffn = {s.name: s for s in records.slots}["ffn"]
-    assert not ffn.applies(KindPricer(kind_values(spec, "moe", d), grid, records).names)
+    assert not ffn.applies(KindPricer(kind_values(spec, "moe"), grid, records).names)
 
 
 @pytest.mark.parametrize("seq, tp, cp", list(itertools.product([4096, 32768], [1, 8], [1, 4])))
 def test_hybrid_model_corner_settings(records, grid, seq, tp, cp):
-    spec, d = qwen35_9b()
-    assert_same(spec, d, records, grid.with_settings([grid.setting({"seq_length": seq, "tp": tp, "cp": cp})]))
+    spec = qwen35_9b()
+    assert_same(spec, records, grid.with_settings([grid.setting({"seq_length": seq, "tp": tp, "cp": cp})]))

@@ -39,16 +39,16 @@ SAMPLED_SETTINGS = 4
 
 @pytest.fixture(scope="module")
 def censused():
-    """repo_id -> (spec, family pricing defaults), censused on first use."""
+    """repo_id -> its spec, censused on first use."""
     from speccat.census import run_census
 
-    cache: dict[str, tuple] = {}
+    cache: dict[str, dict] = {}
 
     def get(repo_id: str):
         if repo_id not in cache:
             path = next(p for p in shipped_config_paths() if repo_id_of(p) == repo_id)
             spec = run_census(load_config_file(path), name=repo_id)
-            cache[repo_id] = (spec, family_for(spec["arch"]).pricing_defaults())
+            cache[repo_id] = spec
         return cache[repo_id]
 
     return get
@@ -59,16 +59,16 @@ def test_whole_grid_configs_are_shipped():
 
 
 def test_llama_8b_acceptance_on_the_censused_spec(censused, records, grid):
-    spec, defaults = censused("meta-llama/Llama-3.1-8B-Instruct")
+    spec = censused("meta-llama/Llama-3.1-8B-Instruct")
     one = grid.with_settings([grid.setting()])  # s=4096 b=1 tp=cp=1 bf16, flash, in_flight 1
-    prices = price_layers(spec, defaults, records, one)
+    prices = price_layers(spec, records, one)
     everything = records.mask_of(records.switches)
     got = {p: prices.part(p)[0, 0, 0] for p in ("attention", "ffn", "norm", "total")}
     s = 4096  # per token: 28,800 attention, 122,880 ffn, 49,160 norm (tests/pricing/test_pricing.py derives them)
     assert got == {"attention": s * 28_800, "ffn": s * 122_880, "norm": s * 49_160, "total": s * 200_840}
     assert prices.total[0, 0, everything] == 419_430_400
     assert prices.full[0, 0] == 33_554_432
-    model = model_totals(spec, price_spec(spec, defaults, records, one))
+    model = model_totals(spec, price_spec(spec, records, one))
     totals = dict(zip(model.layer_prices.column("mask").to_pylist(), model.layer_prices.column("total").to_pylist()))
     assert (totals[0], totals[everything]) == (32 * s * 200_840, 32 * 419_430_400)
     assert model.full_prices.column("kept").to_pylist() == [32 * 33_554_432]
@@ -76,10 +76,10 @@ def test_llama_8b_acceptance_on_the_censused_spec(censused, records, grid):
 
 @pytest.mark.parametrize("build", BUILDERS, ids=lambda b: b.__name__)
 def test_the_hand_built_specs_price_as_the_census(censused, records, grid, build):
-    hand, defaults = build()
-    spec, census_defaults = censused(hand["name"])
-    assert census_defaults == defaults
-    assert price_layers(hand, defaults, records, grid).same_bits(price_layers(spec, defaults, records, grid))
+    hand = build()
+    spec = censused(hand["name"])
+    assert family_for(hand["arch"]) is family_for(spec["arch"])  # the same family profile
+    assert price_layers(hand, records, grid).same_bits(price_layers(spec, records, grid))
 
 
 def _sample(grid, repo_id: str):
@@ -90,18 +90,18 @@ def _sample(grid, repo_id: str):
 
 @pytest.mark.parametrize("repo_id", REPOS)
 def test_fast_equals_direct_on_every_shipped_config(censused, records, grid, repo_id):
-    spec, defaults = censused(repo_id)
+    spec = censused(repo_id)
     settings = grid if repo_id in WHOLE_GRID else _sample(grid, repo_id)
-    fast = price_layers(spec, defaults, records, settings, "fast")
-    direct = price_layers(spec, defaults, records, settings, "direct")
+    fast = price_layers(spec, records, settings, "fast")
+    direct = price_layers(spec, records, settings, "direct")
     assert fast.same_bits(direct)
     assert np.all(fast.total > 0) and np.all(fast.full > 0)
 
 
 @pytest.mark.parametrize("repo_id", REPOS)
 def test_monotonic_in_switches_tp_and_cp(censused, records, grid, repo_id):
-    spec, defaults = censused(repo_id)
-    prices = price_layers(spec, defaults, records, grid)
+    spec = censused(repo_id)
+    prices = price_layers(spec, records, grid)
     total = prices.total
     for bit in range(len(records.switches)):
         without = np.array([m for m in range(records.n_masks) if not m >> bit & 1])

@@ -11,7 +11,6 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 TOLERANCE = 0.005  # at the census's setting
 SWITCH_TOLERANCE = 0.01  # what a switch set frees
@@ -25,7 +24,7 @@ def _pairs(model_type: str) -> dict[tuple[str, str], tuple[float, float]]:
 
     spec = run_census(default_config(model_type), name=model_type, seq_length=256, across=True)
     assert spec["attention_dims"]  # at least one kind differs from the model-wide dims
-    priced = {(r["kind"], r["point"]): r["priced_per_token"] for r in price_points(spec, family_for(spec["arch"]).pricing_defaults(), load_records(), load_settings())}
+    priced = {(r["kind"], r["point"]): r["priced_per_token"] for r in price_points(spec, load_records(), load_settings())}
     measured = {(kind, "census"): sum(m["bytes_per_token"].values()) for kind, m in spec["measured"].items()}
     for point in spec["measured_at"]:
         measured.update({(kind, point["point"]): sum(ops.values()) for kind, ops in point["bytes_per_token"].items()})

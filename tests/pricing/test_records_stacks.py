@@ -24,7 +24,6 @@ from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.structure.family import family_for
 
 TOLERANCE = 0.005
 
@@ -37,7 +36,7 @@ def gpt3():
 def _layer_bytes(spec, switches=(), **setting) -> float:
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting(setting)])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    prices = price_layers(spec, records, one)
     (kind,) = prices.kinds
     return float(prices.total[0, 0, records.mask_of(list(switches))])
 

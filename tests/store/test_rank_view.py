@@ -20,7 +20,6 @@ from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.rank import fits, in_flight
 from speccat.catalogue.records.states import Layout, load_states, rank_states, stage_kinds
 from speccat.catalogue.store.file import open_readonly, publish
-from speccat.census.structure.family import family_for
 
 REPOS = ("meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-0.6B")
 SEQ, TP = 4096, 2
@@ -44,12 +43,11 @@ def con():
 def by_hand(item, lay: dict, mask: int) -> dict:
     """The fullest stage of `lay` at (SEQ, TP) for `mask`, from the Python planner's parts."""
     spec, records, grid = item.spec, runs.records(), runs.grid()
-    defaults = family_for(spec["arch"]).pricing_defaults()
     setting = grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})
     sub = grid.with_settings([setting])
-    prices = price_layers(spec, defaults, records, sub)
+    prices = price_layers(spec, records, sub)
     kept = {k: float(prices.full[i, 0] if mask == -1 else prices.total[i, 0, mask]) for i, k in enumerate(prices.kinds)}
-    ends = price_head(spec, defaults, records, setting, grid.dtype_bytes, load_head(records))
+    ends = price_head(spec, records, setting, grid.dtype_bytes, load_head(records))
     layout = Layout(dp=lay["dp"], tp=TP, pp=lay["pp"], ep=lay["ep"], zero=lay["zero"], vpp=lay["vpp"])
     states = rank_states(spec, layout, load_states(), stage=None)
     totals = []
@@ -138,10 +136,9 @@ def recompute_by_hand(item, pp: int, mask: int, accelerator) -> tuple[float, flo
     """The first stage's recompute seconds per micro-batch of `mask` at (SEQ, TP) and its share
     of the same layers' step, from cost.py's per-op costs: each op max(FLOPs/peak, bytes/bandwidth)."""
     spec, records, grid = item.spec, runs.records(), runs.grid()
-    defaults = family_for(spec["arch"]).pricing_defaults()
     sub = grid.with_settings([grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})])
     costs = load_costs(records)
-    oc = op_costs(spec, defaults, records, sub, costs)
+    oc = op_costs(spec, records, sub, costs)
     per_op = accelerator.seconds(oc.flops, oc.moved)[:, 0, :]  # [kind, op]
     chosen = np.ones(len(oc.ops), dtype=bool) if mask == -1 else recomputed(records, oc.ops)[mask]
     first = stage_kinds(spec, pp)[0]
@@ -185,7 +182,7 @@ def test_the_view_ranks_as_speccat_fit_does(con):
     item = runs.censused("meta-llama/Llama-3.1-8B-Instruct")
     spec, records, grid = item.spec, runs.records(), runs.grid()
     accelerator = next(a for a in load_accelerators().values() if a.default)
-    listed = fits(spec, family_for(spec["arch"]).pricing_defaults(), records, grid, load_costs(records), load_states(),
+    listed = fits(spec, records, grid, load_costs(records), load_states(),
                   load_head(records), accelerator, gpus=8, seq=SEQ, budget=80 * 2**30,
                   fixed={"dp": 2, "tp": TP, "pp": 2, "cp": 1, "ep": 1}, zeros=(1,))  # fmt: skip
     assert listed

@@ -79,11 +79,10 @@ def priced_vs_measured(spec, seq: int) -> dict[str, tuple[float, float]]:
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
-    from speccat.census.structure.family import family_for
 
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq})])
-    prices = price_layers(spec, family_for(spec["arch"]).pricing_defaults(), records, one)
+    prices = price_layers(spec, records, one)
     return {
         kind: (float(prices.total[i, 0, 0]) / seq, sum(spec["measured"][kind]["bytes_per_token"].values())) for i, kind in enumerate(prices.kinds)
     }

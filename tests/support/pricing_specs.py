@@ -40,7 +40,7 @@ def _base(repo_id: str, c: dict, **extra) -> dict:
     return spec
 
 
-def llama_8b() -> tuple[dict, dict]:
+def llama_8b() -> dict:
     """Llama-3.1-8B: one dense decoder kind; no head_dim in the config (dh = h/a)."""
     repo = "meta-llama/Llama-3.1-8B-Instruct"
     c = load_shipped(repo)
@@ -51,10 +51,10 @@ def llama_8b() -> tuple[dict, dict]:
         ops={"decoder": _ops("llama", "decoder")}, flavours={"decoder": DENSE},
         variants={"decoder": _variants("norm_upcast")},
     )  # fmt: skip
-    return spec, family_for("llama").pricing_defaults()
+    return spec
 
 
-def qwen3_30b_a3b() -> tuple[dict, dict]:
+def qwen3_30b_a3b() -> dict:
     """Qwen3-30B-A3B: every layer MoE (128 experts, top 8, no shared expert), QK-norm."""
     repo = "Qwen/Qwen3-30B-A3B"
     c = load_shipped(repo)
@@ -67,10 +67,10 @@ def qwen3_30b_a3b() -> tuple[dict, dict]:
         ops={"decoder": _ops("qwen3_moe", "decoder")}, flavours={"decoder": MOE},
         variants={"decoder": _variants("norm_upcast", "router_scores_all", "router_renorm", "qk_norm_per_head")},
     )  # fmt: skip
-    return spec, family_for("qwen3_moe").pricing_defaults()
+    return spec
 
 
-def qwen15_moe() -> tuple[dict, dict]:
+def qwen15_moe() -> dict:
     """Qwen1.5-MoE-A2.7B: 60 experts, top 4, a shared expert of 4 routed widths."""
     repo = "Qwen/Qwen1.5-MoE-A2.7B-Chat"
     c = load_shipped(repo)
@@ -85,10 +85,10 @@ def qwen15_moe() -> tuple[dict, dict]:
         ops={"decoder": _ops("qwen2_moe", "decoder")}, flavours={"decoder": MOE},
         variants={"decoder": _variants("norm_upcast", "router_scores_all")},
     )  # fmt: skip
-    return spec, family_for("qwen2_moe").pricing_defaults()
+    return spec
 
 
-def deepseek_v2_lite() -> tuple[dict, dict]:
+def deepseek_v2_lite() -> dict:
     """DeepSeek-V2-Lite: MLA without a q latent (q_lora_rank null); first layer dense."""
     repo = "deepseek-ai/DeepSeek-V2-Lite"
     c = load_shipped(repo)
@@ -111,10 +111,10 @@ def deepseek_v2_lite() -> tuple[dict, dict]:
             "moe": _variants("norm_upcast", "q_heads_major", "router_fp32_input", "router_scores_all", "routing_weights_fp32"),
         },
     )  # fmt: skip
-    return spec, family_for("deepseek_v2").pricing_defaults()
+    return spec
 
 
-def qwen35_9b() -> tuple[dict, dict]:
+def qwen35_9b() -> dict:
     """Qwen3.5-9B's text model: gated-delta-rule linear layers between full attention layers."""
     repo = "Qwen/Qwen3.5-9B"
     c = load_shipped(repo)["text_config"]
@@ -138,7 +138,7 @@ def qwen35_9b() -> tuple[dict, dict]:
             "full_attention": _variants("norm_upcast", "norm_scale_fp32", "q_heads_major", "qk_norm_per_head"),
         },
     )  # fmt: skip
-    return spec, family_for("qwen3_5_text").pricing_defaults()
+    return spec
 
 
 BUILDERS = (llama_8b, qwen3_30b_a3b, qwen15_moe, deepseek_v2_lite, qwen35_9b)

@@ -27,7 +27,7 @@ from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.store.night import NightData
 from speccat.catalogue.records.settings import load_settings
-from speccat.census.structure.family import family_for, profiles_version
+from speccat.census.structure.family import profiles_version
 
 # Five shipped configs of different shapes: dense GQA, tied small, MoE, MLA dense+MoE, hybrid
 # linear/full attention. DeepSeek-R1 shares DeepSeek-V3's architecture (one config_hash).
@@ -75,11 +75,10 @@ def censused(repo_id: str) -> Censused:
 
     config = load_shipped(repo_id)
     spec = run_census(config, name=repo_id).to_dict()
-    defaults = family_for(spec["arch"]).pricing_defaults()
-    prices = price_spec(spec, defaults, records(), grid(), costs=load_costs(records()))
-    points = tuple(price_points(spec, defaults, records(), grid()))
-    ends = tuple(end_prices(spec, defaults, records(), grid(), load_head(records())))
-    costs = tuple(op_costs(spec, defaults, records(), grid(), load_costs(records())).rows())
+    prices = price_spec(spec, records(), grid(), costs=load_costs(records()))
+    points = tuple(price_points(spec, records(), grid()))
+    ends = tuple(end_prices(spec, records(), grid(), load_head(records())))
+    costs = tuple(op_costs(spec, records(), grid(), load_costs(records())).rows())
     return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, costs)
 
 
