@@ -10,16 +10,14 @@ import pytest
 from speccat.catalogue.records.cost import load_costs, op_costs
 from speccat.catalogue.records.frontier import FULL, frontier
 from speccat.catalogue.records.pricing import price_layers
-from speccat.census.structure.family import family_for
 from speccat.census.version import CENSUS_VERSION
 
 
 def fronts(specs, records, grid):
     costs = load_costs(records)
     for config_hash, spec in sorted(specs.items()):
-        defaults = family_for(spec["arch"]).pricing_defaults()
-        prices = price_layers(spec, defaults, records, grid)
-        oc = op_costs(spec, defaults, records, grid, costs)
+        prices = price_layers(spec, records, grid)
+        oc = op_costs(spec, records, grid, costs)
         flops, moved = oc.masks(records)
         yield spec, prices, oc, frontier(prices, flops, moved, *oc.forward()), config_hash
 

@@ -229,17 +229,15 @@ def test_cheapest_saving_is_the_cheapest_class_saving_that_much(con, repo, at_le
     from speccat.catalogue.records.frontier import FULL
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.switchcosts import spec_frontier
-    from speccat.census.structure.family import family_for
 
     item = priced_repos()[repo]
     grid = runs.grid()
     chosen = [s for s in grid.settings if s["seq_length"] == seq_length and s["tp"] == tp and s["cp"] == 1
               and s["micro_batch"] == 1 and s["stack"] == "transformers"]
     sub = dataclasses.replace(grid, settings=tuple(chosen))
-    defaults = family_for(item.spec["arch"]).pricing_defaults()
-    prices = price_layers(item.spec, defaults, runs.records(), sub)
-    front, _ = spec_frontier(item.spec, defaults, runs.records(), sub, prices, load_costs(runs.records()))
-    oc = op_costs(item.spec, defaults, runs.records(), sub, load_costs(runs.records()))
+    prices = price_layers(item.spec, runs.records(), sub)
+    front, _ = spec_frontier(item.spec, runs.records(), sub, prices, load_costs(runs.records()))
+    oc = op_costs(item.spec, runs.records(), sub, load_costs(runs.records()))
     mi300x = load_accelerators()["MI300X"]
     seconds = np.concatenate([oc.seconds(mi300x, runs.records()), oc.seconds(mi300x).sum(axis=2)[..., None]], axis=2)
     n = front.n_masks
