@@ -23,15 +23,10 @@ from speccat.census.across import encoder_points, encoder_tokens, measure_across
 from speccat.census.build.model import build
 from speccat.census.intake.checks import check_stack_length
 from speccat.census.intake.config import language_config
-from speccat.census.describe.layer_view import (
-    EXPERTS_IMPL,
-    LayerView,
-    attention_dims,
-    check_probes,
-    check_tokens,
-    model_facts,
-    parameter_holders,
-)
+from speccat.census.describe.feed_forward_facts import EXPERTS_IMPL
+from speccat.census.describe.layer_view import LayerView, parameter_holders
+from speccat.census.describe.model_facts import attention_dims, model_facts
+from speccat.census.describe.probe_checks import check_probes, check_tokens
 from speccat.catalogue.records.settings import default_setting
 from speccat.census.structure.family import Family, family_for
 from speccat.census.measure.head import probe_head

@@ -5,7 +5,8 @@ A generated part of a doc sits between two markers, `<!-- NAME: what draws it --
 from what it describes, never written by hand: the rooms' modules (each module's docstring's
 first sentence) and data files (a YAML file's leading comment's first sentence, or its group
 in docs/rooms.yaml), the views (each sql/views/*.sql header), the README's reason table (the
-vocabulary), and the figures the prose quotes. `python -m docs.tables` rewrites every part in
+vocabulary), docs/census.md's variant facts (the vocabulary and the census's variant readers),
+and the figures the prose quotes. `python -m docs.tables` rewrites every part in
 place; `--check` only names the stale ones and exits 1. tests/project/test_layout.py fails on a
 stale part and names this command.
 
@@ -227,6 +228,14 @@ def reasons_markdown() -> str:
     return render()
 
 
+def variant_facts() -> str:
+    """docs/census.md's table of the variant facts, as census/describe/variants.py renders it from
+    the vocabulary and the registered readers."""
+    from speccat.census.describe.variants import variants_markdown
+
+    return variants_markdown()
+
+
 def shipped_configs() -> str:
     """How many configs the snapshot ships."""
     return str(len(list((ROOT / "flows" / "snapshot").glob("*/config.json"))))
@@ -256,6 +265,7 @@ PARTS: Mapping[str, Mapping[str, Callable[[], str]]] = {
     "README.md": {"reasons": reasons_markdown, "switch_sets": switch_sets, "hostile_cases": hostile_cases},
     "docs/architecture.md": {"rooms": rooms_markdown},
     "docs/catalogue.md": {"views": views_markdown},
+    "docs/census.md": {"variants": variant_facts},
     "docs/planning.md": {"grid_settings": grid_settings},
     "docs/refresh.md": {"shipped_configs": shipped_configs},
 }

@@ -152,7 +152,7 @@ def expert_candidates(module: nn.Module) -> int:
     """The experts a router chooses among: the largest leading dimension of the weights (beyond
     expert_count, experts that compute nothing: longcat_flash's zero experts pass a token on).
     The interface's experts hold only those that compute; a router may choose among more (see
-    census/describe/layer_view.py's router_candidates)."""
+    census/describe/feed_forward_facts.py's router_candidates)."""
     if is_experts_interface(module):
         return int(module.num_experts)
     return max(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 3)

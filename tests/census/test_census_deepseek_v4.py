@@ -167,7 +167,7 @@ def _view(queries: int, keys: int):
 
 
 def test_appended_keys_are_one_per_a_whole_number_of_tokens_or_refused():
-    from speccat.census.describe.layer_view import check_appended_keys, check_probes
+    from speccat.census.describe.probe_checks import check_appended_keys, check_probes
     from speccat.census.spec import SpecError
 
     assert _view(64, 64 + 4).keys_appended_every() == 16

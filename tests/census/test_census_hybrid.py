@@ -166,7 +166,8 @@ def test_zamba2s_default_config_gives_a_kind_of_its_own_for_its_block_hybrids():
 def test_a_hybrid_whose_mixers_did_not_both_run_is_refused():
     """A hybrid kind states both mixers: a probe that saw only one of them ran is refused rather
     than priced with a mixer that never ran."""
-    from speccat.census.describe.layer_view import LayerView, check_probes
+    from speccat.census.describe.layer_view import LayerView
+    from speccat.census.describe.probe_checks import check_probes
     from speccat.census.measure.probe import KernelCall, LayerProbe
     from speccat.census.structure.shapes import Shape
 

@@ -1,0 +1,187 @@
+"""The variant facts of a layer's attention (docs/census.md, "Variant facts"): how its kernel was
+called (q's layout, v and k as views of a projection, sparse indices, appended keys, k and v
+shared or borrowed, dropout, a score bias), what its own code keeps beside a score bias or a
+causal conv, and its QK- and V-norms. Each reader is registered with `@variant`
+(census/describe/variant_registry.py); its docstring is what docs/census.md's table says it
+is read from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speccat.census.describe.attention_facts import AttentionFacts
+from speccat.census.describe.layer_roles import HALF
+from speccat.census.describe.variant_registry import variant
+from speccat.census.measure.probe import KernelCall
+from speccat.census.structure.predicates import QK_NORM_NAME, is_norm
+
+
+@variant
+def q_heads_major(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's arguments: q's strides, heads-major in any call."""
+    return any(k.heads_major for k in view.attention_kernels())
+
+
+@variant
+def v_in_projection(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's arguments: v a view into a larger storage (not for MLA's attention)."""
+    return not view.mla() and any(k.v_is_view for k in view.attention_kernels())
+
+
+@variant
+def qk_in_projection(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's arguments: v a view into a larger storage and q and k views of v's
+    storage too (not for MLA's attention)."""
+    return not view.mla() and any(k.v_is_view and k.qk_share_v for k in view.attention_kernels())
+
+
+@variant
+def index_topk(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's arguments: the sparse indices' width (the widest of the layer's calls), 0 without them."""
+    return max((k.index_topk for k in view.attention_kernels()), default=0)
+
+
+@variant
+def keys_appended_every(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's arguments: the queries over the keys beyond them (s / (t − s) for t
+    keys, 0 when t = s; "Appended keys")."""
+    return view.keys_appended_every()
+
+
+@variant
+def kv_same(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's arguments: k and v one tensor (same storage, offset, shape and strides)."""
+    return any(k.kv_same for k in view.attention_kernels())
+
+
+@variant
+def kv_shared(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's k is a storage another probed layer made: the layer reads the keys
+    and values an earlier layer stored (see "Layers reading another layer's keys and values")."""
+    return any(k.kv_borrowed for k in view.attention_kernels())
+
+
+@variant
+def attention_dropout(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's arguments: a dropout probability above 0."""
+    return any(k.dropout > 0 for k in view.attention_kernels())
+
+
+@variant
+def score_bias_bytes(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's arguments: an additive score bias's element bytes, 0 without one."""
+    return max((k.bias_bytes for k in view.attention_kernels()), default=0)
+
+
+def _biased_kernel(view: AttentionFacts) -> KernelCall | None:
+    return next((k for k in view.attention_kernels() if k.bias_bytes), None)
+
+
+@variant
+def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
+    """With a score bias: a gather outside the kernel, in an attention child, whose output has the
+    scores' last two dims (s, t): its source's bytes per query head and token (inkling's relative
+    logits: one per head and distance, rel_extent or the window wide, which the gather keeps). 0
+    without a score bias."""
+    kernel = _biased_kernel(view)
+    if kernel is None:
+        return 0
+    s, t, heads = kernel.q[2], kernel.k[2], kernel.q[1]
+    sources = [
+        (source, nbytes)
+        for child, source, nbytes, out in view.probe.score_gathers
+        if child in view.attention_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
+    ]
+    return sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources)
+
+
+@variant
+def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
+    """With a score bias: the storages booked to an attention child that were first saved 4-D and
+    hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64, and the
+    masked_fill mask of distances outside the bias's extent, bool): their element bytes summed. 0
+    without a score bias."""
+    kernel = _biased_kernel(view)
+    if kernel is None or kernel.q[2] != kernel.k[2]:
+        return 0
+    ops = {f"child:{c}" for c in view.attention_children}
+    return sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel.q[2])
+
+
+def _beside_attention_convs(view: AttentionFacts, in_attention: bool) -> int:
+    """Bytes per token of the inputs causal conv1d calls keep in a layer whose only other kernel is
+    attention: in the attention kernel's child (`in_attention`) or in the layer's other children.
+    0 in a layer whose mixer is the conv or runs a kernel of its own (its conv is priced with it)."""
+    kinds = {k.kind for k in view.probe.kernels}
+    if "attention" not in kinds or kinds - {"attention", "conv"}:
+        return 0
+    homes = {k.child for k in view.attention_kernels()}
+    convs = [k for k in view.probe.kernels if k.kind == "conv" and (k.child in homes) == in_attention]
+    return sum(k.q[1] * k.in_bytes for k in convs)
+
+
+@variant
+def attention_conv_bytes(view: AttentionFacts, top_k: int | None) -> int:
+    """In a layer whose kernels are attention and causal conv1d only: each conv call's channels ×
+    its input's element bytes, in the attention kernel's child (inkling's short convs on k and v,
+    fp32: inside the tensor-parallel region)."""
+    return _beside_attention_convs(view, in_attention=True)
+
+
+@variant
+def stream_conv_bytes(view: AttentionFacts, top_k: int | None) -> int:
+    """In a layer whose kernels are attention and causal conv1d only: each conv call's channels ×
+    its input's element bytes, in the layer's other children (inkling's short convs on the
+    attention's and the MLP's outputs, fp32: the hidden stream)."""
+    return _beside_attention_convs(view, in_attention=False)
+
+
+@variant
+def qk_norm_per_head(view: AttentionFacts, top_k: int | None) -> bool:
+    """QK-norm weights (a `q_norm`/`k_norm`-named norm held by the attention module) of one head's
+    width: each head normalised on its own."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return False
+    head_dim = kernels[0].q[3]
+    return any(
+        QK_NORM_NAME.match(n) and is_norm(m) and getattr(m, "weight", None) is not None and m.weight.shape[-1] == head_dim
+        for child in view.attention_children
+        for n, m in view.module(child).named_children()
+    )
+
+
+@variant
+def qk_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
+    """A norm with no parameters ran in the attention twice per attention kernel call (on q and on
+    k) on rows one head wide and cast a half input to fp32 first (llama4's L2 QK-norm): it keeps
+    that fp32 copy and a statistic per head, and no weighted product; false for llama4's NoPE
+    layers, which skip it (gemma-4's weightless v_norm runs once per call, on v)."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return False
+    head_dim = kernels[0].q[3]
+    for path, seen in view.probe.norm_ops.items():
+        module = view.module(path)
+        if view.part(path) not in view.attention_children or any(True for _ in module.parameters()):
+            continue
+        if view.probe.norm_calls[path] != 2 * len(kernels):
+            continue
+        upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in seen)
+        if upcast and any(op.out_last == head_dim for op in seen):
+            return True
+    return False
+
+
+@variant
+def v_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
+    """A norm with no parameters in the attention whose output is the v an attention kernel was
+    given (gemma-4's `v_norm`, RMS over each value head in fp32): its fp32 input and its
+    statistics per head, no weighted product."""
+    return any(
+        view.part(path) in view.attention_children
+        and not any(True for _ in view.module(path).parameters())
+        and bool(outputs & view.probe.value_storages)
+        for path, outputs in view.probe.norm_outputs.items()
+    )

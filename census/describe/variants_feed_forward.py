@@ -1,0 +1,129 @@
+"""The variant facts of a layer's feed-forward (docs/census.md, "Variant facts"): an input shared
+with the attention, the dense MLP's fused gate and up, what its activation keeps, the router's
+ops and the experts' dispatch, a per-layer input gate, token mixes and an output gate. Each
+reader is registered with `@variant` (census/describe/variant_registry.py); its docstring is
+what docs/census.md's table says it is read from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speccat.census.describe.feed_forward_facts import FeedForwardFacts
+from speccat.census.describe.layer_roles import HALF
+from speccat.census.describe.variant_registry import variant
+
+
+@variant
+def ff_input_shared(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """A projection of the feed-forward children read a storage a projection of the attention
+    children read (the input storages each projection was called with): a parallel block's one
+    normalised input (phi, gpt-j, falcon, cohere), kept once."""
+    return bool(view.projection_reads(view.attention_children) & view.projection_reads(view.ffn_children))
+
+
+@variant
+def ff_fused_gate_up(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """A dense projection twice the MLP's width (gate and up in one)."""
+    dense = view.dense_width()
+    return bool(dense) and any(m.weight.shape[0] == 2 * dense for _, m in view.dense_projections())
+
+
+@variant
+def act_inline(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The experts compute their activation in their own code (wrapped as an activation region)."""
+    experts = view.experts
+    return experts is not None and any(getattr(m, "_speccat_activation", False) for m in experts.modules())
+
+
+@variant
+def act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The storages autograd keeps that the dense MLP's activation region made or took as input (a
+    per-layer input gate's activation calls counted with it; an activation module in the mixer,
+    the RG-LRU block's GELU, not), per activation call: a count of tensors its code keeps (1 for
+    one torch op, 4 for gelu_new's Python tanh chain: x, tanh's output, 0.5x and 1 + tanh), never
+    their bytes; 0 without a dense MLP."""
+    calls = view.activations()
+    if view.experts is not None or not calls:
+        return 0
+    calls += sum(view.probe.activations[owner] for owner in view.gate.activations) if view.gate else 0
+    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in view.attention_children)
+    return (view.probe.saved_storages["ffAct"] - mixers) // calls
+
+
+@variant
+def act_output_read(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """A storage booked to `ffAct` is one the dense MLP's projections read: the activation keeps its
+    own output, which the down projection keeps too (ReLU)."""
+    return view.experts is None and bool(view.probe.act_kept & view.projection_reads(view.ffn_children))
+
+
+@variant
+def router_fp32_input(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The ops of the MoE block outside its experts and shared MLP: a cast of a half input of the
+    hidden width to fp32."""
+    return any(
+        op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF and op.out_last == view.hidden for op in view.router_ops()
+    )
+
+
+@variant
+def router_scores_all(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The ops of the MoE block outside its experts and shared MLP: a softmax or sigmoid over
+    every candidate the router chooses among (zero experts too)."""
+    router = view.router_ops()
+    candidates = view.router_candidates(router) if view.experts is not None else -1
+    return any(op.name in ("softmax", "_softmax", "sigmoid") and op.out_last == candidates for op in router)
+
+
+@variant
+def router_renorm(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The ops of the MoE block outside its experts and shared MLP: a division over the model's
+    experts per token (the chosen weights over their sum)."""
+    return top_k is not None and any(op.name in ("div", "div_") and op.out_last == top_k for op in view.router_ops())
+
+
+@variant
+def routing_weights_fp32(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The dtype of the weights the experts are called with: fp32."""
+    return view.probe.routing_weights_dtype == torch.float32
+
+
+@variant
+def experts_dense(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The token slots the routed experts ran over (the rows of the input stacked experts are
+    called with, the index of the interface's) are the number of experts times the tokens, and
+    the experts outnumber the top-k: every expert ran over every token (llama4's dense dispatch:
+    the router's sigmoid scores scale a copy of the input per expert)."""
+    return view.experts_dense()
+
+
+@variant
+def per_layer_gate_width(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The width p of a per-layer input gate after the MLP (`census/describe/layer_gate.py`): a pair
+    of the feed-forward's projections h→p and p→h, where the layer's own code, between its
+    children, multiplied a tensor p wide by one of the layer's other inputs (its slice of the
+    per-layer inputs, census/measure/probe.py `input_products`). gemma-4's layers end with one:
+    `per_layer_input_gate` (2304→256), GELU, the product with the per-layer input,
+    `per_layer_projection` (256→2304) and `post_per_layer_input_norm` on the stream. The MLP's
+    width (`intermediate_size`), projections (`ffMM`) and activation calls (`ffAct`) stay its own;
+    the gate's parameters are `ffn_dense`, its norm one of `normOp`, its saves `ffMM` (its input,
+    the activation's output the product keeps, the product) and `ffAct` (the activation's input),
+    priced from p. 0 without one."""
+    return view.gate.width if view.gate else 0
+
+
+@variant
+def ff_token_mixes(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The products (`mul`) in the feed-forward's children that read a token-shifted copy of the
+    hidden states (a pad of the layer's width that moves each row one token later): RWKV's
+    channel mixing, x_{t−1}·(1 − μ) once per projection fed (2)."""
+    return sum(n for child, n in view.probe.token_mixes.items() if child in view.ffn_children)
+
+
+@variant
+def ff_out_gate(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The dense feed-forward holds a projection of the hidden width to itself whose output an
+    inline sigmoid reads, and whose products with that sigmoid no projection of the feed-forward
+    reads: the MLP's output is gated (RWKV's channel-mixing receptance)."""
+    return bool(view.out_gates())

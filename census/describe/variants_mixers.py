@@ -1,0 +1,131 @@
+"""The variant facts of a layer's mixer beyond softmax attention (docs/census.md, "Variant
+facts"): a Mamba scan run apart from its conv and its norms, the delta rule's per-channel gate
+and what its chain keeps, low-rank gates, the output norm's gate, a linear attention run in
+torch and RWKV's token mixes. Each reader is registered with `@variant`
+(census/describe/variant_registry.py); its docstring is what docs/census.md's table says it
+is read from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speccat.census.describe.mixer_facts import MixerFacts
+from speccat.census.describe.variant_registry import variant
+from speccat.census.structure.predicates import is_projection
+
+
+@variant
+def scan_apart(view: MixerFacts, top_k: int | None) -> bool:
+    """A selective scan ran apart from its causal conv1d (`speccat::selective_scan`: jamba's
+    `selective_scan_fn`), with the x, dt and output projections in torch between them."""
+    return view.scan_apart()
+
+
+@variant
+def scan_norms(view: MixerFacts, top_k: int | None) -> bool:
+    """Norms ran inside the mixer of a scan run apart (jamba's on dt, B and C), not on the hidden
+    stream (the input norm of a Mamba layer nested in a hybrid: zamba's)."""
+    children = {k.child for k in view.scan_kernels() if k.apart and k.child}
+    stream = set(view.stream_norm_paths())
+    return any("." in path and view.part(path) in children and path not in stream for path in view.probe.norm_ops)
+
+
+@variant
+def delta_gate_channel_bytes(view: MixerFacts, top_k: int | None) -> int:
+    """The delta-rule kernel was `speccat::chunk_kda`: its gate's element bytes (the kernel keeps
+    the gate as given); 0 for a gate per head."""
+    return view.delta_gate_channel_bytes()
+
+
+def _delta_gate_kept(view: MixerFacts, dtype: torch.dtype) -> int:
+    """Tensors of a per-channel delta gate's shape (value heads, key dim) in `dtype` that the
+    mixer's own code keeps outside the kernel."""
+    kernels = [k for k in view.delta_kernels() if k.gate_channel_bytes]
+    if not kernels:
+        return 0
+    tail = (kernels[0].v[2], kernels[0].k[3])
+    return sum(n for (op, dims, kept), n in view.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in view.attention_children})
+
+
+@variant
+def delta_gate_fp32(view: MixerFacts, top_k: int | None) -> int:
+    """The storages the linear attention's own code keeps (outside the kernel) whose last two dims
+    are the per-channel gate's (value heads, key dim), fp32: a count of tensors, as `act_saved`
+    (kimi_linear's softplus written as exp, log and where: 3; bailing_hybrid's sigmoid of a
+    scaled input: 2)."""
+    return _delta_gate_kept(view, torch.float32)
+
+
+@variant
+def delta_gate_masks(view: MixerFacts, top_k: int | None) -> int:
+    """The storages the linear attention's own code keeps (outside the kernel) whose last two dims
+    are the per-channel gate's, bool: a count of tensors (kimi_linear's where: 1; bailing_hybrid's: 0)."""
+    return _delta_gate_kept(view, torch.bool)
+
+
+@variant
+def lowrank_width(view: MixerFacts, top_k: int | None) -> int:
+    """In a linear-attention layer, the summed input widths of the mixer's projections that read
+    neither the hidden states nor the recurrence's output: low-rank gates (kimi_linear's forget
+    and output gates: a projection to the head width and back up, 2 × 128), whose inputs are kept."""
+    delta = view.delta_kernels()
+    if not delta:
+        return 0
+    out_width = delta[0].v[2] * delta[0].v[3]
+    widths = [int(m.weight.shape[1]) for _, m in view.named(view.attention_children) if is_projection(m)]
+    return sum(w for w in widths if w not in (view.hidden, out_width))
+
+
+@variant
+def gated_norm_sigmoid(view: MixerFacts, top_k: int | None) -> bool:
+    """An fp32 sigmoid inside the attention's output norm (KDA's, fla's FusedRMSNormGated as
+    transformers writes it: its weight applied in fp32, so it keeps fp32 input, normalised
+    input, weighted product and sigmoid output)."""
+    return any(
+        op.name == "sigmoid" and op.out_dtype == torch.float32
+        for path, seen in view.probe.norm_ops.items()
+        if view.part(path) in view.attention_children
+        for op in seen
+    )
+
+
+def _linear_eager_children(view: MixerFacts) -> set[str]:
+    """The children a linear attention run in torch ran in (none for every other mixer)."""
+    return {k.child for k in view.linear_eager_kernels() if k.child}
+
+
+@variant
+def mixer_act(view: MixerFacts, top_k: int | None) -> int:
+    """In the child where a linear attention ran in torch: activation calls (owned by that child)."""
+    children = _linear_eager_children(view)
+    return sum(n for owner, n in view.probe.activations.items() if view.part(owner) in children)
+
+
+@variant
+def mixer_out_gate(view: MixerFacts, top_k: int | None) -> bool:
+    """In the child where a linear attention ran in torch: a `sigmoid` of the heads' width."""
+    calls = view.linear_eager_kernels()
+    width = calls[0].q[1] * calls[0].v[-1] if calls else 0
+    return any(op.name == "sigmoid" and op.out_last == width for c in _linear_eager_children(view) for op in view.probe.router_ops.get(c, []))
+
+
+@variant
+def mixer_out_norms(view: MixerFacts, top_k: int | None) -> int:
+    """In the child where a linear attention ran in torch: norm calls inside it (its output norm)."""
+    children = _linear_eager_children(view)
+    return sum(n for path, n in view.probe.norm_calls.items() if "." in path and view.part(path) in children)
+
+
+@variant
+def gated_norm(view: MixerFacts, top_k: int | None) -> bool:
+    """A SiLU inside the attention's output norm (a linear attention's gated norm)."""
+    return any(op.name == "silu" for path, seen in view.probe.norm_ops.items() if view.part(path) in view.attention_children for op in seen)
+
+
+@variant
+def token_mixes(view: MixerFacts, top_k: int | None) -> int:
+    """The products (`mul`) in the mixer's children that read a token-shifted copy of the hidden
+    states (a pad of the layer's width that moves each row one token later): RWKV's time mixing,
+    x_{t−1}·(1 − μ) once per projection fed (3)."""
+    return sum(n for child, n in view.probe.token_mixes.items() if child in view.attention_children)

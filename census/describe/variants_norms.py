@@ -1,0 +1,49 @@
+"""The variant facts of the norms on a layer's hidden stream (docs/census.md, "Variant facts"):
+what the layer's first stream norm does in fp32, whether it keeps a copy of its weight, and
+stream norm calls that read one input. Each reader is registered with `@variant`
+(census/describe/variant_registry.py); its docstring is what docs/census.md's table says it
+is read from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speccat.census.describe.layer_roles import HALF, LayerRoles
+from speccat.census.describe.variant_registry import variant
+
+
+def _first_norm_ops(view: LayerRoles) -> list:
+    """The ops the probe saw inside the layer's first stream norm (none without one)."""
+    norms = view.stream_norm_paths()
+    return view.probe.norm_ops.get(norms[0], []) if norms else []
+
+
+@variant
+def norm_upcast(view: LayerRoles, top_k: int | None) -> bool:
+    """The ops inside the layer's first norm on its hidden stream: a cast of a half input to fp32."""
+    return any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in _first_norm_ops(view))
+
+
+@variant
+def norm_scale_fp32(view: LayerRoles, top_k: int | None) -> bool:
+    """The ops inside the layer's first norm, which casts its input to fp32 (`norm_upcast`): its
+    last product (the weight's) in fp32."""
+    muls = [op for op in _first_norm_ops(view) if op.name == "mul"]
+    return norm_upcast(view, top_k) and bool(muls) and muls[-1].out_dtype == torch.float32
+
+
+@variant
+def norm_weight_copy(view: LayerRoles, top_k: int | None) -> bool:
+    """The layer's first norm saved a tensor with no token dimension: a computed copy of its
+    weight (Gemma's and Qwen3-Next's fp32 `1 + weight`), which the final norm keeps too (head.yaml)."""
+    norms = view.stream_norm_paths()
+    return bool(norms) and norms[0] in view.probe.norm_weight_copies
+
+
+@variant
+def norm_inputs_shared(view: LayerRoles, top_k: int | None) -> int:
+    """The stream norm calls whose input another of them read first (the storage each was called
+    with): 1 for gpt-neox's parallel residual, where both norms take the layer's input and a
+    LayerNorm keeps it once."""
+    return len(view.probe.stream_norms) - len({key for _, key in view.probe.stream_norms})
