@@ -17,14 +17,13 @@ transformers cannot build, a head width the rank does not keep) is left out of t
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from speccat.catalogue.datafile import read_yaml
-from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.shared import switch_drops, switches
 from speccat.census.build.model import build
 from speccat.census.describe.feed_forward_facts import EXPERTS_IMPL
 from speccat.census.describe.layer_view import LayerView
@@ -92,10 +91,10 @@ def _recomputed(built, indices: list[int], seq_length: int, plain: dict[int, Lay
 def _switch_sets(plain: dict[int, LayerProbe]) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:
     """(point name suffix, switches, the ops and parts they drop that the layers' plain probes
     booked) for each switch set across.yaml recomputes: each switch alone, then all of them."""
-    switches, ops_of = _switch_ops()
-    sets = [(s,) for s in switches] if POINTS["recompute_each_switch"] else []
+    names, ops_of = switches(), switch_drops()
+    sets = [(s,) for s in names] if POINTS["recompute_each_switch"] else []
     if POINTS["recompute_all"]:
-        sets.append(tuple(switches))
+        sets.append(names)
     booked = set().union(*(ops for probe in plain.values() for ops in probe.kept_by_call.values()))
     return [
         ("all" if len(chosen) > 1 else chosen[0], chosen, frozenset(op for s in chosen for op in ops_of.get(s, ())) & booked)
@@ -212,15 +211,3 @@ def measure_across(top: Any, text: Any, built, shapes: list[Shape], kind_of: Map
     for name, chosen, ops in _switch_sets(plain):
         points.append(_point(f"recompute {name}", seq_length, by_policy[ops], recompute=chosen))
     return points
-
-
-@functools.cache
-def _switch_ops() -> tuple[tuple[str, ...], dict[str, set[str]]]:
-    """The records' switches, and switch -> the ops and parts whose saves it drops (parsed once
-    per process: parsing the records costs about 0.2 s)."""
-    records = load_records()
-    ops: dict[str, set[str]] = {}
-    for name, record in {**records.ops, **records.parts}.items():
-        if record.switch is not None:
-            ops.setdefault(record.switch, set()).add(name)
-    return tuple(records.switches), ops

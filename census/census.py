@@ -27,7 +27,7 @@ from speccat.census.describe.feed_forward_facts import EXPERTS_IMPL
 from speccat.census.describe.layer_view import LayerView, parameter_holders
 from speccat.census.describe.model_facts import attention_dims, model_facts
 from speccat.census.describe.probe_checks import check_probes, check_tokens
-from speccat.catalogue.records.settings import default_setting
+from speccat.catalogue.shared import default_seq_length
 from speccat.census.structure.family import Family, family_for
 from speccat.census.measure.head import probe_head
 from speccat.census.structure.kinds import kind_names
@@ -202,8 +202,9 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
 
 
 def run_census(config: Mapping, *, name: str, seq_length: int | None = None, across: bool = False) -> ModelSpec:
-    """Census one config into a ModelSpec, measured at `seq_length` tokens (default: the settings
-    grid's default sequence length, so the measurement has a setting to be priced at).
+    """Census one config into a ModelSpec, measured at `seq_length` tokens (default:
+    catalogue/shared.yaml's, the settings grid's default sequence length, so the measurement has
+    a setting to be priced at).
 
     With `across`, every kind is also measured at the points of census/across.yaml (the
     spec's `measured_at`, census/across.py): four more probes, so the night asks for it
@@ -215,7 +216,7 @@ def run_census(config: Mapping, *, name: str, seq_length: int | None = None, acr
     if not isinstance(name, str) or not name:
         raise SpecError("bad_value", f"name: must be a non-empty string, got {name!r}")
     if seq_length is None:
-        seq_length = default_setting()["seq_length"]
+        seq_length = default_seq_length()
     if not isinstance(seq_length, int) or isinstance(seq_length, bool) or seq_length < 1:
         raise SpecError("bad_value", f"seq_length: must be a positive integer, got {seq_length!r}")
     default_dtype = torch.get_default_dtype()

@@ -1,10 +1,13 @@
-"""The op records file (catalogue/records/records.yaml, docs/pricing.md): loader, slot evaluation, masks.
+"""The op records (catalogue/records/records.yaml, docs/pricing.md): loader, slot evaluation, masks.
 
-`load_records()` parses and validates the file into a `Records`. Every refusal is a
-RecordsError whose message names the file and the key (`records.yaml: slots.qkv.ops.attMX:
-...`) and whose `reason` is stable. Expressions are compiled once (catalogue/records/expr.py); the
-loader also checks that every name they read is one a layer supplies (catalogue/records/names.py), a
-derived name defined above it, or `total` in a slot formula.
+The records' content is the switch sections of catalogue/shared.yaml (the switches, and the
+switch that drops each op and part: the census measures them too) followed by records.yaml.
+`load_records()` parses and validates both into a `Records`. Every refusal is a RecordsError
+whose message names the file and the key (`records.yaml: slots.qkv.ops.attMX: ...`,
+`shared.yaml: ops.gather.switch: ...`) and whose `reason` is stable. Expressions are compiled
+once (catalogue/records/expr.py); the loader also checks that every name they read is one a
+layer supplies (catalogue/records/names.py), a derived name defined above it, or `total` in a
+slot formula.
 
 A switch mask has bit i set when switch i (in `Records.switches` order) is recomputed. An op
 or part is dropped by a mask when its own switch bit is set (a part also when its op is);
@@ -24,13 +27,17 @@ from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records.expr import FUNCTIONS, Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, TOTAL
+from speccat.catalogue.shared import SHARED_PATH, SWITCH_SECTIONS, switch_sections
 from speccat.catalogue.vocabulary import OPS, PARTS
 
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
 MAX_SWITCHES = 15  # masks are stored as int16
 
-TOP_KEYS = ("switches", "ops", "parts", "names", "defaults", "tolerance", "full", "slots")
-REQUIRED_TOP = ("switches", "ops", "tolerance", "full", "slots")
+FILE_KEYS = ("names", "defaults", "tolerance", "full", "slots")  # what records.yaml states
+REQUIRED_FILE = ("tolerance", "full", "slots")
+REQUIRED_SWITCH = ("switches", "ops")  # of catalogue/shared.yaml's SWITCH_SECTIONS
+TOP_KEYS = (*SWITCH_SECTIONS, *FILE_KEYS)  # the records' whole content, in order
+REQUIRED_TOP = (*REQUIRED_SWITCH, *REQUIRED_FILE)
 OP_KEYS = ("switch",)
 PART_KEYS = ("part_of", "switch")
 SLOT_KEYS = ("part", "formula", "ops", "when")
@@ -272,12 +279,17 @@ class _Loader(Loader):
             raise self.fail("bad_value", "slots", "must map at least one slot name to its slot")
         return tuple(self.slot(name, body, known, elements_allowed) for name, body in value.items())
 
-    def load(self, data: Any, version: str) -> Records:
-        data = self.mapping("", data, TOP_KEYS, REQUIRED_TOP)
+    def switch_sections(self, data: Mapping) -> tuple[tuple[str, ...], dict[str, OpRecord], dict[str, OpRecord]]:
+        """(switches, ops, parts) of the switch sections of `data`."""
         switches = self.switches(data["switches"])
         ops = self.ops(data["ops"], switches)
         parts = self.parts(data.get("parts"), switches)
         self.claims(switches, [*ops.values(), *parts.values()])
+        return switches, ops, parts
+
+    def load(self, data: Mapping, version: str, sections: tuple) -> Records:
+        """The Records of `data` (the rest of the records' content) beside its switch `sections`."""
+        switches, ops, parts = sections
         derived = self.derived(data.get("names"))
         defaults = self.defaults(data.get("defaults"))
         known = set(LAYER_NAMES) | set(derived)
@@ -311,12 +323,30 @@ def _canonical(value: Any) -> Any:
 
 
 def parse_records(data: Any, source: str = "<records>") -> Records:
-    """Validate already-parsed records content (e.g. a mapping built in a test)."""
-    return _Loader(source).load(data, version_of(_canonical(data)))
+    """Validate already-parsed records content, the switch sections included (e.g. a mapping
+    built in a test, or `records_content()`)."""
+    loader = _Loader(source)
+    data = loader.mapping("", data, TOP_KEYS, REQUIRED_TOP)
+    return loader.load(data, version_of(_canonical(data)), loader.switch_sections(data))
 
 
-def load_records(path: str | Path | None = None) -> Records:
-    """Load and validate a records file (catalogue/records/records.yaml by default)."""
+def records_content(file_data: Mapping, shared: str | Path | None = None) -> dict[str, Any]:
+    """The records' whole content: the switch sections of the shared file (catalogue/shared.yaml
+    by default), then `file_data` (a records file's parsed content), as parse_records takes it
+    and records_version hashes it."""
+    return {**switch_sections(Path(shared) if shared is not None else SHARED_PATH), **file_data}
+
+
+def load_records(path: str | Path | None = None, shared: str | Path | None = None) -> Records:
+    """Load and validate the records: the switch sections of the shared file (catalogue/shared.yaml
+    by default) and a records file (catalogue/records/records.yaml by default), each refusal
+    naming the file it is in."""
     path = Path(path) if path is not None else RECORDS_PATH
+    shared_path = Path(shared) if shared is not None else SHARED_PATH
     data = read_yaml(path, lambda reason, what: RecordsError(reason, f"{path.name}: {what}"))
-    return parse_records(data, path.name)
+    loader = _Loader(path.name)
+    loader.mapping("", data, FILE_KEYS, REQUIRED_FILE)
+    content = records_content(data, shared_path)
+    switch_loader = _Loader(shared_path.name)
+    sections = switch_loader.switch_sections(switch_loader.mapping("", switch_sections(shared_path), SWITCH_SECTIONS, REQUIRED_SWITCH))
+    return loader.load(content, version_of(_canonical(content)), sections)

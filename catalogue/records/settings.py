@@ -2,10 +2,12 @@
 
 `load_settings()` returns a `Grid`: every combination of the fields' values, in field order,
 each a read-only mapping with a stable `setting_id` (a hash of its canonical mapping: field
-values normalised by type, keys sorted) and every field. `Grid.setting(overrides)` builds one
+values normalised by type, keys sorted) and every field. The file lists seq_length's values after
+its default, which is catalogue/shared.yaml's (the census's sequence length): the grid's content
+is the file's with that default first (`settings_content`). `Grid.setting(overrides)` builds one
 setting from the fields' defaults (each field's first value) and overrides, refusing an
 unknown field or a bad value; `Grid.with_settings` makes a grid of chosen settings (what the
-CLI prices). The grid's `version` hashes the file's parsed content, like records_version.
+CLI prices). The grid's `version` hashes that content, like records_version.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.shared import default_seq_length
 
 SETTINGS_PATH = Path(__file__).with_name("settings.yaml")
 
@@ -201,8 +204,19 @@ def fixed_default(name: str) -> Any:
     return load_settings().fixed[name].default
 
 
+def settings_content(data: Any) -> Any:
+    """A settings file's parsed content with catalogue/shared.yaml's sequence length first among
+    seq_length's values: the grid's content, as parse_settings takes it and its version hashes
+    it. Content without a list of seq_length values is left as it is, for the loader to refuse."""
+    fields = data.get("fields") if isinstance(data, Mapping) else None
+    seq = fields.get("seq_length") if isinstance(fields, Mapping) else None
+    if not isinstance(seq, Mapping) or not isinstance(seq.get("values"), list):
+        return data
+    return {**data, "fields": {**fields, "seq_length": {**seq, "values": [default_seq_length(), *seq["values"]]}}}
+
+
 def load_settings(path: str | Path | None = None) -> Grid:
     """Load and expand a settings grid file (catalogue/records/settings.yaml by default)."""
     path = Path(path) if path is not None else SETTINGS_PATH
     data = read_yaml(path, lambda reason, what: SettingsError(reason, f"{path.name}: {what}"))
-    return parse_settings(data, path.name)
+    return parse_settings(settings_content(data), path.name)

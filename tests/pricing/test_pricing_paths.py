@@ -18,13 +18,13 @@ from support.pricing_specs import BUILDERS, deepseek_v2_lite, llama_8b, qwen15_m
 from speccat.catalogue.records.fastpath import KindPricer, slot_plans
 from speccat.catalogue.records.names import PricingError, kind_values
 from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.oprecords import RECORDS_PATH, parse_records
+from speccat.catalogue.records.oprecords import RECORDS_PATH, parse_records, records_content
 from speccat.catalogue.records.settings import SETTINGS_PATH, parse_settings
 
 
 @pytest.fixture(scope="module")
 def records():
-    return parse_records(yaml.safe_load(RECORDS_PATH.read_text()), "records.yaml")
+    return parse_records(records_content(yaml.safe_load(RECORDS_PATH.read_text())), "records.yaml")
 
 
 def assert_same(spec, records, grid):
@@ -103,7 +103,7 @@ def variant(records_text_edits: dict[str, str]):
     for old, new in records_text_edits.items():
         assert old in text, old
         text = text.replace(old, new)
-    return parse_records(yaml.safe_load(text), "variant.yaml")
+    return parse_records(records_content(yaml.safe_load(text)), "variant.yaml")
 
 
 NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"

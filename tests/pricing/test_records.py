@@ -11,6 +11,7 @@ import yaml
 from speccat.catalogue.records.expr import Expr
 from speccat.catalogue.vocabulary import OPS
 from speccat.catalogue.records.oprecords import RECORDS_PATH, RecordsError, Slot, load_records
+from speccat.catalogue.shared import SHARED_PATH
 from speccat.census.structure.family import PROFILES_DIR
 
 SWITCHES = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
@@ -103,13 +104,15 @@ def test_the_version_ignores_layout_but_not_content(tmp_path):
 
 
 def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
-    text = RECORDS_PATH.read_text()
+    """The refusal of a copy of records.yaml, or of shared.yaml where `old` is in its switch sections."""
+    path = SHARED_PATH if old in SHARED_PATH.read_text() else RECORDS_PATH
+    text = path.read_text()
     assert text.count(old) >= count, old
-    bad = tmp_path / "records.yaml"
+    bad = tmp_path / path.name
     bad.write_text(text.replace(old, new, count))
     with pytest.raises(RecordsError) as err:
-        load_records(bad)
-    assert str(err.value).startswith("records.yaml: ")
+        load_records(bad) if path == RECORDS_PATH else load_records(shared=bad)
+    assert str(err.value).startswith(f"{path.name}: ")
     return err.value
 
 
@@ -135,24 +138,29 @@ NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n
         ("      normOp: gated_norm*", "      normOp: gated_norm.real*", "bad_expression", "slots.norm.ops.normOp"),
         ("  dc_q: 0", "  dc_qq: 0", "unknown_name", "defaults.dc_qq"),
         ("  bc: bytes_compute", "  h: bytes_compute", "bad_value", "names.h"),
-        ("switches: [", "lable: v1\nswitches: [", "unknown_key", "lable"),
+        ("tolerance: 0.02", "lable: v1\ntolerance: 0.02", "unknown_key", "lable"),
         ("full: runs * micro_factor", "fulll: runs * micro_factor", "unknown_key", "fulll"),
     ],
 )
 def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reason, key):
     err = refused(tmp_path, old, new)
     assert err.reason == reason
-    assert f"records.yaml: {key}:" in str(err)
+    assert f": {key}:" in str(err)
 
 
 def test_a_switch_that_drops_nothing_is_refused(tmp_path):
     err = refused(tmp_path, "gather:   {switch: gather}", "gather:   {switch: null}")
-    assert err.reason == "unknown_switch" and "records.yaml: switches[5]:" in str(err)
+    assert err.reason == "unknown_switch" and "shared.yaml: switches[5]:" in str(err)
 
 
 def test_two_records_claiming_one_switch_are_refused(tmp_path):
     err = refused(tmp_path, "headCast: {switch: headCast}", "headCast: {switch: softmax}")
-    assert "records.yaml: ops.headCast.switch:" in str(err) and "already drops" in str(err)
+    assert "shared.yaml: ops.headCast.switch:" in str(err) and "already drops" in str(err)
+
+
+def test_the_switches_are_stated_in_shared_yaml_only(tmp_path):
+    err = refused(tmp_path, "tolerance: 0.02", "switches: [attBMM]\ntolerance: 0.02")
+    assert err.reason == "unknown_key" and "records.yaml: switches:" in str(err)
 
 
 def test_missing_file_and_bad_yaml(tmp_path):
@@ -168,7 +176,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 def test_the_file_states_every_op_and_slot_docs_pricing_lists():
     data = yaml.safe_load(RECORDS_PATH.read_text())
-    assert list(data["switches"]) == list(SWITCHES)
+    assert list(yaml.safe_load(SHARED_PATH.read_text())["switches"]) == list(SWITCHES)
     assert set(data["slots"]["ffn"]["ops"]) == {"ffMM", "ffAct"}
     # the attention kernel's saves, each with its own switch, and the ops only full recompute drops
     assert set(data["slots"]["attention"]["ops"]) == {"attMM", "attUp", "attBMM", "softmax", "headCast", "dropout"}
