@@ -1,9 +1,10 @@
 """`python -m bench [NAME ...] [--OPTION [VALUE] ...]`: run every bench/bench_*.py (or those named) in turn.
 
-Benches in OPT_IN run only when named (bench_drift builds a virtual environment, bench_gpu runs on a GPU). The
-arguments from the first one that starts with `-` on are passed to the named benches'
-`main(argv)` (`python -m bench drift --against .venv/bin/python`). A bench whose main returns
-a non-zero status makes the run exit with it (the last such status), after every bench ran.
+Benches in OPT_IN run only when named (bench_drift builds a virtual environment, bench_gpu runs on a
+GPU, bench_same takes minutes and needs --save DIR or --against DIR). The arguments from the first
+one that starts with `-` on are passed to the named benches' `main(argv)` (`python -m bench drift
+--against .venv/bin/python`). A bench whose main returns a non-zero status makes the run exit with
+it (the last such status), after every bench ran.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import bench
 
-OPT_IN = frozenset({"bench_drift", "bench_gpu"})
+OPT_IN = frozenset({"bench_drift", "bench_gpu", "bench_same"})
 
 
 def main(argv: list[str]) -> int:
