@@ -163,7 +163,7 @@ def test_census_leaves_the_process_as_it_found_it(monkeypatch):
     def broken_kernel(*args, **kwargs):
         raise RuntimeError("kernel exploded")
 
-    monkeypatch.setattr(attention.kernels, "flash_attention", broken_kernel)
+    monkeypatch.setattr(attention, "flash_attention", broken_kernel)
     with pytest.raises(SpecError) as err:
         run_census(hybrid, name="tiny-hybrid", seq_length=S)
     assert err.value.reason == "census_failed" and "RuntimeError: kernel exploded" in str(err.value)
