@@ -1,13 +1,17 @@
-"""What one census child does with one config: the census, then the pricing of its spec.
+"""What one census child does with one config: the census, then the pricing of its spec,
+checked against what the census measured (`census_priced`, which `speccat price` and `speccat
+fit` share with the night).
 
 This module is the fork server's preload (flows/isolate.py): importing it imports torch,
 transformers, the census and the pricing once, so every forked child starts warm. Its
-functions run only in those children.
+functions run in those children, and in the process of `speccat price` and `speccat fit`,
+which import it once they census.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch  # noqa: F401  (preloaded for the forked children)
 
@@ -15,10 +19,12 @@ import torch  # noqa: F401  (preloaded for the forked children)
 # makes the fork server import it once, instead of every child at its first census.
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel  # noqa: F401
 
+from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records import layouts
 from speccat.catalogue.records.head import end_prices, load_head
 from speccat.catalogue.records.points import check_prices, price_ends, price_points
 from speccat.catalogue.records.cost import load_costs, op_costs
+from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
@@ -41,20 +47,42 @@ def pricing_inputs():
 pricing_inputs()
 
 
-def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
-    """Census `config` (measured across settings too) and price its spec. Returns {"spec": JSON
-    text, "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows,
-    "op_costs": rows}: no prices at a setting where a kind cannot be laid out, a row per such kind
-    instead (catalogue/records/layouts.py); the price at each setting the census measured at
-    (catalogue/records/points.py); the ends' prices at every setting priced
-    (catalogue/records/head.py); each op's recompute cost there (catalogue/records/cost.py).
+@dataclass(frozen=True)
+class Outcome:
+    """One config censused, priced and checked, as the night takes it: its spec, and either what
+    the catalogue stores of its prices (`priced`: the rows analyse returns beside the spec) or
+    the pricing refusal that leaves the spec stored unpriced (`refusal`)."""
+
+    spec: ModelSpec
+    priced: dict | None = None
+    refusal: ValueError | None = None
+
+    def checked(self) -> ModelSpec:
+        """The spec, or the night's refusal raised with its reason: what `speccat price` and
+        `speccat fit` build on, so that neither prices a spec the night stores unpriced."""
+        if self.refusal is None:
+            return self.spec
+        if isinstance(self.refusal, ReasonError):
+            raise self.refusal
+        raise PricingError("bad_value", str(self.refusal)) from self.refusal
+
+
+def census_priced(config: dict, name: str, seq_length: int | None = None, spec_json: str | None = None) -> Outcome:
+    """Census `config` (measured across settings too), price its spec and check the price: the
+    one composition of census, price and check, which the night (`analyse`), `speccat price` and
+    `speccat fit` share. `seq_length` defaults to the census's (catalogue/shared.yaml).
+
+    The spec is priced at every setting of the grid with its recompute costs; no prices at a
+    setting where a kind cannot be laid out, a row per such kind instead
+    (catalogue/records/layouts.py); the price at each setting the census measured at
+    (catalogue/records/points.py), checked against what it measured (points.check_prices); the
+    ends' prices at every setting priced (catalogue/records/head.py); each op's recompute cost
+    there (catalogue/records/cost.py).
 
     With `spec_json` (a spec the catalogue already holds, under records it has not been
     priced with) the census is skipped and the spec is only priced. A census refusal raises
-    SpecError (its reason is kept by the parent); a pricing refusal returns the spec with
-    {"price_error": (reason, message)} instead of prices, so the spec is stored and the
-    failure is a `price` failures row. So does a spec the records price beyond their tolerance
-    of what the census measured at any point (points.check_prices).
+    SpecError; a pricing refusal, a spec the records price beyond their tolerance of what the
+    census measured at any point among them, is the outcome's `refusal`.
     """
     if spec_json is None:
         spec = run_census(config, name=name, seq_length=seq_length, across=True)
@@ -70,6 +98,20 @@ def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = No
         ends = end_prices(spec, records, grid, head, skip)
         ops = op_costs(spec, records, grid, costs).rows(skip)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
-        return {"spec": spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
-    return {"spec": spec.to_json(), "prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends,
-            "op_costs": ops}
+        return Outcome(spec, refusal=err)
+    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends, "op_costs": ops}
+    return Outcome(spec, priced=priced)
+
+
+def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
+    """What a census child returns for one config (census_priced): {"spec": JSON text,
+    "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows, "op_costs":
+    rows}. A census refusal raises SpecError (its reason is kept by the parent); a pricing
+    refusal returns the spec with {"price_error": (reason, message)} instead of prices, so the
+    spec is stored and the failure is a `price` failures row.
+    """
+    outcome = census_priced(config, name, seq_length, spec_json)
+    if outcome.refusal is not None:
+        err = outcome.refusal
+        return {"spec": outcome.spec.to_json(), "price_error": (getattr(err, "reason", "bad_value"), str(err))}
+    return {"spec": outcome.spec.to_json(), **outcome.priced}

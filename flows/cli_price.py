@@ -7,9 +7,12 @@ reason `infeasible`, exit 2.
 
 The setting is the grid's defaults (catalogue/records/settings.yaml: each field's first value) with
 --seq/--micro-batch/--tp/--cp and any `--set FIELD=VALUE` on top. `--switches` picks what is
-recomputed: none, all, full (full recompute), or switch names joined by commas. A bad
-setting, an unknown switch or a spec that cannot be priced exits 2 with one line, or with
-{"error": {"reason", "message"}} on stdout under --json; census refusals are cli.py's.
+recomputed: none, all, full (full recompute), or switch names joined by commas. The config
+is censused, priced and checked as the night does it (flows/analysis.py `census_priced`), so a
+config the night stores unpriced (a kind priced beyond the records' tolerance of what the census
+measured) is refused with the night's reason. A bad setting, an unknown switch or a spec that
+cannot be priced exits 2 with one line, or with {"error": {"reason", "message"}} on stdout
+under --json; census refusals are cli.py's.
 """
 
 from __future__ import annotations
@@ -106,11 +109,10 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     setting = grid.setting(setting_overrides)
     mask = switch_mask(records, switches)  # bad settings and switches are refused before the census
 
-    from speccat.census import run_census
-
     from speccat.catalogue.records.layouts import check_feasible
+    from speccat.flows.analysis import census_priced
 
-    spec = run_census(config, name=name)
+    spec = census_priced(config, name).checked()  # the night's census, pricing and check: its refusal too
     counts = stack_counts(spec)
     chosen = grid.with_settings([setting])
     check_feasible(spec, records, chosen)

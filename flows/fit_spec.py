@@ -1,8 +1,10 @@
 """Where `speccat fit` gets its spec (docs/planning.md, "Any config, any stack"): CONFIG is a
-config.json or a folder holding one, censused now, as `speccat price` does (the catalogue need
-not hold it: a model no night has seen, a config being designed); or a repo id the catalogue
-holds, whose spec the latest night stored. A repo the latest night refused, at any stage, is
-refused with the night's reason and message.
+config.json or a folder holding one, censused, priced and checked now as the night and
+`speccat price` do it (flows/analysis.py `census_priced`: the catalogue need not hold it, a
+model no night has seen, a config being designed), refused with the night's reason where the
+night would store it unpriced; or a repo id the catalogue holds, whose spec the latest night
+stored. A repo the latest night refused, at any stage, is refused with the night's reason and
+message.
 """
 
 from __future__ import annotations
@@ -38,16 +40,17 @@ def load_spec(args: argparse.Namespace) -> tuple[str, dict, str]:
 
 
 def censused_now(text: str) -> tuple[str, dict, str]:
-    """A config file or folder, censused in this process (refusals are the census's)."""
+    """A config file or folder, censused and checked in this process (refusals are the census's,
+    or the pricing's the night would store)."""
     from speccat.census.intake.config import precheck
     from speccat.flows.cli_census import read_config
 
     config, name = read_config(text)
     precheck(config)  # absurd configs are refused before torch is even imported
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is first imported
-    from speccat.census import run_census
+    from speccat.flows.analysis import census_priced
 
-    spec = run_census(config, name=name)
+    spec = census_priced(config, name).checked()  # refused as the night refuses a spec it stores unpriced
     return name, spec.to_dict(), f"censused now from {text} (not from the catalogue)"
 
 
