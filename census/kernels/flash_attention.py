@@ -241,16 +241,16 @@ def _book(call: CallSeen) -> KernelCall:
     projection, q and k views of v's storage, k and v one tensor, sparse indices, dropout, a
     score bias, keys another probed layer made."""
     args = call.args
-    q, k, v, indices = args[0], args[1], args[2], args[4]
+    q, k, v, indices, causal, window, dropout = args[0], args[1], args[2], args[4], args[6], args[7], args[9]
     bias = args[11] if len(args) > 11 else call.kwargs.get("bias")
     return KernelCall(
-        "attention", call.child, tuple(q.shape), tuple(k.shape), tuple(v.shape), int(args[7]), bool(args[6]),
+        "attention", call.child, tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
         heads_major=heads_major(q),
         v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
         qk_share_v=storage_key(q) == storage_key(v) == storage_key(k),
         kv_same=storage_key(k) == storage_key(v) and k.storage_offset() == v.storage_offset() and k.shape == v.shape and k.stride() == v.stride(),
         index_topk=int(indices.shape[-1]) if isinstance(indices, torch.Tensor) else 0,
-        dropout=float(args[9]),
+        dropout=float(dropout),
         bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
         kv_borrowed=call.made_elsewhere(k),
     )  # fmt: skip
