@@ -10,7 +10,7 @@ own files' content and validates them there: the records' loader the switch sect
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -58,3 +58,16 @@ def switch_drops() -> Mapping[str, frozenset[str]]:
             if record["switch"] is not None:
                 drops[record["switch"]].add(name)
     return MappingProxyType({switch: frozenset(names) for switch, names in drops.items()})
+
+
+def longest_prefix(model_type: str, prefixes: Mapping[str, Iterable[str]]) -> str | None:
+    """The key of `prefixes` (name → the model_type prefixes it matches) whose prefix is the
+    longest prefix of `model_type`, or None when none is: the rule by which a model_type finds
+    its family profile, read by the census (census/structure/family.py) and by the pricing's
+    widths (catalogue/records/family_widths.py), so both pick the same family."""
+    best, best_len = None, 0
+    for name, names_prefixes in prefixes.items():
+        for prefix in names_prefixes:
+            if model_type.startswith(prefix) and len(prefix) > best_len:
+                best, best_len = name, len(prefix)
+    return best

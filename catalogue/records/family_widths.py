@@ -5,9 +5,9 @@ They are the profile's `defaults` (census/structure/profiles/*.yaml: softmax_byt
 dropout_bytes; a family states only those it changes from the default family's). The records
 (records.yaml) read neither, and the spec names its model_type (`arch`) but not its family, so
 this is the one place pricing reads beyond the spec: the profile files themselves, found from
-the spec's `arch` by the census's rule (census/structure/family.py `family_for`: the profile
-whose `match` prefix, its family name when it lists none, is the longest prefix of the
-model_type, else the default family). Pricing reads the files, never the census's code, so its
+the spec's `arch` by the census's own rule (catalogue/shared.py `longest_prefix`, which
+census/structure/family.py's `family_for` uses too: the profile whose `match` prefix, its family
+name when it lists none, is the longest prefix of the model_type, else the default family). Pricing reads the files, never the census's code, so its
 imports stay in its room; the census's loader is what validates them. The widths move into the
 pricing's own data when costs.yaml next changes (a new records_version): reading them there
 now would change the version every stored price is keyed by.
@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from speccat.catalogue.datafile import read_yaml
+from speccat.catalogue.shared import longest_prefix
 
 # The census's profiles, beside this room in the installed package (speccat/census/...).
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "census" / "structure" / "profiles"
@@ -37,12 +38,8 @@ def _profiles(directory: Path = PROFILES_DIR) -> tuple[Mapping, ...]:
 @cache
 def family_widths(model_type: str) -> Mapping[str, int]:
     """`bytes_softmax` and `bytes_dropout` of the family profile `model_type` belongs to."""
-    profiles = _profiles()
-    default = next(p for p in profiles if p["family"] == DEFAULT_FAMILY)
-    best, best_len = default, 0
-    for profile in profiles:
-        for prefix in profile.get("match", [profile["family"]]):
-            if model_type.startswith(prefix) and len(prefix) > best_len:
-                best, best_len = profile, len(prefix)
+    profiles = {profile["family"]: profile for profile in _profiles()}
+    name = longest_prefix(model_type, {family: profile.get("match", [family]) for family, profile in profiles.items()})
+    default, best = profiles[DEFAULT_FAMILY], profiles[name if name is not None else DEFAULT_FAMILY]
     widths = {**default["defaults"], **best.get("defaults", {})}
     return MappingProxyType({name: widths[key] for name, key in WIDTH_NAMES.items()})

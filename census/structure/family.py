@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from speccat.catalogue.datafile import parse_yaml
 from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.shared import longest_prefix
 from speccat.catalogue.vocabulary import OPS
 from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, OPTIONAL_INT
 
@@ -216,12 +217,8 @@ def family_for(model_type: str, families: Mapping[str, Family] | None = None) ->
     come from the built modules.
     """
     families = families if families is not None else _families()
-    best, best_len = families[DEFAULT_FAMILY], 0
-    for family in families.values():
-        for prefix in family.match:
-            if model_type.startswith(prefix) and len(prefix) > best_len:
-                best, best_len = family, len(prefix)
-    if best_len == 0 and model_type not in _logged_fallbacks:
+    name = longest_prefix(model_type, {family.name: family.match for family in families.values()})
+    if name is None and model_type not in _logged_fallbacks:
         _logged_fallbacks.add(model_type)
         log.info("model_type %r matches no family prefix; using the default family", model_type)
-    return best
+    return families[name if name is not None else DEFAULT_FAMILY]
