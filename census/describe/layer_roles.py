@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from speccat.census.describe.layer_gate import LayerGate, find_layer_gate
-from speccat.census.measure.probe import KernelCall, LayerProbe
+from speccat.census.measure.probe import LayerProbe
+from speccat.census.structure.kernel_registry import KernelCall
 from speccat.census.structure.predicates import (
     is_activation_region,
     is_experts,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from speccat.census.describe.layer_roles import LayerRoles
-from speccat.census.measure.probe import KernelCall
+from speccat.census.structure.kernel_registry import KernelCall
 from speccat.census.spec import SpecError
 from speccat.census.structure.predicates import is_experts, is_norm, is_projection
 

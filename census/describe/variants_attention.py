@@ -13,7 +13,7 @@ import torch
 from speccat.census.describe.attention_facts import AttentionFacts
 from speccat.census.describe.layer_roles import HALF
 from speccat.census.describe.variant_registry import variant
-from speccat.census.measure.probe import KernelCall
+from speccat.census.structure.kernel_registry import KernelCall
 from speccat.census.structure.predicates import QK_NORM_NAME, is_norm
 
 
