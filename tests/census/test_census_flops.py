@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import load_shipped
+from support.shipped_specs import shipped_spec
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from speccat.census import run_census
 from speccat.census.build.model import build
 from speccat.census.measure.flops import flop_counter
 from speccat.census.measure.probe import probe_layers
@@ -21,7 +21,7 @@ S = 4096  # the settings grid's default sequence length, where the census measur
 
 
 def measured(repo_id: str) -> dict[str, int]:
-    spec = run_census(load_shipped(repo_id), name=repo_id)
+    spec = shipped_spec(repo_id)  # the census of the shipped config, shared by the suite
     assert {m["seq_length"] for m in spec["measured"].values()} == {S}
     return {kind: m["forward_flops"] for kind, m in spec["measured"].items()}
 

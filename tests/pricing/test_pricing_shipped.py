@@ -1,9 +1,10 @@
 """Pricing the shipped configs through the census (speccat.census.run_census).
 
-Every config is censused once per module (about 0.1–1 s each). The acceptance numbers of
-Llama-3.1-8B are derived in tests/pricing/test_pricing.py; here they are checked on the censused spec,
-and the fast path is compared with the direct evaluator on every shipped config: the whole
-grid for a handful, a seeded random sample of settings (every mask) for the rest.
+Every config is censused once per test process (tests/support/shipped_specs.py; about 0.1–1 s
+each). The acceptance numbers of Llama-3.1-8B are derived in tests/pricing/test_pricing.py; here
+they are checked on the censused spec, and the fast path is compared with the direct evaluator on
+every shipped config: the whole grid for a handful, a seeded random sample of settings (every
+mask) for the rest.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from conftest import repo_id_of, shipped_config_paths
 from support.pricing_specs import BUILDERS
 
 from speccat.catalogue.records.pricing import model_totals, price_layers, price_spec
-from speccat.census import load_config_file
 from speccat.census.structure.family import family_for
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -39,19 +39,10 @@ SAMPLED_SETTINGS = 4
 
 @pytest.fixture(scope="module")
 def censused():
-    """repo_id -> its spec, censused on first use."""
-    from speccat.census import run_census
+    """repo_id -> its spec, censused on first use (once per test process, tests/support/shipped_specs.py)."""
+    from support.shipped_specs import shipped_spec
 
-    cache: dict[str, dict] = {}
-
-    def get(repo_id: str):
-        if repo_id not in cache:
-            path = next(p for p in shipped_config_paths() if repo_id_of(p) == repo_id)
-            spec = run_census(load_config_file(path), name=repo_id)
-            cache[repo_id] = spec
-        return cache[repo_id]
-
-    return get
+    return shipped_spec
 
 
 def test_whole_grid_configs_are_shipped():

@@ -1,7 +1,8 @@
 """Runs for the store's tests: shipped configs censused and priced for real, as NightData.
 
-`censused(repo_ids)` censuses shipped configs once per process (run_census, the family's
-pricing defaults, the real records and settings grid); `make_run(...)` wraps any subset of
+`censused(repo_ids)` prices shipped configs once per process (their specs from
+tests/support/shipped_specs.py, which the census tests share; the real records and settings
+grid); `make_run(...)` wraps any subset of
 them, plus failures, into a NightData the store can publish.
 """
 
@@ -71,10 +72,11 @@ def census_version() -> str:
 
 @cache
 def censused(repo_id: str) -> Censused:
-    from speccat.census import config_hash, run_census
+    from speccat.census import config_hash
+    from support.shipped_specs import shipped_spec
 
     config = load_shipped(repo_id)
-    spec = run_census(config, name=repo_id).to_dict()
+    spec = shipped_spec(repo_id).to_dict()
     prices = price_spec(spec, records(), grid(), costs=load_costs(records()))
     points = tuple(price_points(spec, records(), grid()))
     ends = tuple(end_prices(spec, records(), grid(), load_head(records())))
