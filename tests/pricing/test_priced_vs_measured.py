@@ -1,6 +1,7 @@
 """Records v2 against the census, read from the stored rows: every kind of every shipped config
 that censuses (the snapshot ships ../shared/hub-configs-more/ too), measured across settings by the census and priced
-by the records at the same settings, stored by the store, compared in `priced_vs_measured`.
+by the records at the same settings, stored by the store, compared in `priced_vs_measured`. The
+specs are the session night's (its census is the one every night runs), priced here.
 
 The points (census/across.yaml): the census's own setting (within 0.5%); a second sequence
 length, a context-parallel rank (cp 2), simulated tensor-parallel ranks (tp 2, tp 8), and
@@ -12,11 +13,13 @@ states; the measured bytes come from the census's accounting. Neither reads the 
 from __future__ import annotations
 
 import glob
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
 import pytest
+from support.hub_more import REFUSED
 from support.store_runs import grid, records, versions
 
 from speccat.catalogue.records.cost import load_costs
@@ -24,8 +27,7 @@ from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.store.file import publish
 from speccat.catalogue.store.night import NightData
-from speccat.census import config_hash, load_config_file, run_census
-from speccat.census.spec import SpecError
+from speccat.census import config_hash, load_config_file
 
 ROOT = Path(__file__).resolve().parents[2]
 # The shipped snapshot holds the shipped configs and those of ../shared/hub-configs-more/.
@@ -34,21 +36,31 @@ AT_CENSUS, ELSEWHERE = 0.005, 0.01
 
 
 @pytest.fixture(scope="module")
-def catalogue(tmp_path_factory) -> Path:
-    """Every config that censuses, measured across settings and priced, stored as one night."""
-    specs, configs, prices, points, repos = {}, {}, {}, {}, []
+def catalogue(snapshot_runs, tmp_path_factory) -> Path:
+    """Every config that censuses, measured across settings and priced, stored as one night.
+
+    The specs are the session night's (tests/support/refresh_runs.py `snapshot_runs`): its
+    census children ran `run_census(config, across=True)` on every shipped config, and its
+    catalogue keeps each spec whole. They are priced here, by the records alone: the night
+    itself stores no prices for a spec the records price beyond their tolerance, so its own
+    `priced_vs_measured` could not show one."""
+    with duckdb.connect(str(snapshot_runs.after_cold), read_only=True) as con:
+        stored = {h: json.loads(spec) for h, spec in con.execute("SELECT config_hash, spec FROM specs").fetchall()}
+    specs, configs, prices, points, repos, unmeasured = {}, {}, {}, {}, [], set()
     for path in CONFIGS:
         repo_id = Path(path).parent.name.replace("__", "/")
         config = load_config_file(path)
-        try:
-            spec = run_census(config, name=repo_id, across=True).to_dict()
-        except SpecError:
-            continue  # refused: nothing measured (tests/census/test_census_hub_more.py states why)
         h = config_hash(config)
+        if h not in stored:
+            unmeasured.add(repo_id)
+            continue
+        spec = stored[h]
         specs[h], configs[h] = spec, config
         prices[h] = price_spec(spec, records(), grid(), costs=load_costs(records()))
         points[h] = price_points(spec, records(), grid())
         repos.append({"repo_id": repo_id, "config_hash": h})
+    # only the configs the census refuses are left out (tests/census/test_census_hub_more.py states why)
+    assert unmeasured == set(REFUSED), sorted(unmeasured ^ set(REFUSED))
     started = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
     night = NightData(
         run_id="across", started=started, ended=started + timedelta(minutes=5), status="completed", source="snapshot",
