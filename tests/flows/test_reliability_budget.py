@@ -1,8 +1,8 @@
 """The census child's memory budget (flows/isolate.py): an allocation past it fails inside the
 child, which reports `memory` (the flow's `too_large`) and dies alone; the next child runs.
 
-The hungry target is `hostile_corpus.hog`, which holds memory one MiB at a time and returns how
-many MiB it got. The flow-level consequence (a `too_large` failures row, the night goes on) is
+The hungry target is `support.hostile_corpus.hog` (tests/support/hostile_corpus.py), which holds
+memory one MiB at a time and returns how many MiB it got. The flow-level consequence (a `too_large` failures row, the night goes on) is
 in tests/flows/test_reliability_flow.py; the time budget's in test_refresh_isolate.py and
 test_refresh_flow.py.
 """
@@ -16,7 +16,7 @@ from speccat.census.spec import SpecError
 from speccat.flows import isolate
 from speccat.flows.tasks import OUTCOME_REASONS
 
-HOG = "hostile_corpus:hog"
+HOG = "support.hostile_corpus:hog"
 BUDGET_MIB = 256
 
 
@@ -35,17 +35,17 @@ def test_an_error_that_hides_its_failed_allocation_at_the_budget_is_memory():
     # The child fills its budget, then fails with an error that names no allocation (CPython's
     # report of a frame it could not allocate, wrapped as census_failed, as a census under a
     # small budget once did): its address space peaked at the limit, so the budget is the cause.
-    outcome = isolate.run("hostile_corpus:hog_then_fail", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
+    outcome = isolate.run("support.hostile_corpus:hog_then_fail", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
     assert outcome.error == "memory", outcome
     assert OUTCOME_REASONS[outcome.error] == "too_large"
     # Far from its budget the same kind of error is what it is: an exception of the census's.
-    outcome = isolate.run("hostile_corpus:hog_then_fail", (BUDGET_MIB // 4,), time_limit=120, memory_limit=BUDGET_MIB)
+    outcome = isolate.run("support.hostile_corpus:hog_then_fail", (BUDGET_MIB // 4,), time_limit=120, memory_limit=BUDGET_MIB)
     assert outcome.value == BUDGET_MIB // 4
 
 
 def test_a_stated_refusal_near_the_budget_keeps_its_reason():
     # A refusal with its own reason is never taken for the budget, however much memory was used.
-    outcome = isolate.run("hostile_corpus:refuse_after_hogging", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
+    outcome = isolate.run("support.hostile_corpus:refuse_after_hogging", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
     assert (outcome.error, outcome.reason) == ("spec_error", "unsupported_layer"), outcome
 
 
