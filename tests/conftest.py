@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-# The refresh tests' session fixtures (one Prefect API, the shared snapshot runs).
-pytest_plugins = ["support.refresh_runs"]
+# The refresh tests' session fixtures (one Prefect API, the shared snapshot runs), and how
+# pytest-xdist's workers share the suite (each file whole on one worker).
+pytest_plugins = ["support.refresh_runs", "support.workers"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "flows" / "snapshot"
