@@ -33,6 +33,7 @@ LOADERS = {"import_module", "get_class_from_dynamic_module", "run_path", "load_s
 ALLOWED = {
     ("catalogue/records/expr.py", "compile"),  # the closed expression language, validated node by node (tests/pricing/test_security_expr.py)
     ("catalogue/records/expr.py", "eval"),
+    ("census/kernels/__init__.py", "import_module"),  # the package's own modules, listed by pkgutil from its folder
     ("catalogue/store/lake.py", "import_module"),  # a DuckDB extension package from the constant EXTENSION_PACKAGES
     ("flows/cli.py", "import_module"),  # speccat.flows.<name> for the constant COMMAND_MODULES
     ("flows/isolate.py", "import_module"),  # the census child's target, the constant tasks.ANALYSE
