@@ -7,7 +7,7 @@ same way. Both are warmed up first (one untimed pass over every config pays the 
 torch, transformers and each modeling module), then timed over `ROUNDS` passes; the per-config
 time is the best of the rounds. Target: census median ≤ 0.3 s per config.
 
-Within it, building the model and one probe per kind (no FLOP counting, no head, no spec):
+Within it, building the model and one probe per kind (no FLOP counting, no ends, no spec):
 the census's measurement core. Target: median ≤ 0.1 s per config.
 
 Then the census with its measurements across settings (`across=True`, what the night runs:
@@ -61,7 +61,7 @@ def naive(config: dict, name: str):
 
 def core(config: dict, name: str):
     """Building the model on meta and one probe per distinct shape: the census without FLOP
-    counting, the head, describing the layers or writing the spec."""
+    counting, the model's ends, describing the layers or writing the spec."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from speccat.census.intake import remote

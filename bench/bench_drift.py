@@ -61,11 +61,11 @@ def _kind_rows(spec, status: str) -> dict[str, dict]:
     from speccat.catalogue.records import points
     from speccat.flows.analysis import pricing_inputs
 
-    records, grid, _, head = pricing_inputs()
+    records, grid, _, ends = pricing_inputs()
     priced: dict[str, float] = {}
     ratios: dict[str, float] = {}
     try:
-        rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, head)
+        rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, ends)
     except ValueError as err:  # no record prices some op of it: the night stores it unpriced
         rows = []
         status = status if status != PRICED else f"unpriced: {getattr(err, 'reason', 'bad_value')}"

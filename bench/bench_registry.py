@@ -69,8 +69,8 @@ def worst_ratio(spec) -> float:
     from speccat.catalogue.records import points
     from speccat.flows.analysis import pricing_inputs
 
-    records, grid, _, head = pricing_inputs()
-    rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, head)
+    records, grid, _, ends = pricing_inputs()
+    rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, ends)
     return points.worst_ratio(spec, rows)[2]
 
 

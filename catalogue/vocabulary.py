@@ -31,9 +31,9 @@ OPS: tuple[str, ...] = tuple(_VOCABULARY["ops"])
 UNPRICED_OPS: tuple[str, ...] = tuple(_VOCABULARY["unpriced_ops"])
 OTHER, CACHED = UNPRICED_OPS
 PARTS: tuple[str, ...] = tuple(_VOCABULARY["parts"])
-# The model's ends, outside its layers (spec `ends`, head.yaml `parts`).
+# The model's ends, outside its layers (spec `ends`, ends.yaml `parts`).
 END_PARTS: tuple[str, ...] = tuple(_VOCABULARY["ends"])
-# What the census counts of the logits (spec `ends`), read by head.yaml as names.
+# What the census counts of the logits (spec `ends`), read by ends.yaml as names.
 LOGIT_FACTS: tuple[str, ...] = tuple(_VOCABULARY["logit_facts"])
 # The variant facts the census states per kind, read by the records' formulas as names.
 VARIANTS: tuple[str, ...] = tuple(_VOCABULARY["variants"])

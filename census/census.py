@@ -29,7 +29,7 @@ from speccat.census.describe.model_facts import attention_dims, model_facts
 from speccat.census.describe.probe_checks import check_probes, check_tokens
 from speccat.catalogue.shared import default_seq_length
 from speccat.census.structure.family import Family, family_for
-from speccat.census.measure.head import probe_head
+from speccat.census.measure.ends import probe_ends
 from speccat.census.structure.kinds import kind_names
 from speccat.census.intake import remote
 from speccat.census.structure.predicates import is_norm
@@ -195,7 +195,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
     if cross:  # a cross-attention kind is measured with encoder states too, whether or not across
         cross_shapes = [shape for shape in shapes if shape.first in cross]
         spec["measured_at"] = spec.get("measured_at", []) + encoder_points(built, cross_shapes, kind_of, seq_length, cross, hidden, across)
-    ends = probe_head(built, seq_length, hidden)
+    ends = probe_ends(built, seq_length, hidden)
     if ends is not None:
         spec["ends"] = {"seq_length": seq_length, **ends}
     return ModelSpec(spec)

@@ -230,7 +230,7 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
 
 
 def _validate_ends(spec: Mapping, kinds: tuple[str, ...]) -> None:
-    """The model's ends measured (census/measure/head.py): its sequence length, bytes per token per end,
+    """The model's ends measured (census/measure/ends.py): its sequence length, bytes per token per end,
     and the tensors over the vocabulary the head's forward and loss keep, by dtype."""
     ends = _check_mapping("ends", spec["ends"])
     keys = ("seq_length", "bytes_per_token", *LOGIT_FACTS)

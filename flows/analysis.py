@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel 
 
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records import layouts
-from speccat.catalogue.records.head import end_prices, load_head
+from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.points import check_prices, price_ends, price_points
 from speccat.catalogue.records.cost import load_costs, op_costs
 from speccat.catalogue.records.names import PricingError
@@ -34,14 +34,14 @@ from speccat.census.spec import ModelSpec
 
 @functools.cache
 def pricing_inputs():
-    """The records, the settings grid, the recompute costs and the ends' prices (head.yaml),
+    """The records, the settings grid, the recompute costs and the ends' prices (ends.yaml),
     parsed and compiled once per process (about 50 ms).
 
     Called at import, so the fork server parses them as it preloads this module and every
     forked child inherits them instead of parsing them again for each config.
     """
     records = load_records()
-    return records, load_settings(), load_costs(records), load_head(records)
+    return records, load_settings(), load_costs(records), load_ends(records)
 
 
 pricing_inputs()
@@ -76,7 +76,7 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
     setting where a kind cannot be laid out, a row per such kind instead
     (catalogue/records/layouts.py); the price at each setting the census measured at
     (catalogue/records/points.py), checked against what it measured (points.check_prices); the
-    ends' prices at every setting priced (catalogue/records/head.py); each op's recompute cost
+    ends' prices at every setting priced (catalogue/records/ends.py); each op's recompute cost
     there (catalogue/records/cost.py).
 
     With `spec_json` (a spec the catalogue already holds, under records it has not been
@@ -89,17 +89,17 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
     else:
         spec = ModelSpec.from_json(spec_json)
     try:
-        records, grid, costs, head = pricing_inputs()
+        records, grid, costs, ends = pricing_inputs()
         prices = price_spec(spec, records, grid, costs=costs)
         infeasible = layouts.infeasible(spec, records, grid)
         points = price_points(spec, records, grid, costs)
-        check_prices(spec, points + price_ends(spec, records, grid, head), records)
+        check_prices(spec, points + price_ends(spec, records, grid, ends), records)
         skip = frozenset(row["setting_id"] for row in infeasible)
-        ends = end_prices(spec, records, grid, head, skip)
+        end_rows = end_prices(spec, records, grid, ends, skip)
         ops = op_costs(spec, records, grid, costs).rows(skip)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return Outcome(spec, refusal=err)
-    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": ends, "op_costs": ops}
+    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": end_rows, "op_costs": ops}
     return Outcome(spec, priced=priced)
 
 

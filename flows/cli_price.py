@@ -100,7 +100,7 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
     import pyarrow.compute as pc
 
     from speccat.catalogue.records.cost import load_costs, stored_version
-    from speccat.catalogue.records.head import load_head
+    from speccat.catalogue.records.ends import load_ends
     from speccat.catalogue.records.pricing import model_totals, price_spec, stack_counts
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.settings import load_settings
@@ -130,7 +130,7 @@ def price(config: dict, name: str, setting_overrides: dict, switches: str) -> di
         model_total = model.layer_prices.filter(pc.field("mask") == mask).column("total")[0].as_py()
     return {
         "name": spec["name"],
-        "records_version": stored_version(records, load_costs(records), load_head(records)),
+        "records_version": stored_version(records, load_costs(records), load_ends(records)),
         "setting": dict(setting),
         "switches": FULL if mask is None else list(records.switches_of(mask)),
         "kinds": kinds,

@@ -105,7 +105,7 @@ class Night:
 def current_versions() -> dict[str, str]:
     """Every version a stored result depends on (the runs table's version columns)."""
     from speccat.catalogue.records.cost import load_costs, stored_version
-    from speccat.catalogue.records.head import load_head
+    from speccat.catalogue.records.ends import load_ends
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.settings import load_settings
     from speccat.census import CENSUS_VERSION
@@ -117,7 +117,7 @@ def current_versions() -> dict[str, str]:
         "transformers": dist_version("transformers"),
         "torch": dist_version("torch"),
         "census": CENSUS_VERSION,
-        "records": stored_version(records, load_costs(records), load_head(records)),
+        "records": stored_version(records, load_costs(records), load_ends(records)),
         "profiles": profiles_version(),
         "settings": load_settings().version,
     }

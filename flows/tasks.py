@@ -82,7 +82,7 @@ class Analysis:
     failure: tuple[str, str, str] | None = None
     infeasible: tuple = ()
     point_prices: tuple = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
-    end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/head.py rows)
+    end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/ends.py rows)
     op_costs: tuple = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
 
 

@@ -82,11 +82,13 @@ def load_costs(records: Records, path: str | Path | None = None) -> Costs:
     return Costs(ops, float(step), version_of(data))
 
 
-def stored_version(records: Records, costs: Costs, head: Any) -> str:
+def stored_version(records: Records, costs: Costs, ends: Any) -> str:
     """The version stored prices and costs are keyed by (`records_version`): the records, the
-    costs of their ops and the ends' prices (head.yaml, a head.Head) together, so a change to
-    any of them prices every config again."""
-    return version_of({"records": records.version, "costs": costs.version, "head": head.version})
+    costs of their ops and the ends' prices (ends.yaml, an ends.Ends) together, so a change to
+    any of them prices every config again. The ends' version is hashed under the key "head",
+    the file's name when the catalogue's versions were first stored: renaming the key would
+    change every records_version."""
+    return version_of({"records": records.version, "costs": costs.version, "head": ends.version})
 
 
 def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:

@@ -1,6 +1,6 @@
 """The records room's data-file loader: catalogue/datafile.py's Loader, reading also expressions
 of the records' language (catalogue/records/expr.py) over the names a file's formulas may read.
-costs.yaml, head.yaml and states.yaml are read through it."""
+costs.yaml, ends.yaml and states.yaml are read through it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from speccat.catalogue.records.cost import Costs, load_costs, op_costs
-from speccat.catalogue.records.head import Head, price_head
+from speccat.catalogue.records.ends import Ends, price_ends_at
 from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
@@ -80,15 +80,15 @@ def measured_per_token(spec: Mapping) -> dict[tuple[str, str], float]:
     return out
 
 
-def price_ends(spec: Mapping, records: Records, grid: Grid, head: Head) -> list[dict]:
-    """The head.yaml price of each of the model's ends at the setting the census measured them
+def price_ends(spec: Mapping, records: Records, grid: Grid, ends: Ends) -> list[dict]:
+    """The ends.yaml price of each of the model's ends at the setting the census measured them
     at (spec `ends`), per token, as rows like price_points' (kind `end:PART`, point `census`)."""
-    ends = spec.get("ends")
-    if ends is None:
+    measured = spec.get("ends")
+    if measured is None:
         return []
-    seq = ends["seq_length"]
+    seq = measured["seq_length"]
     setting = grid.setting({"stack": "transformers", "seq_length": seq, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": False})
-    priced = price_head(spec, records, setting, grid.dtype_bytes, head)
+    priced = price_ends_at(spec, records, setting, grid.dtype_bytes, ends)
     return [{"kind": f"{END_KIND}{part}", "point": CENSUS_POINT, "priced_per_token": priced[part] / seq} for part in END_PARTS]
 
 

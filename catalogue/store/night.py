@@ -105,7 +105,7 @@ class NightData:
     point_prices: config_hash -> rows with POINT_PRICE_FIELDS: the records' price at each
         setting its spec was measured at (catalogue/records/points.py).
     end_prices: config_hash -> rows with END_PRICE_FIELDS: the bytes the model's ends keep at
-        each setting it is priced at (catalogue/records/head.py `end_prices`).
+        each setting it is priced at (catalogue/records/ends.py `end_prices`).
     op_costs: config_hash -> rows with OP_COST_FIELDS: each op's recompute cost per kind at each
         setting it is priced at (catalogue/records/cost.py `OpCosts.rows`).
     state_sharding: states.yaml as rows (catalogue/records/states.py `state_sharding_rows`).

@@ -36,7 +36,7 @@ def norm_scale_fp32(view: LayerRoles, top_k: int | None) -> bool:
 @variant
 def norm_weight_copy(view: LayerRoles, top_k: int | None) -> bool:
     """The layer's first norm saved a tensor with no token dimension: a computed copy of its
-    weight (Gemma's and Qwen3-Next's fp32 `1 + weight`), which the final norm keeps too (head.yaml)."""
+    weight (Gemma's and Qwen3-Next's fp32 `1 + weight`), which the final norm keeps too (ends.yaml)."""
     norms = view.stream_norm_paths()
     return bool(norms) and norms[0] in view.probe.norm_weight_copies
 

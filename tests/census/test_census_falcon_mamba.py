@@ -13,7 +13,7 @@ import pytest
 import torch
 from support.layer_runs import assert_same_grads, saves_and_grads, signature, tiny_model
 
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
 
@@ -84,7 +84,7 @@ def test_the_default_falcon_mamba_is_priced_within_one_percent_at_every_point(re
     spec = run_census(default_config("falcon_mamba"), name="falcon_mamba", across=True).to_dict()
     assert spec["layers"] == [{"kind": "mamba", "count": 32}]
     assert (spec["ssm_inner_size"], spec["ssm_state_size"], spec["ssm_dt_rank"]) == (1536, 16, 48)
-    rows = price_points(spec, records, grid) + price_ends(spec, records, grid, load_head(records))
+    rows = price_points(spec, records, grid) + price_ends(spec, records, grid, load_ends(records))
     measured = measured_per_token(spec)  # the layers' points and the model's ends
     assert len(rows) == len(measured) >= 10
     worst = max(abs(r["priced_per_token"] / measured[r["kind"], r["point"]] - 1) for r in rows)

@@ -13,7 +13,7 @@ import torch
 from conftest import load_shipped
 from support.layer_runs import saved_by_graph
 
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.points import check_prices, price_ends, price_points, worst_ratio
 from speccat.census import run_census
 
@@ -71,7 +71,7 @@ def test_scout_keeps_every_expert_for_every_token(scout):
 
 
 def _priced_within_tolerance(spec, records, grid) -> float:
-    rows = price_points(spec, records, grid) + price_ends(spec, records, grid, load_head(records))
+    rows = price_points(spec, records, grid) + price_ends(spec, records, grid, load_ends(records))
     check_prices(spec, rows, records)
     return worst_ratio(spec, rows)[2]
 

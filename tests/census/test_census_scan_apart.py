@@ -14,7 +14,7 @@ import pytest
 import torch
 from support.layer_runs import assert_same_grads, layer_saves, saves_and_grads, signature, tiny_model
 
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
 
@@ -209,7 +209,7 @@ def test_the_default_jamba_is_priced_within_one_percent_at_every_point(jamba_spe
     mamba = sorted(k for k in kinds if jamba_spec["flavours"][k]["attention"] == "mamba")
     assert len(mamba) == 2 and all(jamba_spec["variants"][k]["scan_apart"] for k in mamba)
     assert (jamba_spec["ssm_inner_size"], jamba_spec["ssm_state_size"], jamba_spec["ssm_dt_rank"], jamba_spec["ssm_conv_kernel"]) == (8192, 16, 256, 4)
-    rows = price_points(jamba_spec, records, grid) + price_ends(jamba_spec, records, grid, load_head(records))
+    rows = price_points(jamba_spec, records, grid) + price_ends(jamba_spec, records, grid, load_ends(records))
     measured = measured_per_token(jamba_spec)  # the layers' points and the model's ends
     assert len(rows) == len(measured) and {r["kind"] for r in rows if not r["kind"].startswith("end:")} == kinds
     assert {r["point"] for r in rows} >= {"census", "tp 2", "tp 8", "cp 2", "recompute all"}

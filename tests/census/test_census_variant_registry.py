@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.names import kind_values
 from speccat.catalogue.vocabulary import VARIANTS
 from speccat.census import run_census
@@ -108,8 +108,8 @@ def test_the_docs_variant_table_is_the_one_the_registry_renders():
 
 def test_the_records_read_every_variant_under_its_own_name(records):
     """Each fact is a records name of its own name (catalogue/records/names.py), read by at least
-    one formula of records.yaml or head.yaml: no fact is stated that nothing prices."""
-    exprs = [records.full, *records.derived.values(), *load_head(records).parts.values()]
+    one formula of records.yaml or ends.yaml: no fact is stated that nothing prices."""
+    exprs = [records.full, *records.derived.values(), *load_ends(records).parts.values()]
     for slot in records.slots:
         exprs += [slot.formula, *(expr for _, expr in slot.elements), *([slot.when] if slot.when is not None else [])]
     read = set().union(*(expr.names for expr in exprs))

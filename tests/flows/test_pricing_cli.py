@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import SNAPSHOT
 
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.cost import load_costs, stored_version
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.settings import load_settings
@@ -31,7 +31,7 @@ def test_json_contract_for_llama_8b(capsys):
     assert set(out) == {"name", "records_version", "setting", "switches", "kinds", "model_total"}
     assert out["name"] == "meta-llama/Llama-3.1-8B-Instruct"
     records = load_records()
-    assert out["records_version"] == stored_version(records, load_costs(records), load_head(records))  # what the catalogue's rows are keyed by
+    assert out["records_version"] == stored_version(records, load_costs(records), load_ends(records))  # what the catalogue's rows are keyed by
     assert out["setting"] == dict(load_settings().setting())
     assert out["switches"] == []
     assert out["kinds"] == {

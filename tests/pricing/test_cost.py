@@ -13,7 +13,7 @@ from conftest import load_shipped
 
 from support.pricing_specs import llama_8b
 
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.cost import CostError, load_accelerators, load_costs, op_costs, recomputed, stored_version
 
 
@@ -173,10 +173,10 @@ def test_a_change_of_costs_alone_changes_the_version_stored_prices_are_keyed_by(
     from speccat.flows.refresh import current_versions
 
     shipped = current_versions()["records"]
-    assert shipped == stored_version(records, load_costs(records), load_head(records))
+    assert shipped == stored_version(records, load_costs(records), load_ends(records))
     changed = tmp_path / "costs.yaml"
     changed.write_text(cost.COSTS_PATH.read_text().replace("step_factor: 3", "step_factor: 4"))
     assert load_costs(records, changed).step_factor == 4
     monkeypatch.setattr(cost, "COSTS_PATH", changed)
     assert current_versions()["records"] != shipped
-    assert current_versions()["records"] == stored_version(records, load_costs(records, changed), load_head(records))
+    assert current_versions()["records"] == stored_version(records, load_costs(records, changed), load_ends(records))

@@ -10,7 +10,7 @@ import pytest
 from conftest import load_shipped
 
 from speccat.catalogue.records.names import PricingError
-from speccat.catalogue.records.head import load_head
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.points import check_prices, measured_per_token, price_ends, price_points
 from speccat.census import run_census
 
@@ -31,7 +31,7 @@ def with_unclaimed(spec: dict, share: float) -> dict:
 
 
 def all_rows(spec: dict, records, grid) -> list[dict]:
-    return price_points(spec, records, grid) + price_ends(spec, records, grid, load_head(records))
+    return price_points(spec, records, grid) + price_ends(spec, records, grid, load_ends(records))
 
 
 def test_the_shipped_spec_is_within_the_tolerance_at_every_point(spec, records, grid):
@@ -56,7 +56,7 @@ def test_bytes_no_record_prices_beyond_the_tolerance_refuse_the_prices(spec, rec
 
 def test_an_end_priced_beyond_the_tolerance_refuses_the_prices(spec, records, grid):
     changed = copy.deepcopy(spec)
-    changed["ends"]["bytes_per_token"]["logits"] *= 1.05  # the head kept 5% more than head.yaml says
+    changed["ends"]["bytes_per_token"]["logits"] *= 1.05  # the logits kept 5% more than ends.yaml says
     with pytest.raises(PricingError) as err:
         check_prices(changed, all_rows(changed, records, grid), records)
     assert "kind 'end:logits' at point 'census'" in str(err.value) and "-4.8%" in str(err.value)

@@ -21,7 +21,7 @@ from typing import Any
 from conftest import load_shipped
 
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
-from speccat.catalogue.records.head import end_prices, load_head
+from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.states import load_states, state_sharding_rows
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
@@ -79,7 +79,7 @@ def censused(repo_id: str) -> Censused:
     spec = shipped_spec(repo_id).to_dict()
     prices = price_spec(spec, records(), grid(), costs=load_costs(records()))
     points = tuple(price_points(spec, records(), grid()))
-    ends = tuple(end_prices(spec, records(), grid(), load_head(records())))
+    ends = tuple(end_prices(spec, records(), grid(), load_ends(records())))
     costs = tuple(op_costs(spec, records(), grid(), load_costs(records())).rows())
     return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, costs)
 

@@ -1,5 +1,5 @@
 -- Table end_prices: what the model's ends keep for backward, per rank and micro-batch, at each
--- setting the config is priced at, as catalogue/records/head.yaml prices them: the embedding's
+-- setting the config is priced at, as catalogue/records/ends.yaml prices them: the embedding's
 -- output (the first layer's input) and its ids, the final norm, and the logits with the
 -- loss (docs/planning.md). The layers' prices leave these out; the first pipeline stage holds
 -- the embedding, the last the final norm and the logits. Key: (config_hash, census_version, transformers_version, torch_version,

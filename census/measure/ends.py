@@ -1,7 +1,7 @@
 """The model's ends on fake tensors: the embedding's output, the final norm, and the logits
 with the loss's fp32 upcast (docs/planning.md): the spec's `ends`.
 
-`probe_head` converts the embedding, the final norm and the output head of a model built on meta
+`probe_ends` converts the embedding, the final norm and the output head of a model built on meta
 (census/build/model.py) to fake tensors, runs them as the causal LM's forward does (ids → embedding;
 the stack's output → final norm → head → the model's own loss function), and books every
 storage autograd saves, once, to the part that saved it, parameters left out, at its CUDA width
@@ -15,7 +15,7 @@ tanh's output (one more in the compute dtype, `logit_saved`); the loss keeps its
 log-probabilities in fp32 where it upcasts the logits first (`logit_saved_fp32`, transformers'
 causal-LM loss) and in the compute dtype where it does not (bart's and whisper's
 CrossEntropyLoss on the bf16 logits). A model whose forward cannot run that way (none of
-transformers' registry today) has no measured ends: head.yaml prices them unchecked, as for a
+transformers' registry today) has no measured ends: ends.yaml prices them unchecked, as for a
 model with no final norm.
 """
 
@@ -81,12 +81,12 @@ def _width(norm: torch.nn.Module) -> int | None:
     return int(weight.shape[-1]) if isinstance(weight, torch.Tensor) and weight.dim() else None
 
 
-def probe_head(built: Built, seq_length: int, hidden_width: int) -> dict | None:
+def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     """What each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
     (`hidden_width`: the layers' width, which the stack's output has): {"bytes_per_token": per
     end, "logit_saved" and "logit_saved_fp32": the tensors over the vocabulary the head's
     forward and loss keep in the compute dtype and in fp32}; None for a model with no output
-    head or no final norm beside its layers, whose ends head.yaml does not describe, or whose
+    head or no final norm beside its layers (ends that ends.yaml does not describe), or whose
     causal LM's forward cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
     # the final norm normalises the stack's output: a norm beside the layers of another width

@@ -1,5 +1,5 @@
-"""The model's ends (census/measure/head.py measures them into the spec's `ends`,
-catalogue/records/head.yaml prices them): the two agree on shipped configs, and equal the bytes
+"""The model's ends (census/measure/ends.py measures them into the spec's `ends`,
+catalogue/records/ends.yaml prices them): the two agree on shipped configs, and equal the bytes
 worked by hand; the logits' loss upcast is the issue's ~8 GiB for gemma-3-1b."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import load_shipped
 
-from speccat.catalogue.records.head import load_head, price_head
+from speccat.catalogue.records.ends import load_ends, price_ends_at
 
 SEQ = 128
 
@@ -24,9 +24,9 @@ SOFTCAPPED = "google/gemma-2-2b-it"  # final_logit_softcapping 30.0
 @pytest.mark.parametrize("repo", ["meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it", "Qwen/Qwen3-0.6B", "openai-community/gpt2", SOFTCAPPED])
 def test_priced_ends_equal_the_measured_ones(repo, records, grid):
     spec = spec_of(repo)
-    got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/measure/head.py)
+    got = spec["ends"]["bytes_per_token"]  # the census ran the model's ends (census/measure/ends.py)
     assert spec["ends"]["seq_length"] == SEQ
-    priced = price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    priced = price_ends_at(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_ends(records))
     h, v = spec["hidden_size"], spec["vocab_size"]
     # by hand: the head's bf16 input, fp32 log-probabilities, int64 labels per token; one pad label
     # and the scalar loss. Gemma 2's causal LM caps its logits (logits / 30, tanh, * 30): tanh
@@ -55,7 +55,7 @@ def test_priced_ends_equal_the_measured_ones(repo, records, grid):
 def test_gemma3_1b_logits_at_8192_are_8_gib(records, grid):
     c = load_shipped("google/gemma-3-1b-it")
     spec = spec_of("google/gemma-3-1b-it")
-    priced = price_head(spec, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_head(records))
+    priced = price_ends_at(spec, records, grid.setting({"seq_length": 8192}), grid.dtype_bytes, load_ends(records))
     assert priced["logits"] / 2**30 == pytest.approx((8192 * (262144 * 4 + 1152 * 2 + 8) + 12) / 2**30)
     assert 8.0 < priced["logits"] / 2**30 < 8.1
 
@@ -63,7 +63,7 @@ def test_gemma3_1b_logits_at_8192_are_8_gib(records, grid):
 def test_a_loss_on_the_bf16_logits_keeps_its_log_probabilities_in_bf16(records, grid):
     """bart's causal LM calls CrossEntropyLoss on the head's bf16 output, with no fp32 upcast:
     the census runs that forward, so its ends count one bf16 tensor over the vocabulary and no
-    fp32 one, and head.yaml prices the same within the records' tolerance."""
+    fp32 one, and ends.yaml prices the same within the records' tolerance."""
     from bench.bench_registry import default_config
     from speccat.census import run_census
 
@@ -73,27 +73,27 @@ def test_a_loss_on_the_bf16_logits_keeps_its_log_probabilities_in_bf16(records, 
     # by hand: the head's bf16 input and the bf16 log-probabilities; the labels are the input
     # ids themselves (bart does not shift them), booked to the embedding; the bf16 scalar loss
     assert spec["ends"]["bytes_per_token"]["logits"] * SEQ == SEQ * (h * 2 + v * 2) + 2
-    priced = price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    priced = price_ends_at(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_ends(records))
     assert priced["logits"] / (spec["ends"]["bytes_per_token"]["logits"] * SEQ) == pytest.approx(1, abs=records.tolerance)
-    assert priced["logits"] == SEQ * (h * 2 + v * 2 + 8) + 8 + 4  # the labels head.yaml books apart
+    assert priced["logits"] == SEQ * (h * 2 + v * 2 + 8) + 8 + 4  # the labels ends.yaml books apart
 
 
 def test_a_spec_with_no_ends_is_priced_as_the_causal_lm_loss_keeps_its_logits(records, grid):
     spec = spec_of("meta-llama/Llama-3.2-1B-Instruct")
-    measured = price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records))
+    measured = price_ends_at(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_ends(records))
     del spec["ends"]
-    assert price_head(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_head(records)) == measured
+    assert price_ends_at(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_ends(records)) == measured
 
 
 def test_a_change_of_the_ends_prices_alone_changes_the_version_stored_prices_are_keyed_by(records, tmp_path, monkeypatch):
-    """The night stores the ends' prices (end_prices) under records_version: head.yaml is hashed
+    """The night stores the ends' prices (end_prices) under records_version: ends.yaml is hashed
     into it, so a change to it prices every config again."""
-    from speccat.catalogue.records import head
+    from speccat.catalogue.records import ends
     from speccat.flows.refresh import current_versions
 
     shipped = current_versions()["records"]
-    changed = tmp_path / "head.yaml"
-    changed.write_text(head.HEAD_PATH.read_text().replace("unmeasured: {logit_saved: 0, logit_saved_fp32: 1}", "unmeasured: {logit_saved: 1, logit_saved_fp32: 1}"))
-    assert load_head(records, changed).unmeasured["logit_saved"] == 1
-    monkeypatch.setattr(head, "HEAD_PATH", changed)
+    changed = tmp_path / "ends.yaml"
+    changed.write_text(ends.ENDS_PATH.read_text().replace("unmeasured: {logit_saved: 0, logit_saved_fp32: 1}", "unmeasured: {logit_saved: 1, logit_saved_fp32: 1}"))
+    assert load_ends(records, changed).unmeasured["logit_saved"] == 1
+    monkeypatch.setattr(ends, "ENDS_PATH", changed)
     assert current_versions()["records"] != shipped
