@@ -55,7 +55,10 @@ SOURCES: tuple[str, ...] = tuple(_VOCABULARY["run_source"])
 GATING_CODES: tuple[str, ...] = tuple(_VOCABULARY["gating"])
 # The Hub's `gated` value (False, "auto" or "manual") → its code; the first code is the Hub's False.
 GATING: Mapping[object, str] = MappingProxyType({False: GATING_CODES[0], **{code: code for code in GATING_CODES[1:]}})
-ATTENTION_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["attention_flavour"])
+# A layer kind's mixer flavours (docs/architecture.md, "Words": mixer). They are stored under the
+# list's first name, which stays: the vocabulary list and ENUM type `attention_flavour`, the
+# kinds column and the spec's flavour field `attention`.
+MIXER_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["attention_flavour"])
 FFN_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["ffn_flavour"])
 
 # The catalogue's ENUM types and their values, in order.
@@ -66,7 +69,7 @@ ENUMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "run_status": RUN_STATUSES,
         "run_source": SOURCES,
         "gating": GATING_CODES,
-        "attention_flavour": ATTENTION_FLAVOURS,
+        "attention_flavour": MIXER_FLAVOURS,
         "ffn_flavour": FFN_FLAVOURS,
         "op_name": OPS + UNPRICED_OPS,
     }

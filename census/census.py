@@ -71,16 +71,16 @@ def _settle_eager(views: list[LayerView]) -> None:
     all it holds beside norms is an MLP or routed experts; otherwise it runs a mixer the census
     does not know."""
     for view in views:
-        if view.shape.attention != "eager":
+        if view.shape.mixer != "eager":
             continue
         if view.attention_kernels():
-            view.shape.attention = "full"
+            view.shape.mixer = "full"
             continue
         if view.linear_eager_kernels():  # a linear attention run in torch (census/kernels/routing.py), its decay gated by the tokens or not
-            view.shape.attention = "linear_eager_gated" if any(k.gated for k in view.linear_eager_kernels()) else "linear_eager"
+            view.shape.mixer = "linear_eager_gated" if any(k.gated for k in view.linear_eager_kernels()) else "linear_eager"
             continue
         if view.feed_forward_only():
-            view.shape.attention = "none"  # a block of only an MLP or MoE (nemotron_h's)
+            view.shape.mixer = "none"  # a block of only an MLP or MoE (nemotron_h's)
             continue
         mixers = sorted({type(m).__name__ for _, m in view.layer.named_children() if not is_norm(m) and any(True for _ in m.parameters())})
         raise SpecError(
@@ -113,7 +113,7 @@ def _settle_cross(built, shapes: list[Shape], probes: dict[int, LayerProbe], seq
         probe = given[shape.first]
         kernels = probe.kernels
         if probe.ran and kernels and all(k.kind == "attention" and k.q[2] == seq_length and k.k[2] == k.v[2] == tokens for k in kernels):
-            shape.attention = "cross"
+            shape.mixer = "cross"
             cross[shape.first] = probe
     return cross
 
@@ -174,7 +174,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         spec["ops"][kind] = view.ops()
         if by_profile:
             _compare_with_profile(family, kind, spec["ops"][kind], name)
-        spec["flavours"][kind] = {"attention": view.shape.attention, "ffn": view.shape.ffn}
+        spec["flavours"][kind] = {"attention": view.shape.mixer, "ffn": view.shape.ffn}
         kind_params[kind] = view.params(holders[view.index])
         spec["variants"][kind] = view.variants(spec.get("num_experts_per_tok"))
         # a cross-attention kind at the census's setting: no encoder tokens (text-only training),

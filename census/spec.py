@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.vocabulary import ATTENTION_FLAVOURS, CENSUS_REASONS, END_PARTS, FFN_FLAVOURS, KIND_DIMS, LOGIT_FACTS, OPS, UNPRICED_OPS, VARIANTS
+from speccat.catalogue.vocabulary import MIXER_FLAVOURS, CENSUS_REASONS, END_PARTS, FFN_FLAVOURS, KIND_DIMS, LOGIT_FACTS, OPS, UNPRICED_OPS, VARIANTS
 
 # Stable reason codes of a census refusal: catalogue/vocabulary.yaml's `census` group.
 REASONS: tuple[str, ...] = CENSUS_REASONS
@@ -179,8 +179,8 @@ def _validate_flavours(spec: Mapping, kinds: tuple[str, ...]) -> None:
     for kind, flav in _validate_per_kind("flavours", spec["flavours"], kinds).items():
         field = f"flavours.{kind}"
         _check_keys(field, _check_mapping(field, flav), ("attention", "ffn"), ("attention", "ffn"))
-        if flav["attention"] not in ATTENTION_FLAVOURS:
-            raise _bad(f"{field}.attention", f"{flav['attention']!r} is not one of {ATTENTION_FLAVOURS}")
+        if flav["attention"] not in MIXER_FLAVOURS:
+            raise _bad(f"{field}.attention", f"{flav['attention']!r} is not one of {MIXER_FLAVOURS}")
         if flav["ffn"] not in FFN_FLAVOURS:
             raise _bad(f"{field}.ffn", f"{flav['ffn']!r} is not one of {FFN_FLAVOURS}")
 

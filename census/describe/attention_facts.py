@@ -21,7 +21,7 @@ class AttentionFacts(LayerRoles):
         every = 0
         for k in self.attention_kernels():
             queries, extra = k.q[2], k.k[2] - k.q[2]
-            if self.shape.attention == "cross" or extra == 0:
+            if self.shape.mixer == "cross" or extra == 0:
                 continue
             if queries % extra:
                 raise SpecError(
@@ -35,7 +35,7 @@ class AttentionFacts(LayerRoles):
     def qk_norm(self) -> bool:
         """A norm of the queries or keys held by the attention module itself (q_norm, k_norm)."""
         return any(
-            QK_NORM_NAME.match(n) and is_norm(m) for child in self.attention_children for n, m in self.module(child).named_children()
+            QK_NORM_NAME.match(n) and is_norm(m) for child in self.mixer_children for n, m in self.module(child).named_children()
         )
 
     def qkv_bias(self) -> bool:
@@ -50,18 +50,18 @@ class AttentionFacts(LayerRoles):
         """The attention's output multiplied by a sigmoid gate of the heads' width: the gate made
         by q_proj beside the queries (twice heads × head_dim wide: Qwen3-Next), or a projection of
         its own in the attention whose output's sigmoid multiplies a tensor (afmoe's gate_proj)."""
-        for child in self.attention_children:
+        for child in self.mixer_children:
             q_proj = getattr(self.module(child), "q_proj", None)
             if q_proj is not None and is_projection(q_proj) and q_proj.weight.shape[0] == 2 * heads * head_dim:
                 return True
         return any(
-            products and self.part(path) in self.attention_children and self.module(path).weight.shape[0] == heads * head_dim
+            products and self.part(path) in self.mixer_children and self.module(path).weight.shape[0] == heads * head_dim
             for path, products in self.probe.sigmoid_gates.items()
         )
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""
-        for child in self.attention_children:
+        for child in self.mixer_children:
             attn = self.module(child)
             kv_b, kv_a = getattr(attn, "kv_b_proj", None), getattr(attn, "kv_a_proj_with_mqa", None)
             if kv_b is None or kv_a is None:

@@ -50,7 +50,7 @@ class LayerRoles:
     probe: LayerProbe
     shape: Shape
     hidden: int
-    attention_children: set[str] = field(init=False)  # top-level children where a kernel ran
+    mixer_children: set[str] = field(init=False)  # top-level children where a kernel ran
     ffn_children: set[str] = field(init=False)  # other top-level children that ran, holding projections or experts (and see __post_init__)
     side_children: set[str] = field(init=False)  # feed-forward children beside the MLP (_side_children), split off ffn_children
     experts_path: str | None = field(init=False)  # the routed experts of the feed-forward (the first, for a group)
@@ -59,7 +59,7 @@ class LayerRoles:
 
     def __post_init__(self):
         self.blocks = part_blocks(self.layer)
-        self.attention_children = {k.child for k in self.probe.kernels if k.child}
+        self.mixer_children = {k.child for k in self.probe.kernels if k.child}
         self.ffn_children, self.experts_path = set(), None
         # The feed-forward's routed experts: one module (the experts interface, llama4's stacked
         # experts), or stacked experts split by projection beside one router (jetmoe's MoE:
@@ -67,7 +67,7 @@ class LayerRoles:
         # attention (jetmoe's mixture of attention heads: routed q and o projections) are the
         # attention's: measured with it, no part of the feed-forward.
         self.experts_group = [
-            name for name, module in self.layer.named_modules() if name and name.split(".", 1)[0] not in self.attention_children and is_experts(module)
+            name for name, module in self.layer.named_modules() if name and name.split(".", 1)[0] not in self.mixer_children and is_experts(module)
         ]
         if self.experts_group:
             self.experts_path = self.experts_group[0]
@@ -75,7 +75,7 @@ class LayerRoles:
         for name, child in self.children():
             if (
                 name in ran
-                and name not in self.attention_children
+                and name not in self.mixer_children
                 and not is_norm(child)
                 and any(is_projection(m) or is_experts(m) for m in child.modules())
             ):
@@ -85,7 +85,7 @@ class LayerRoles:
         # are the feed-forward's too, so their calls are its ffAct.
         if any(is_projection(self.module(name)) for name in self.ffn_children):
             self.ffn_children |= {
-                name for name, child in self.children() if name in ran and name not in self.attention_children and is_activation_region(child)
+                name for name, child in self.children() if name in ran and name not in self.mixer_children and is_activation_region(child)
             }
         self.gate = find_layer_gate(self.layer, self.probe, self.ffn_children, self.hidden)
         self.side_children = self._side_children()
@@ -176,11 +176,11 @@ class LayerRoles:
     def linear_eager_kernels(self) -> list[KernelCall]:
         """The linear attentions run in torch (census/kernels/routing.py), one per module that ran one, of a
         layer whose mixer is one (a layer that also called the attention interface is not)."""
-        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.attention in ("eager", *LINEAR_EAGER) else []
+        return [k for k in self.probe.kernels if k.kind == "linear_eager"] if self.shape.mixer in ("eager", *LINEAR_EAGER) else []
 
     def conv_kernels(self) -> list[KernelCall]:
         """The causal conv1d calls of a short-convolution mixer (a linear-attention layer's conv is part of its recurrence)."""
-        return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.attention == "short_conv" else []
+        return [k for k in self.probe.kernels if k.kind == "conv"] if self.shape.mixer == "short_conv" else []
 
     def wkv_kernels(self) -> list[KernelCall]:
         return [k for k in self.probe.kernels if k.kind == "wkv"]

@@ -48,7 +48,7 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
         for op, nbytes in self.probe.saved_bytes.items():
             if op.startswith("child:"):
                 child = op.split(":", 1)[1]
-                op = "attMM" if child in self.attention_children else "ffMM" if child in self.ffn_children else OTHER
+                op = "attMM" if child in self.mixer_children else "ffMM" if child in self.ffn_children else OTHER
             booked[op] += nbytes
         return {op: booked.get(op, 0) / seq_length for op in OPS + UNPRICED_OPS}
 
@@ -66,7 +66,7 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
             child = self.part(name)
             if any(name.startswith(p + ".") for p in norm_paths):
                 part = "norm"
-            elif child in self.attention_children:
+            elif child in self.mixer_children:
                 part = "attention"
             elif self.in_experts(name):
                 part = "ffn_routed"

@@ -40,7 +40,7 @@ class MixerFacts(LayerRoles):
 
     def mixer_op(self) -> str:
         """The kernel the layer's mixer ran (its measured `attention_impl`)."""
-        mixers = self.shape.attention.split("_", 1) if self.shape.attention.startswith("full_") else [self.shape.attention]
+        mixers = self.shape.mixer.split("_", 1) if self.shape.mixer.startswith("full_") else [self.shape.mixer]
         ops = [
             SCAN_APART_OP if mixer == "mamba" and self.scan_apart() else KDA_OP if self.delta_gate_channel_bytes()
             else EAGER_OP if mixer in ("full", "cross") and any(k.eager for k in self.attention_kernels()) else MIXER_OPS[mixer]
@@ -95,7 +95,7 @@ class MixerFacts(LayerRoles):
 
     def conv_kernel(self) -> int | None:
         """The width of the first Conv1d in the attention's children (a mixer's depthwise conv)."""
-        for _, m in self.named(self.attention_children):
+        for _, m in self.named(self.mixer_children):
             if isinstance(m, nn.Conv1d):
                 return int(m.kernel_size[0])
         return None

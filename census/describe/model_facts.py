@@ -154,7 +154,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         o_bias=any(v.o_bias() for v in views),
         mlp_bias=any(v.mlp_bias() for v in views),
         norm_bias=any(has_bias(m) for m in norms),
-        qk_norm=any(v.qk_norm() for v in full if v.shape.attention != "cross"),  # a cross kind's QK-norm: its qk_norm_per_head
+        qk_norm=any(v.qk_norm() for v in full if v.shape.mixer != "cross"),  # a cross kind's QK-norm: its qk_norm_per_head
         attn_output_gate=any(v.output_gate(own[v.index]["num_attention_heads"], own[v.index].get("head_dim", 0)) for v in full),
         shared_expert_gate=any(v.shared_gate() for v in views),
         tie_word_embeddings=built.tied,

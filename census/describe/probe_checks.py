@@ -29,13 +29,13 @@ def check_tokens(probes: Mapping[int, LayerProbe], seq_length: int) -> None:
 def check_probes(views: list[LayerView]) -> None:
     """What the probes saw can refuse too: a layer that ran no kernel, non-causal or cross-attention."""
     for v in views:
-        if not v.probe.kernels and v.shape.attention != "none":
+        if not v.probe.kernels and v.shape.mixer != "none":
             raise SpecError(
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): ran no attention kernel on a plain causal input "
                 "(a cross-attention layer skips without encoder states)",
             )
-        if v.shape.attention.startswith("full_") and not (v.attention_kernels() and (v.scan_kernels() or v.ssd_kernels())):
+        if v.shape.mixer.startswith("full_") and not (v.attention_kernels() and (v.scan_kernels() or v.ssd_kernels())):
             raise SpecError(
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): holds attention beside a state-space mixer, but only one of them ran on a plain causal input",
@@ -50,7 +50,7 @@ def check_probes(views: list[LayerView]) -> None:
             # keys appended to the layer's own tokens, fewer than them (compressed entries), are
             # priced per token (keys_appended_every); any other difference is cross-attention
             appended = k.q[2] in v.probe.hidden_dims and 0 < k.k[2] - k.q[2] < k.q[2]
-            if k.q[2] != k.k[2] and v.shape.attention != "cross" and not appended:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
+            if k.q[2] != k.k[2] and v.shape.mixer != "cross" and not appended:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
                 raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})")
         v.keys_appended_every()  # refuses appended keys that are not one per a whole number of tokens
 

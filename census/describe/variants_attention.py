@@ -91,7 +91,7 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
     sources = [
         (source, nbytes)
         for child, source, nbytes, out in view.probe.score_gathers
-        if child in view.attention_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
+        if child in view.mixer_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
     ]
     return sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources)
 
@@ -105,7 +105,7 @@ def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
     kernel = _biased_kernel(view)
     if kernel is None or kernel.q[2] != kernel.k[2]:
         return 0
-    ops = {f"child:{c}" for c in view.attention_children}
+    ops = {f"child:{c}" for c in view.mixer_children}
     return sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel.q[2])
 
 
@@ -147,7 +147,7 @@ def qk_norm_per_head(view: AttentionFacts, top_k: int | None) -> bool:
     head_dim = kernels[0].q[3]
     return any(
         QK_NORM_NAME.match(n) and is_norm(m) and getattr(m, "weight", None) is not None and m.weight.shape[-1] == head_dim
-        for child in view.attention_children
+        for child in view.mixer_children
         for n, m in view.module(child).named_children()
     )
 
@@ -164,7 +164,7 @@ def qk_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
     head_dim = kernels[0].q[3]
     for path, seen in view.probe.norm_ops.items():
         module = view.module(path)
-        if view.part(path) not in view.attention_children or any(True for _ in module.parameters()):
+        if view.part(path) not in view.mixer_children or any(True for _ in module.parameters()):
             continue
         if view.probe.norm_calls[path] != 2 * len(kernels):
             continue
@@ -180,7 +180,7 @@ def v_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
     given (gemma-4's `v_norm`, RMS over each value head in fp32): its fp32 input and its
     statistics per head, no weighted product."""
     return any(
-        view.part(path) in view.attention_children
+        view.part(path) in view.mixer_children
         and not any(True for _ in view.module(path).parameters())
         and bool(outputs & view.probe.value_storages)
         for path, outputs in view.probe.norm_outputs.items()

@@ -19,7 +19,7 @@ def ff_input_shared(view: FeedForwardFacts, top_k: int | None) -> bool:
     """A projection of the feed-forward children read a storage a projection of the attention
     children read (the input storages each projection was called with): a parallel block's one
     normalised input (phi, gpt-j, falcon, cohere), kept once."""
-    return bool(view.projection_reads(view.attention_children) & view.projection_reads(view.ffn_children))
+    return bool(view.projection_reads(view.mixer_children) & view.projection_reads(view.ffn_children))
 
 
 @variant
@@ -47,7 +47,7 @@ def act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
     if view.experts is not None or not calls:
         return 0
     calls += sum(view.probe.activations[owner] for owner in view.gate.activations) if view.gate else 0
-    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in view.attention_children)
+    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in view.mixer_children)
     return (view.probe.saved_storages["ffAct"] - mixers) // calls
 
 

@@ -45,7 +45,7 @@ def _delta_gate_kept(view: MixerFacts, dtype: torch.dtype) -> int:
     if not kernels:
         return 0
     tail = (kernels[0].v[2], kernels[0].k[3])
-    return sum(n for (op, dims, kept), n in view.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in view.attention_children})
+    return sum(n for (op, dims, kept), n in view.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in view.mixer_children})
 
 
 @variant
@@ -73,7 +73,7 @@ def lowrank_width(view: MixerFacts, top_k: int | None) -> int:
     if not delta:
         return 0
     out_width = delta[0].v[2] * delta[0].v[3]
-    widths = [int(m.weight.shape[1]) for _, m in view.named(view.attention_children) if is_projection(m)]
+    widths = [int(m.weight.shape[1]) for _, m in view.named(view.mixer_children) if is_projection(m)]
     return sum(w for w in widths if w not in (view.hidden, out_width))
 
 
@@ -85,7 +85,7 @@ def gated_norm_sigmoid(view: MixerFacts, top_k: int | None) -> bool:
     return any(
         op.name == "sigmoid" and op.out_dtype == torch.float32
         for path, seen in view.probe.norm_ops.items()
-        if view.part(path) in view.attention_children
+        if view.part(path) in view.mixer_children
         for op in seen
     )
 
@@ -120,7 +120,7 @@ def mixer_out_norms(view: MixerFacts, top_k: int | None) -> int:
 @variant
 def gated_norm(view: MixerFacts, top_k: int | None) -> bool:
     """A SiLU inside the attention's output norm (a linear attention's gated norm)."""
-    return any(op.name == "silu" for path, seen in view.probe.norm_ops.items() if view.part(path) in view.attention_children for op in seen)
+    return any(op.name == "silu" for path, seen in view.probe.norm_ops.items() if view.part(path) in view.mixer_children for op in seen)
 
 
 @variant
@@ -128,4 +128,4 @@ def token_mixes(view: MixerFacts, top_k: int | None) -> int:
     """The products (`mul`) in the mixer's children that read a token-shifted copy of the hidden
     states (a pad of the layer's width that moves each row one token later): RWKV's time mixing,
     x_{t−1}·(1 − μ) once per projection fed (3)."""
-    return sum(n for child, n in view.probe.token_mixes.items() if child in view.attention_children)
+    return sum(n for child, n in view.probe.token_mixes.items() if child in view.mixer_children)

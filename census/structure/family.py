@@ -2,9 +2,10 @@
 "Op counts").
 
 A profile names a family, the model_type prefixes it claims (`match`, its own name by
-default), its kinds (op counts plus `attention` and `ffn` flavours), an optional `default`
-kind, byte-width `defaults` (merged over the default family's) and `model` defaults. A model's
-family is the one whose prefix is the longest prefix of its model_type; otherwise `default`.
+default), its kinds (op counts plus the mixer's and the ffn's flavours: keys `attention` and
+`ffn`), an optional `default` kind, byte-width `defaults` (merged over the default family's)
+and `model` defaults. A model's family is the one whose prefix is the longest prefix of its
+model_type; otherwise `default`.
 The loader refuses unknown keys, missing or unknown ops, unknown flavours and a default that
 is not a kind, naming the file and the key.
 
@@ -29,7 +30,7 @@ from speccat.catalogue.datafile import parse_yaml
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.shared import longest_prefix
 from speccat.catalogue.vocabulary import OPS
-from speccat.census.spec import ATTENTION_FLAVOURS, FFN_FLAVOURS, OPTIONAL_INT
+from speccat.census.spec import MIXER_FLAVOURS, FFN_FLAVOURS, OPTIONAL_INT
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,13 @@ class ProfileError(ReasonError):
 @dataclass(frozen=True)
 class Kind:
     name: str
-    attention: str  # "full" or "linear"
+    mixer: str  # its mixer flavour (the profile's `attention` key): "full", "linear", ...
     ffn: str | None  # "dense", "moe", or None when the family's layers do not differ in it
     ops: Mapping[str, int]
 
-    def accepts(self, attention: str, ffn: str) -> bool:
+    def accepts(self, mixer: str, ffn: str) -> bool:
         """Whether a layer with these flavours belongs to this kind."""
-        return self.attention == attention and (self.ffn is None or self.ffn == ffn)
+        return self.mixer == mixer and (self.ffn is None or self.ffn == ffn)
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,13 @@ class Family:
     defaults: Mapping[str, int]
     model: Mapping[str, int]
 
-    def kind_for(self, attention: str, ffn: str) -> str | None:
+    def kind_for(self, mixer: str, ffn: str) -> str | None:
         """The name of the one kind whose flavours match, or None when no kind does.
 
         When several kinds match, the declared `default` wins if it is among them; otherwise
         the first declared. Families are written so that this is unambiguous.
         """
-        matching = [k.name for k in self.kinds.values() if k.accepts(attention, ffn)]
+        matching = [k.name for k in self.kinds.values() if k.accepts(mixer, ffn)]
         if not matching:
             return None
         if self.default in matching:
@@ -113,15 +114,15 @@ def _parse_kind(path: Path, name: Any, body: Any) -> Kind:
     if not isinstance(name, str) or not name.isidentifier():
         raise _fail(path, where, "kind names must be identifiers")
     _check_keys(path, where, body, KIND_KEYS)
-    attention = body.get("attention", "full")
-    if attention not in ATTENTION_FLAVOURS:
-        raise _fail(path, f"{where}.attention", f"{attention!r} is not one of {list(ATTENTION_FLAVOURS)}")
+    mixer = body.get("attention", "full")
+    if mixer not in MIXER_FLAVOURS:
+        raise _fail(path, f"{where}.attention", f"{mixer!r} is not one of {list(MIXER_FLAVOURS)}")
     ffn = body.get("ffn")
     if ffn is not None and ffn not in FFN_FLAVOURS:
         raise _fail(path, f"{where}.ffn", f"{ffn!r} is not one of {list(FFN_FLAVOURS)} (or absent)")
     if "ops" not in body:
         raise _fail(path, f"{where}.ops", "missing; every kind states its op counts")
-    return Kind(name, attention, ffn, _parse_ops(path, f"{where}.ops", body["ops"]))
+    return Kind(name, mixer, ffn, _parse_ops(path, f"{where}.ops", body["ops"]))
 
 
 def _parse_defaults(path: Path, defaults: Any, base: Mapping[str, int] | None) -> Mapping[str, int]:

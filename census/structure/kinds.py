@@ -81,7 +81,7 @@ def _type_word(layer_type: str) -> str:
 
 def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
     """One readable, distinct name per shape (in the order given: stack order of first layers)."""
-    names = [base_name(s.attention, s.ffn) + ("_block" if s.block else "") for s in shapes]
+    names = [base_name(s.mixer, s.ffn) + ("_block" if s.block else "") for s in shapes]
 
     def clashing() -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
@@ -97,7 +97,7 @@ def derived_names(shapes: Sequence[Any], config: Any) -> list[str]:
             types = [_layer_type(config, shapes[i].layers) for i in indices]
             if len(set(types)) > 1:
                 for i, layer_type in zip(indices, types):
-                    if layer_type is None or shapes[i].attention != "full" or layer_type.startswith("full"):
+                    if layer_type is None or shapes[i].mixer != "full" or layer_type.startswith("full"):
                         continue
                     if ("sliding" in layer_type) == sliding_only:
                         names[i] = base_name(_type_word(layer_type), shapes[i].ffn)
@@ -127,7 +127,7 @@ def profile_names(family: Family, shapes: Sequence[Any]) -> list[str] | None:
     block of its own (its derived name says so)."""
     if any(s.block for s in shapes):
         return None
-    names = [family.kind_for(s.attention, s.ffn) for s in shapes]
+    names = [family.kind_for(s.mixer, s.ffn) for s in shapes]
     if any(n is None for n in names) or len(set(names)) != len(names):
         return None
     return names

@@ -1,7 +1,7 @@
 """Layers into distinct shapes, and the stack as run-length groups of kinds (docs/census.md,
 "How a config becomes a spec", step 3).
 
-Each decoder layer gets a signature: its class, its attention flavour (linear when a gated delta
+Each decoder layer gets a signature: its class, its mixer flavour (linear when a gated delta
 rule runs, full when transformers' attention interface does, `eager` when its code calls neither
 and what runs decides), its ffn flavour (moe when it holds routed experts: the experts interface, or stacked experts
 beside a router) and its parameters' paths, shapes and dtypes. Equal signatures are one distinct
@@ -26,7 +26,7 @@ from speccat.census.spec import SpecError
 class Shape:
     """One distinct layer shape: its flavours, signature and the layers that have it."""
 
-    attention: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "rwkv", "rglru", "none", or "eager" until the probe settles it (then also "linear_eager", "linear_eager_gated")
+    mixer: str  # "full", "cross", "linear", "mamba", "mamba2", "full_mamba", "full_mamba2", "short_conv", "rwkv", "rglru", "none", or "eager" until the probe settles it (then also "linear_eager", "linear_eager_gated")
     ffn: str  # "dense", "moe", or "none" (a mixer-only block)
     signature: tuple
     layers: list[int] = field(default_factory=list)
@@ -44,12 +44,12 @@ class Shape:
 
 
 def signature(index: int, layer: nn.Module) -> tuple:
-    """(class, attention flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
+    """(class, mixer flavour, ffn flavour, parameters' paths, shapes and dtypes), refusing layers
     no family prices: state-space mixers, experts that are neither the interface nor stacked
     beside a router (a list of expert MLPs). A cross-attention layer is told by what runs
     (census/census.py: the decoder skips it without encoder states).
 
-    attention is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
+    mixer is mamba when a selective scan runs (fused, or apart from its conv), mamba2 when the fused SSD scan does, linear
     when a gated delta rule runs, short_conv when a causal conv1d runs alone (LFM2), rwkv when
     RWKV's WKV recurrence does (its time mixing), rglru when an RG-LRU's does (recurrent_gemma's
     recurrent block), full when
@@ -59,7 +59,7 @@ def signature(index: int, layer: nn.Module) -> tuple:
     what runs: full attention, or `none` for a feed-forward-only block) otherwise; ffn is moe
     when the layer holds routed experts (stacked experts are marked first: classify), none when no child beside the mixer holds projections.
     """
-    attention, ffn, scan = "none", "dense", None
+    mixer, ffn, scan = "none", "dense", None
     scan_children, mixer_children = set(), set()
     nested_scan = holds_scan(layer)  # asked of each module below only when some module runs a scan
     for name, module in layer.named_modules():
@@ -67,10 +67,10 @@ def signature(index: int, layer: nn.Module) -> tuple:
             continue
         found = "mamba" if runs_selective_scan(module) else "mamba2" if runs_ssd_scan(module) else None
         if found is not None:
-            if attention not in ("none", "full"):
+            if mixer not in ("none", "full"):
                 raise SpecError(
                     "unsupported_layer",
-                    f"layer {index} ({type(layer).__name__}): a {found} mixer ({name}) beside {attention} attention in one layer; "
+                    f"layer {index} ({type(layer).__name__}): a {found} mixer ({name}) beside {mixer} attention in one layer; "
                     "the census prices a state-space mixer beside softmax attention only",
                 )
             scan = found
@@ -91,33 +91,33 @@ def signature(index: int, layer: nn.Module) -> tuple:
                     f"layer {index} ({type(layer).__name__}): linear attention ({name}) beside a {scan} mixer in one layer; "
                     "the census prices a state-space mixer beside softmax attention only",
                 )
-            attention = "linear"
+            mixer = "linear"
             mixer_children.add(name.split(".", 1)[0])
-        elif attention == "none" and scan is None and runs_short_conv(module):
-            attention = "short_conv"
+        elif mixer == "none" and scan is None and runs_short_conv(module):
+            mixer = "short_conv"
             mixer_children.add(name.split(".", 1)[0])
-        elif attention == "none" and runs_wkv(module):
-            attention = "rwkv"
+        elif mixer == "none" and runs_wkv(module):
+            mixer = "rwkv"
             mixer_children.add(name.split(".", 1)[0])
-        elif attention == "none" and runs_rg_lru(module):
-            attention = "rglru"
+        elif mixer == "none" and runs_rg_lru(module):
+            mixer = "rglru"
             mixer_children.add(name.split(".", 1)[0])
-        elif attention == "none" and uses_attention_interface(module):
-            attention = "full"
+        elif mixer == "none" and uses_attention_interface(module):
+            mixer = "full"
             mixer_children.add(name.split(".", 1)[0])
     mixer_children |= scan_children
     if mixer_children and ffn != "moe" and not any(
         n not in mixer_children and any(is_projection(m) or is_experts(m) for m in c.modules()) for n, c in layer.named_children()
     ):
         ffn = "none"  # a mixer-only block (Mamba, Mamba2, nemotron_h's attention blocks)
-    if scan is not None and attention == "full":
-        attention = f"full_{scan}"  # a hybrid: attention beside the state-space mixer, or before it in a block of its own (attention_blocks)
+    if scan is not None and mixer == "full":
+        mixer = f"full_{scan}"  # a hybrid: attention beside the state-space mixer, or before it in a block of its own (attention_blocks)
     elif scan is not None:
-        attention = scan
-    if attention == "none":
-        attention = "eager"  # no interface call in its code: its own attention, told by what runs (census/kernels/routing.py)
+        mixer = scan
+    if mixer == "none":
+        mixer = "eager"  # no interface call in its code: its own attention, told by what runs (census/kernels/routing.py)
     params = tuple((name, tuple(p.shape), p.dtype) for name, p in layer.named_parameters())
-    return (type(layer).__name__, attention, ffn, params)
+    return (type(layer).__name__, mixer, ffn, params)
 
 
 def _built_alike(layer: nn.Module) -> tuple:

@@ -35,8 +35,8 @@ def test_design_families_load_with_their_counts():
     for name in ("default", "llama2", "mixtral", "qwen"):
         assert dict(fams[name].kinds["decoder"].ops) == STD
     hybrid = fams["qwen3_5"].kinds
-    assert (hybrid["full_attention"].attention, dict(hybrid["full_attention"].ops)) == ("full", STD)
-    assert (hybrid["linear_attention"].attention, dict(hybrid["linear_attention"].ops)) == (
+    assert (hybrid["full_attention"].mixer, dict(hybrid["full_attention"].ops)) == ("full", STD)
+    assert (hybrid["linear_attention"].mixer, dict(hybrid["linear_attention"].ops)) == (
         "linear", counts(4, 0, 3, 0, 0, 2, 4, 0, 1, 1))
     deepseek = fams["deepseek"]
     assert (deepseek.kinds["dense"].ffn, deepseek.kinds["moe"].ffn) == ("dense", "moe")
