@@ -4,7 +4,7 @@ set recomputes, and an estimated time on named accelerators (docs/planning.md).
 The per-op formulas are data (`catalogue/records/costs.yaml`), written in the records'
 expression language over a layer's names (catalogue/records/names.py) plus the kind's parameter
 groups (`p_attention`, ...), so a cost scales with s, b, tp and cp as bytes do. Which ops a set
-recomputes is the records' own rule: the ops and parts whose saves the mask drops
+recomputes is the records' own rule: the ops and parts whose saves the set drops
 (`Records.kept`); full recompute re-runs every op once. The accelerators' peaks are
 `catalogue/records/accelerators.yaml`.
 """

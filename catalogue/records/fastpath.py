@@ -2,10 +2,10 @@
 
 Two facts make it fast, and both keep it exact (equal to catalogue/records/direct.py bit for bit):
 
-1. A slot's value depends on the mask only through which of the slot's own elements the mask
+1. A slot's value depends on the switch set only through which of the slot's own elements the set
    keeps, so it takes at most 2^k values, k the switches touching the slot (v1: at most 3).
    Each slot is evaluated once per distinct kept set ("combo"), with the direct path's
-   summation order, and an index array spreads the values over all masks.
+   summation order, and an index array spreads the values over all switch sets.
 2. All of a kind's settings are evaluated at once: a setting name that varies over the grid is
    bound to a float64 numpy array (one row per setting) and `total` to a (setting, combo)
    array. This is exact only for an expression whose every operation on those arrays is
@@ -37,7 +37,7 @@ from speccat.catalogue.records.settings import Grid
 
 @dataclass(frozen=True)
 class SlotPlan:
-    """A slot's distinct kept sets over all masks, and which one each mask has."""
+    """A slot's distinct kept sets over all switch sets, and which one each switch set has."""
 
     slot: Slot
     combos: tuple[tuple[int, ...], ...]  # per distinct kept set: the kept element indices

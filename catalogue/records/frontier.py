@@ -16,7 +16,7 @@ import numpy as np
 
 from speccat.catalogue.records.priced import LayerPrices
 
-FULL = -1  # the frontier's name for full recompute, beside the masks 0..n-1
+FULL = -1  # the frontier's name for full recompute, beside the switch sets' masks 0..n-1
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The op records (catalogue/records/records.yaml, docs/pricing.md): loader, slot evaluation, masks.
+"""The op records (catalogue/records/records.yaml, docs/pricing.md): loader, slot evaluation, switch sets.
 
 The records' content is the switch sections of catalogue/shared.yaml (the switches, and the
 switch that drops each op and part: the census measures them too) followed by records.yaml.
@@ -9,9 +9,10 @@ once (catalogue/records/expr.py); the loader also checks that every name they re
 layer supplies (catalogue/records/names.py), a derived name defined above it, or `total` in a
 slot formula.
 
-A switch mask has bit i set when switch i (in `Records.switches` order) is recomputed. An op
-or part is dropped by a mask when its own switch bit is set (a part also when its op is);
-ops without a switch are kept by every selective mask. Full recompute is the `full` formula.
+A switch set is numbered by its `mask`: bit i set when switch i (in `Records.switches` order)
+is recomputed. An op or part is dropped by a switch set when its own switch bit is set (a part
+also when its op is); ops without a switch are kept by every switch set. Full recompute is the
+`full` formula.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class Records:
         return 1 << len(self.switches)
 
     def mask_of(self, names: Iterable[str]) -> int:
-        """The mask recomputing exactly the switches named. An unknown name is refused."""
+        """The `mask` of the switch set recomputing exactly the switches named. An unknown name is refused."""
         mask = 0
         for name in names:
             if name not in self.switches:
@@ -122,13 +123,13 @@ class Records:
         return mask
 
     def switches_of(self, mask: int) -> tuple[str, ...]:
-        """The switch names a mask recomputes, in mask-bit order."""
+        """The switch names the switch set `mask` recomputes, in mask-bit order."""
         if not 0 <= mask < self.n_masks:
             raise RecordsError("bad_value", f"mask {mask} is outside 0..{self.n_masks - 1}")
         return tuple(s for i, s in enumerate(self.switches) if mask >> i & 1)
 
     def kept(self, mask: int) -> frozenset[str]:
-        """The ops and parts whose saves a selective mask keeps."""
+        """The ops and parts whose saves the switch set `mask` keeps."""
         return self._kept[mask]
 
     @cached_property

@@ -4,7 +4,7 @@
 A spec states its measurements: the census's own (`measured`, at its sequence length, one
 rank, nothing recomputed) and the points across settings (`measured_at`: a second sequence
 length, context- and tensor-parallel ranks, switch sets recomputed). Each becomes one setting of
-the grid's fields (the census measures the `transformers` stack, one micro-batch) and one mask,
+the grid's fields (the census measures the `transformers` stack, one micro-batch) and one switch set,
 and is priced with the records, never from the measured bytes. The night stores the rows in
 `point_prices`; the view `priced_vs_measured` sets them beside the measured bytes.
 

@@ -1,4 +1,4 @@
-"""Pricing a spec: bytes per part for every switch mask, kind and setting (docs/pricing.md).
+"""Pricing a spec: bytes per part for every switch set, kind and setting (docs/pricing.md).
 
 The input is a ModelSpec mapping (with `flavours` per kind), a Records and a settings Grid:
 the spec alone says what is priced. Two evaluators
@@ -34,7 +34,7 @@ def price_layers(spec: Mapping, records: Records, grid: Grid, method: str = "fas
 
 
 def price_spec(spec: Mapping, records: Records, settings: Grid, method: str = "fast", costs: Costs | None = None) -> PriceTables:
-    """Price every mask × kind × setting of `spec` (a plain ModelSpec mapping with flavours).
+    """Price every switch set × kind × setting of `spec` (a plain ModelSpec mapping with flavours).
 
     `settings` is a Grid. With `costs` (cost.load_costs) the tables carry the recompute costs
     and the frontier too (`switch_costs`, catalogue/records/switchcosts.py), as the catalogue
@@ -49,7 +49,7 @@ def price_spec(spec: Mapping, records: Records, settings: Grid, method: str = "f
 
 def model_totals(spec: Mapping, tables: PriceTables) -> PriceTables:
     """Whole-model prices through the layer stack: the sum over kinds of count × layer bytes,
-    one mask for every layer (docs/pricing.md). The same tables as `tables` without `kind`, in
+    one switch set for every layer (docs/pricing.md). The same tables as `tables` without `kind`, in
     the order of their first rows."""
     import pyarrow as pa
     import pyarrow.compute as pc

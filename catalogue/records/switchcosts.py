@@ -1,7 +1,7 @@
 """The catalogue's `switch_costs` rows of a spec: per (kind, setting, point) the recompute cost
 and where the point stands among the switch sets (docs/planning.md, docs/catalogue.md).
 
-A point is a switch mask (0..n-1) or full recompute (`frontier.FULL`, -1). The costs are
+A point is a switch set (its `mask`, 0..n-1) or full recompute (`frontier.FULL`, -1). The costs are
 cost.py's (costs.yaml), the classes and the frontier frontier.py's; nothing is computed here
 but their arrangement as one Arrow table, kind-major like `LayerPrices.to_tables`.
 """

@@ -98,7 +98,7 @@ class NightData:
     prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`,
         `switch_costs`: pyarrow tables with LAYER_PRICE_COLUMNS, FULL_PRICE_COLUMNS and
         SWITCH_COST_COLUMNS, the last one row per (kind, setting) of full_prices and switch
-        mask, plus mask -1 for full recompute), at versions["records"].
+        set (its mask), plus mask -1 for full recompute), at versions["records"].
         A setting where the model cannot be laid out has no prices ...
     infeasible: config_hash -> rows with INFEASIBLE_FIELDS, one per kind that cannot be laid
         out at such a setting (catalogue/records/layouts.py), with the rule and why.
@@ -372,7 +372,7 @@ def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
 
 
 def _check_prices(where: str, layer: pa.Table, full: pa.Table, setting_ids: set[str], n_masks: int) -> None:
-    """One config's prices: every (kind, setting) priced at every mask exactly once, the full
+    """One config's prices: every (kind, setting) priced at every switch set exactly once, the full
     recompute once per (kind, setting), the same kinds and settings in both, settings of the run."""
     kinds = pc.unique(layer["kind"])
     settings = pc.unique(layer["setting_id"])
