@@ -28,7 +28,8 @@ from speccat.census.build.model import build
 from speccat.census.describe.feed_forward_facts import EXPERTS_IMPL
 from speccat.census.describe.layer_view import LayerView
 from speccat.census.describe.probe_checks import check_appended_keys
-from speccat.census.measure.probe import LayerProbe, probe_layers
+from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.measure.probe import probe_layers
 from speccat.census.measure.recompute import probe_recomputed
 from speccat.census.structure.shapes import Shape, classify, uses_experts_interface
 

@@ -33,7 +33,8 @@ from speccat.census.measure.ends import probe_ends
 from speccat.census.structure.kinds import kind_names
 from speccat.census.intake import remote
 from speccat.census.structure.predicates import is_norm
-from speccat.census.measure.probe import LayerProbe, encoder_input, probe_layers
+from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.measure.probe import encoder_input, probe_layers
 from speccat.census.intake.resolve import resolve_config
 from speccat.census.structure.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, split_each_layer, uses_experts_interface
 from speccat.census.spec import ModelSpec, SpecError

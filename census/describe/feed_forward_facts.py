@@ -90,7 +90,7 @@ class FeedForwardFacts(LayerRoles):
         return expert_width(experts, self.hidden)
 
     def router_ops(self) -> list:
-        """The ops the probe saw in the feed-forward children's router regions (census/measure/probe.py
+        """The ops the probe saw in the feed-forward children's router regions (census/measure/layer_probe.py
         `router_ops`): the MoE block's own ops outside its experts and shared MLP."""
         return [op for child in self.ffn_children for op in self.probe.router_ops.get(child, [])]
 

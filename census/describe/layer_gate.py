@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from speccat.census.structure.predicates import is_activation_region, is_projection
-from speccat.census.measure.probe import LayerProbe
+from speccat.census.measure.layer_probe import LayerProbe
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class LayerGate:
     gate: str  # the projection from the hidden size to the gate's width
     projection: str  # the projection back to the hidden size
     width: int  # p
-    activations: frozenset[str]  # the owners (census/measure/probe.py activations) of the gate's activation calls
+    activations: frozenset[str]  # the owners (census/measure/layer_probe.py activations) of the gate's activation calls
 
     @property
     def paths(self) -> frozenset[str]:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from speccat.census.describe.layer_gate import LayerGate, find_layer_gate
-from speccat.census.measure.probe import LayerProbe
+from speccat.census.measure.layer_probe import LayerProbe
 from speccat.census.structure.kernel_registry import KernelCall
 from speccat.census.structure.predicates import (
     is_activation_region,
@@ -238,7 +238,7 @@ class LayerRoles:
     # -- the norms on the hidden stream ------------------------------------------------------
 
     def stream_norm_paths(self) -> list[str]:
-        """The norms the layer ran on its hidden stream (census/measure/probe.py `stream_norms`), in call order."""
+        """The norms the layer ran on its hidden stream (census/measure/layer_probe.py `stream_norms`), in call order."""
         return list(dict.fromkeys(path for path, _ in self.probe.stream_norms))
 
     def layer_norm_modules(self) -> list[nn.Module]:

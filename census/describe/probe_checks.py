@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from speccat.census.describe.layer_view import LayerView
-from speccat.census.measure.probe import LayerProbe
+from speccat.census.measure.layer_probe import LayerProbe
 from speccat.census.spec import SpecError
 
 

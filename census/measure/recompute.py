@@ -41,7 +41,8 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from speccat.catalogue.vocabulary import CACHED
 from speccat.census.build.model import Built
-from speccat.census.measure.probe import LayerProbe, Watcher, run_layers
+from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.measure.probe import Watcher, run_layers
 
 
 class Recomputing(Watcher):

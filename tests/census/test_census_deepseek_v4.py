@@ -153,7 +153,8 @@ def _view(queries: int, keys: int):
     from torch import nn
 
     from speccat.census.describe.layer_view import LayerView
-    from speccat.census.measure.probe import KernelCall, LayerProbe
+    from speccat.census.measure.layer_probe import LayerProbe
+    from speccat.census.structure.kernel_registry import KernelCall
     from speccat.census.structure.shapes import Shape
 
     class Block(nn.Module):

@@ -168,7 +168,8 @@ def test_a_hybrid_whose_mixers_did_not_both_run_is_refused():
     than priced with a mixer that never ran."""
     from speccat.census.describe.layer_view import LayerView
     from speccat.census.describe.probe_checks import check_probes
-    from speccat.census.measure.probe import KernelCall, LayerProbe
+    from speccat.census.measure.layer_probe import LayerProbe
+    from speccat.census.structure.kernel_registry import KernelCall
     from speccat.census.structure.shapes import Shape
 
     ssd = KernelCall("ssd", "mamba", (1, S, WIDTH), (MH, P), (G, N))

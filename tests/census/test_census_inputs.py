@@ -171,14 +171,14 @@ def test_hidden_states_with_a_dim_of_the_tokens_given_pass(dims):
     """Batch-first, sequence-first, flattened tokens, several streams per token (deepseek_v4's
     hyper-connections): each has a dim of the 16 tokens the decoder was given."""
     from speccat.census.describe.probe_checks import check_tokens
-    from speccat.census.measure.probe import LayerProbe
+    from speccat.census.measure.layer_probe import LayerProbe
 
     check_tokens({0: LayerProbe(0, ran=True, hidden_dims=dims)}, 16)
 
 
 def test_hidden_states_without_the_tokens_given_are_refused_unless_the_layer_never_ran():
     from speccat.census.describe.probe_checks import check_tokens
-    from speccat.census.measure.probe import LayerProbe
+    from speccat.census.measure.layer_probe import LayerProbe
 
     check_tokens({0: LayerProbe(0, ran=False)}, 16)  # a cross-attention layer skipped without encoder states
     with pytest.raises(SpecError, match=r"layer 3: its hidden states \(1, 20\)"):

@@ -1,0 +1,86 @@
+"""LayerProbe: what one probed layer did during the fake forward and backward (its kernels, norms,
+activations, projections, and the bytes each op keeps), and OpSeen, one op seen where the census
+states a variant.
+
+The watcher (census/measure/watcher.py) fills one LayerProbe per probed layer; the describe
+stage reads them (census/describe/).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from speccat.census.structure.kernel_registry import KernelCall
+
+
+@dataclass(frozen=True)
+class OpSeen:
+    """One op dispatched inside a region whose variant the census states (a norm, a router)."""
+
+    name: str  # aten overload packet, e.g. "mul", "_to_copy", "softmax"
+    out_dtype: torch.dtype | None
+    out_last: int  # the output's last dim (0 for a 0-dim output)
+    in_dtype: torch.dtype | None
+    in_last: int = 0  # the first tensor input's last dim (0 for a 0-dim input): what a top-k chose among
+
+
+@dataclass
+class LayerProbe:
+    """What one probed layer did during the fake forward and backward."""
+
+    index: int
+    kernels: list[KernelCall] = field(default_factory=list)
+    dropouts: int = 0
+    # the layer's norms on its hidden stream, per call: (module path, its input's storage). A
+    # norm held by the layer itself, or nested anywhere (a post-norm in BERT's attention.output)
+    # when it normalises the layer's width and is no QK-norm; never a norm inside a norm
+    stream_norms: list[tuple[str, int]] = field(default_factory=list)
+    activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
+    output_projections: list[str] = field(default_factory=list)
+    token_mixes: Counter = field(default_factory=Counter)  # top-level child -> products of a token-shifted copy of the hidden states (RWKV's x_{t-1}·(1 − μ))
+    sigmoid_gates: dict[str, set[int]] = field(default_factory=dict)  # projection whose output an inline sigmoid read next (RWKV's receptance) -> the products of that sigmoid's output
+    projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
+    projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
+    act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
+    mixer_act_kept: Counter = field(default_factory=Counter)  # top-level child -> storages an activation module in it keeps (ffAct's: the RG-LRU block's GELU among them)
+    children_ran: set[str] = field(default_factory=set)  # top-level children whose forward ran (a cross-attention without encoder states does not)
+    saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
+    saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
+    norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
+    norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
+    norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
+    router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
+    routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
+    experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with
+    experts_rows: Counter = field(default_factory=Counter)  # experts' path -> token slots they ran over (the chosen ones, or every expert for every token)
+    calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
+    kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
+    booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to
+    kept_outputs: dict[int, set[int]] = field(default_factory=dict)  # call index -> positions of its output tensors kept
+    input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
+    hidden_width: int = 0  # the last dim of the hidden states the layer was called with
+    ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
+    tokens: int = 0  # the tokens of the hidden states the layer was called with
+    hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
+    forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/measure/flops.py), when asked
+    # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
+    # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
+    kept_tails: Counter = field(default_factory=Counter)
+    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
+    # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
+    kept_square: Counter = field(default_factory=Counter)
+    # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
+    # kernel whose output's last two dims are square: a score bias gathered from a per-query table
+    score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)
+    # the last dims of products the layer's own code (between its children) took with one of its
+    # other inputs: gemma-4's per-layer input times its gate's activation (census/describe/layer_gate.py)
+    input_products: set[int] = field(default_factory=set)
+    value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    # the layer was called with a stack of hidden states beside its own, (…, n, width): states
+    # stored down the stack's depth, n growing with the layer's place (census/measure/readers.py)
+    reads_depth: bool = False
+    norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
