@@ -7,7 +7,7 @@ clone of a leaf that requires grad, so every layer's hidden states are trained t
 embedding does not run), and its config's `num_hidden_layers` is set to the probed layers'
 count, as its stack is cut to them (a decoder that loops `range(num_hidden_layers)` then runs
 exactly them; where the count is a property, a whole multiple of the stack's length, that
-multiple of it: census/measure/probe.py `_count_per_layer`). A few decoders cannot run so:
+multiple of it: census/measure/layer_subset.py `count_per_layer`). A few decoders cannot run so:
 
 - a forward that takes no input embeddings, only token ids (cpmant's builds its own prompt
   and segment embeddings from the ids): told from its signature, before anything runs;

@@ -93,15 +93,15 @@ def test_a_layer_count_derived_as_a_multiple_of_the_stack_is_cut_by_that_multipl
     count, and restores the config's own after. A plain count is set as is."""
     from transformers import AutoConfig
 
-    from speccat.census.measure.probe import _config_subset
+    from speccat.census.measure.layer_subset import config_subset
 
     longcat = AutoConfig.for_model(**TINY)
     assert (longcat.num_hidden_layers, longcat.num_layers) == (4, 2)
-    with _config_subset(longcat, [1], 2, probed_count=True):
+    with config_subset(longcat, [1], 2, probed_count=True):
         assert (longcat.num_hidden_layers, longcat.num_layers) == (2, 1)
     assert (longcat.num_hidden_layers, longcat.num_layers) == (4, 2)
     llama = AutoConfig.for_model("llama", num_hidden_layers=4)
-    with _config_subset(llama, [1], 4, probed_count=True):
+    with config_subset(llama, [1], 4, probed_count=True):
         assert llama.num_hidden_layers == 1
     assert llama.num_hidden_layers == 4
 

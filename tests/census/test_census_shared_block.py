@@ -4,7 +4,7 @@ probe runs it and the census describes it (docs/census.md, "Hybrid layers").
 The probe runs the kept layers at their positions in a cut stack, and such a layer looks itself
 up by its index: a dict its modules hold keyed by the layer indices a config list names (each
 hybrid layer's adapter slot, keyed by `hybrid_layer_ids`) is re-keyed by those positions while
-they run (census/measure/probe.py `_index_keyed_subset`), each position keeping its layer's own entry,
+they run (census/measure/layer_subset.py `index_keyed_subset`), each position keeping its layer's own entry,
 and restored after. The probe then books every storage the real layer keeps on CPU. The census
 takes the block's children for the layer's (census/structure/predicates.py `attention_blocks`): its
 attention is the attention, its MLP the feed-forward, and the linear after the block, which no
@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from speccat.census.measure.probe import _index_keyed_dicts, probe_layers
+from speccat.census.measure.layer_subset import index_keyed_dicts
+from speccat.census.measure.probe import probe_layers
 
 BF16, FP32 = 2, 4
 
@@ -56,7 +57,7 @@ def test_only_dicts_keyed_by_a_config_list_of_layer_indices_are_found():
     by_flag = _Keyed({0: "nope", 1: "rope"})  # keyed by a per-layer list's values, which repeat: no layer indices
     private = _Keyed({})
     private._hooks_by_id = {1: None, 3: None}  # torch's own dicts are private attributes, keyed by handle ids
-    found = _index_keyed_dicts(config, [nn.ModuleList([keyed, by_size, by_name, partial, by_flag, private])], total=4)
+    found = index_keyed_dicts(config, [nn.ModuleList([keyed, by_size, by_name, partial, by_flag, private])], total=4)
     assert [(module, key) for module, key, _ in found] == [(keyed, "table")]
 
 
