@@ -19,7 +19,7 @@ multiple of it: census/measure/layer_subset.py `count_per_layer`). A few decoder
   loop `self.layers[:num_hidden_layers]` still runs the probed layers only).
 
 The last two are told only by running the decoder, the one sign that holds across models:
-when the model's own code fails one way (census/measure/probe.py `ModelCodeError`), the probe runs it
+when the model's own code fails one way (census/measure/model_code.py `ModelCodeError`), the probe runs it
 the next way of `ways` (census/measure/probe.py `run_layers`), and keeps the way that worked for every
 later run of that model.
 

@@ -15,9 +15,9 @@ rope are exactly what transformers gives a layer), but with only the probed laye
   that first saved it.
 
 The kernels are the registered ones (census/structure/kernel_registry.py): each function of a
-layer's forward that a kernel stands in for is pointed at its stand-in while the layers run,
-each call of a kernel's op is booked as its record's `book` says, and what is saved while its
-stand-in runs as its `keeps` says.
+layer's forward that a kernel stands in for is pointed at its stand-in while the layers run
+(census/measure/kernel_stand_ins.py), each call of a kernel's op is booked as its record's `book`
+says, and what is saved while its stand-in runs as its `keeps` says.
 
 What one layer did is its `LayerProbe` (census/measure/layer_probe.py). Nothing here is global:
 hooks are removed, the swapped kernel functions restored and the modes popped when the probe
@@ -30,9 +30,7 @@ import contextlib
 import functools
 import gc
 import inspect
-import traceback
 import weakref
-from pathlib import Path
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -54,7 +52,9 @@ from speccat.census.measure import readers
 from speccat.census.build.model import Built
 from speccat.census.measure.flops import LayerFlops
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
+from speccat.census.measure.kernel_stand_ins import kernels_swapped
 from speccat.census.measure.layer_subset import config_subset, index_keyed_subset, index_lists_subset
+from speccat.census.measure.model_code import ModelCodeError, failing_model_code, model_code
 from speccat.census.structure.kernel_registry import CallSeen, KernelCall, kernel_named, kernel_of, storage_key
 from speccat.census.structure.predicates import (
     expects_conv_kernel,
@@ -66,7 +66,6 @@ from speccat.census.structure.predicates import (
     is_norm,
     is_stacked_experts,
     is_projection,
-    kernel_sites,
     part_blocks,
     part_of,
     QK_NORM_NAME,
@@ -579,28 +578,6 @@ def _mark_inline_activations(layer: nn.Module) -> None:
             object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
 
 
-@contextlib.contextmanager
-def _kernels_swapped(layers: dict[int, nn.Module]) -> Iterator[None]:
-    """Point each function the layers' modules call that a registered kernel stands in for (a
-    linear attention's delta rule and causal conv1d, a Mamba mixer's fused selective scan or its
-    scan apart, RWKV's WKV, an RG-LRU's recurrence: a method of its class) at the kernel's
-    stand-in while the layers run (predicates.kernel_sites)."""
-    targets = {
-        (id(holder), name): (holder, name, kernel.stand_in)
-        for layer in layers.values()
-        for m in layer.modules()
-        for kernel, holder, name in kernel_sites(m)
-    }
-    saved = {key: getattr(holder, name) for key, (holder, name, _) in targets.items()}
-    try:
-        for holder, name, stand_in in targets.values():
-            setattr(holder, name, stand_in)
-        yield
-    finally:
-        for key, (holder, name, _) in targets.items():
-            setattr(holder, name, saved[key])
-
-
 def probe_layers(
     built: Built,
     indices: list[int],
@@ -634,12 +611,6 @@ def encoder_input(module: nn.Module) -> str | None:
     except (TypeError, ValueError):
         return None
     return next((name for name in ENCODER_INPUTS if name in takes), None)
-
-
-class ModelCodeError(SpecError):
-    """The model's own code failed where the census ran it (an exception raised in transformers'
-    frames, or an op that needs the tensors' values): `unsupported_layer`. run_layers may run
-    the decoder again from token ids after it."""
 
 
 def run_layers(
@@ -720,7 +691,7 @@ def _find_sources(built: Built, seq_length: int) -> dict[int, set[int]]:
     for way in inputs.ways(decoder):
         tracker = readers.StoredReads(built.layers)
         try:
-            with fake_mode, torch.no_grad(), config_subset(built.config, every, len(every), way.probed_count), _kernels_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
+            with fake_mode, torch.no_grad(), config_subset(built.config, every, len(every), way.probed_count), kernels_swapped(dict(enumerate(built.layers))), route_attention(seq_length), assumed_routing(built.layers), tracker.hooks():
                 decoder(use_cache=False, **inputs.decoder_inputs(way.feed, built.embedding, seq_length))
         except Exception:  # the model's code fails this way too: the next
             continue
@@ -767,7 +738,7 @@ def _run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, config_subset(config, indices, total, way.probed_count), index_lists_subset(config, decoder, indices), index_keyed_subset(config, kept, indices, total), _kernels_swapped(kept), watcher.hooks(), wrapped:
+        with fake_mode, config_subset(config, indices, total, way.probed_count), index_lists_subset(config, decoder, indices), index_keyed_subset(config, kept, indices, total), kernels_swapped(kept), watcher.hooks(), wrapped:
             width = built.embedding.weight.shape[1]
             extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
@@ -803,12 +774,12 @@ def _run_layers(
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
         raise ModelCodeError(
             "unsupported_layer",
-            f"{_model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
+            f"{model_code(err)}: {err.func} needs the tensors' values (a data-dependent shape or scalar), which fake tensors do not have",
         ) from err
     except (SpecError, MemoryError):
         raise
     except Exception as err:
-        where = _failing_model_code(err)
+        where = failing_model_code(err)
         if where is None:  # the census's own code failed: not the model's limit
             raise
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -826,35 +797,6 @@ def _stack_inputs(given: dict[str, Any], built: Built) -> list[torch.Tensor]:
     """What the decoder was given that the backward runs back to: the input embeddings (and
     encoder states), or, from token ids, the embedding's weight."""
     return [t for t in given.values() if isinstance(t, torch.Tensor) and t.requires_grad] or [built.embedding.weight]
-
-
-def _model_code(err: BaseException) -> str:
-    """Where in the model's code an op failed: the innermost transformers frame (file:line function)."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if "/transformers/" in f.filename.replace("\\", "/")]
-    if not frames:
-        return "the model's code"
-    frame = frames[-1]
-    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
-
-
-_CENSUS_DIR = str(Path(__file__).resolve().parents[1]).replace("\\", "/") + "/"
-
-
-def _failing_model_code(err: BaseException) -> str | None:
-    """Where the model's code raised `err` (file:line function): when the innermost frame that is
-    transformers' or the census's own is transformers' (torch's and the standard library's
-    frames below it only carry out what it asked, and so do the census's modes passing an op
-    on, unless one raised it itself); None when it is the census's."""
-    owner = None
-    frames = traceback.extract_tb(err.__traceback__)
-    for i, frame in enumerate(frames):
-        name = frame.filename.replace("\\", "/")
-        passing_on = frame.name in ("__torch_function__", "__torch_dispatch__") and i < len(frames) - 1
-        if name.startswith(_CENSUS_DIR) and not passing_on:
-            owner = "census"
-        elif "/transformers/" in name:
-            owner = "transformers"
-    return _model_code(err) if owner == "transformers" else None
 
 
 def _book_bytes(watcher: Watcher) -> None:

@@ -109,7 +109,8 @@ def test_a_decoder_that_fails_from_embeddings_runs_from_ids_with_its_whole_layer
 
 
 def test_every_way_failing_raises_the_first_error_with_the_last():
-    from speccat.census.measure.probe import ModelCodeError, probe_layers
+    from speccat.census.measure.model_code import ModelCodeError
+    from speccat.census.measure.probe import probe_layers
 
     built = _built(_tiny_gemma4())
     built.decoder.get_per_layer_inputs = lambda *args: torch.zeros(1).view(3, 5)  # fails whatever it is given
