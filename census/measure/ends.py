@@ -29,7 +29,7 @@ from speccat.catalogue.vocabulary import END_PARTS
 from speccat.census.build.model import Built
 from speccat.census.structure.predicates import is_norm
 from speccat.census.build.fake import fake_mode_of, make_fake, on_meta
-from speccat.census.measure.probe import layer_norm_stats_cuda_nbytes
+from speccat.census.measure.cuda_widths import layer_norm_stats_cuda_nbytes
 
 
 class _CudaWidths(TorchDispatchMode):

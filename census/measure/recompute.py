@@ -42,7 +42,8 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from speccat.catalogue.vocabulary import CACHED
 from speccat.census.build.model import Built
 from speccat.census.measure.layer_probe import LayerProbe
-from speccat.census.measure.probe import Watcher, run_layers
+from speccat.census.measure.probe import run_layers
+from speccat.census.measure.watcher import Watcher
 
 
 class Recomputing(Watcher):

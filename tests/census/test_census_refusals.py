@@ -89,7 +89,7 @@ def test_the_models_own_code_failing_is_unsupported_layer_naming_it(monkeypatch)
 
     from speccat.census import run_census
 
-    from speccat.census.measure import probe
+    from speccat.census.measure import watcher
 
     config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 128}  # fmt: skip
@@ -100,7 +100,7 @@ def test_the_models_own_code_failing_is_unsupported_layer_naming_it(monkeypatch)
     assert err.value.reason == "unsupported_layer"
     assert "modeling_llama.py" in str(err.value) and "RuntimeError" in str(err.value)
 
-    monkeypatch.setattr(probe, "_storage_key", None)  # the census's own code breaks while it watches an op
+    monkeypatch.setattr(watcher, "storage_key", None)  # the census's own code breaks while it watches an op
     with pytest.raises(SpecError) as err:
         run_census(config, name="tiny")
     assert err.value.reason == "census_failed" and "TypeError" in str(err.value)

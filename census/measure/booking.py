@@ -1,0 +1,41 @@
+"""Booking what a watched forward left for backward: each storage a probed layer saved that
+backward can still reach, on that layer's LayerProbe, to the op of its first saver still alive.
+
+The watcher (census/measure/watcher.py) notes every saver of a storage as the forward runs; after
+the forward, with what no output reaches collected, this books the bytes, and what each call
+that made a kept storage is kept for (the selective-checkpoint view census/measure/recompute.py
+reads).
+"""
+
+from __future__ import annotations
+
+from speccat.census.measure.watcher import Watcher
+
+
+def book_bytes(watcher: Watcher) -> None:
+    """Book each storage backward can still reach to the op of its first saver still alive."""
+    for key, savers in watcher.seen.items():
+        if key in watcher.excluded_outputs:
+            continue
+        alive = next(((probe, op, nbytes, part) for probe, op, nbytes, held, part in savers if held() is not None), None)
+        if alive is not None:
+            probe, op, nbytes, part = alive
+            if key in watcher.activation_inputs and op.startswith("child:"):
+                op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
+            probe.saved_bytes[op] += nbytes
+            probe.saved_storages[op] += 1
+            probe.kept_tails[(op, *watcher.tails[key])] += 1
+            tail, dtype = watcher.tails[key]
+            if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
+                probe.kept_square[(op, tail[0], dtype)] += 1
+            if op == "ffAct":
+                probe.act_kept.add(key)
+                if key in watcher.act_child:
+                    probe.mixer_act_kept[watcher.act_child[key]] += 1
+            made = watcher.creator.get(key)
+            if made is not None and made.probe is probe:
+                probe.kept_by_call.setdefault(made.call, set()).add(part or op)
+                probe.booked_as.setdefault(made.call, op)
+                probe.kept_outputs.setdefault(made.call, set()).add(made.position)
+            else:
+                probe.input_bytes[op] += nbytes  # a storage the layer did not make: its input

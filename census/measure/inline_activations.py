@@ -1,0 +1,65 @@
+"""Activations written inline rather than as modules: an MLP's own F.silu, F.gelu or torch.relu
+counted as its activation call with what autograd keeps of it, and an experts module's gate
+function run as an activation region (gpt-oss's clamped SwiGLU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from speccat.census.kernels.scope import current_kernel
+from speccat.census.structure.kernel_registry import storage_key
+from speccat.census.structure.predicates import is_activation, is_activation_region, is_experts, is_experts_interface, is_norm, is_projection
+
+INLINE_ACTIVATIONS = {torch.ops.aten.silu.default, torch.ops.aten.gelu.default, torch.ops.aten.relu.default}
+# Inline activations whose backward reads their result, so autograd keeps their output (ReLU's
+# threshold_backward), where SiLU and GELU keep their input.
+OUTPUT_KEEPING_ACTIVATIONS = {torch.ops.aten.relu.default}
+
+
+def in_mlp(path: list[tuple[str, nn.Module]]) -> bool:
+    """The op runs in an MLP's own code (the innermost module of `path`, the modules running,
+    holds two or more projections, is no attention module and no experts), outside any norm or
+    activation module: an activation written inline (F.silu)."""
+    if not path:
+        return False
+    module = path[-1][1]
+    if is_experts(module) or "Attention" in type(module).__name__ or any(is_norm(m) or is_activation_region(m) for _, m in path):
+        return False
+    return sum(1 for c in module.children() if is_projection(c)) >= 2
+
+
+def note_inline_activation(watcher, probe, func, args, kwargs, out) -> None:
+    """An inline activation in an MLP's own code, outside any kernel: one activation call of the
+    MLP, and the tensor autograd keeps of it noted (booked to ffAct: census/measure/booking.py)."""
+    if current_kernel() is None and in_mlp(watcher.path):
+        probe.activations[watcher.path[-1][0]] += 1
+        kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
+        watcher.activation_inputs.add(storage_key(kept))
+        watcher.kept.append(kept.untyped_storage())
+
+
+class _ActivationRegion(nn.Module):
+    """Runs an experts module's own gate function as an activation region (gpt-oss's clamped SwiGLU)."""
+
+    _speccat_activation = True  # what predicates.is_activation_region looks for
+
+    def __init__(self, gate: Any):
+        super().__init__()
+        self.gate = gate
+
+    def forward(self, x):
+        return self.gate(x)
+
+
+def mark_inline_activations(layer: nn.Module) -> None:
+    """Experts whose activation is inline code rather than a module get their gate wrapped as one.
+
+    The wrapper is an instance attribute of this fake layer only; the class is untouched.
+    """
+    for module in layer.modules():
+        if is_experts_interface(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
+            module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
+            object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
