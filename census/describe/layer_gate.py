@@ -9,7 +9,7 @@ width, projection count and activation calls; the records price it from p.
 
 Told apart from a feed-forward by what ran, never by a name: a pair of the feed-forward's
 projections h→p and p→h (p not the hidden size) where the layer's own code, between its
-children, multiplied a tensor p wide by one of the layer's other inputs (census/measure/probe.py
+children, multiplied a tensor p wide by one of the layer's other inputs (census/measure/input_products.py
 `input_products`).
 """
 

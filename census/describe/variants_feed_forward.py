@@ -103,7 +103,7 @@ def per_layer_gate_width(view: FeedForwardFacts, top_k: int | None) -> int:
     """The width p of a per-layer input gate after the MLP (`census/describe/layer_gate.py`): a pair
     of the feed-forward's projections h→p and p→h, where the layer's own code, between its
     children, multiplied a tensor p wide by one of the layer's other inputs (its slice of the
-    per-layer inputs, census/measure/probe.py `input_products`). gemma-4's layers end with one:
+    per-layer inputs, census/measure/input_products.py `input_products`). gemma-4's layers end with one:
     `per_layer_input_gate` (2304→256), GELU, the product with the per-layer input,
     `per_layer_projection` (256→2304) and `post_per_layer_input_norm` on the stream. The MLP's
     width (`intermediate_size`), projections (`ffMM`) and activation calls (`ffAct`) stay its own;

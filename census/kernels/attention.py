@@ -32,7 +32,7 @@ from speccat.census.spec import SpecError
 ATTENTION_IMPL = "speccat"
 
 # The scopes attention run as the model's eager code runs in (`_as_written`): a softmax attention
-# (census/measure/probe.py books its probabilities to softmax, the rest to attBMM), and an
+# (census/measure/watcher.py books its probabilities to softmax, the rest to attBMM), and an
 # attention over the stack's depth with learned queries (booked to other)
 EAGER_ATTENTION = "eager_attention"
 DEPTH_ATTENTION = "depth_attention"

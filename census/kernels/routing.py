@@ -20,7 +20,7 @@ kernel keeps:
   into the values, as a decayed linear attention written in blocks of n tokens computes within
   each block. No production kernel stands behind such torch code, so it runs as written, with
   autograd, and is measured as it runs; `on_linear` is told (q, k, v) of each such value
-  matmul and whether its decay is gated (census/measure/probe.py records the mixer): a decay mask that
+  matmul and whether its decay is gated (census/measure/watcher.py records the mixer): a decay mask that
   requires grad, computed from the tokens (xLSTM's mLSTM: its input and forget gates), where a
   constant decay (minimax's per-head slopes) does not. Products of s × s rows were taken for softmax
   scores and ran without autograd: their chain is run again, op by op, with autograd, before

@@ -2,7 +2,7 @@
 to tell the tensors a kernel keeps from the rest (docs/census.md, "Measured bytes").
 
 A stand-in (census/kernels/*.py) runs its op inside `kernel_scope(NAME)`, NAME its record's
-(census/structure/kernel_registry.py `Kernel.name`); census/measure/probe.py books what autograd
+(census/structure/kernel_registry.py `Kernel.name`); census/measure/watcher.py books what autograd
 saves inside it by that record's `keeps`. Attention run as the model's own eager code
 (census/kernels/attention.py) runs in scopes of its own names, and census/kernels/routing.py runs
 the score chain it takes for a softmax attention's in the flash kernel's scope. Outside every

@@ -9,9 +9,9 @@ over the records instead of naming each kernel:
 
 - census/structure/predicates.py finds where a layer's forward calls a kernel by `calls` (and
   tells a mixer by the `kind` of the kernels it calls);
-- census/measure/probe.py puts each `stand_in` in place of what `calls` matched while the
-  layers run, books each call of `op` by `book`, and books what autograd saves while the
-  stand-in runs by `keeps`;
+- census/measure/kernel_stand_ins.py puts each `stand_in` in place of what `calls` matched
+  while the layers run; census/measure/watcher.py books each call of `op` by `book`, and
+  what autograd saves while the stand-in runs by `keeps`;
 - census/measure/flops.py hands each `flops` formula to FlopCounterMode.
 
 The registry lives in the structure room, below the kernels that fill it: what a layer is (a

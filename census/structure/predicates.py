@@ -69,7 +69,7 @@ def is_activation(module: nn.Module) -> bool:
 
 def is_activation_region(module: nn.Module) -> bool:
     """An activation module, or a wrapper the probe marked as one (an experts' inline gate)."""
-    return is_activation(module) or getattr(module, "_speccat_activation", False)  # set by census/measure/probe.py's wrapper
+    return is_activation(module) or getattr(module, "_speccat_activation", False)  # set by census/measure/inline_activations.py's wrapper
 
 
 def is_projection(module: nn.Module) -> bool:
@@ -371,7 +371,7 @@ def expects_conv_kernel(module: nn.Module) -> bool:
     """A mixer whose training path runs its causal convolution in a kernel (causal-conv1d, or
     fused into the scan): a gated delta rule, a Mamba or Mamba2 mixer, a short convolution. A
     depthwise convolution run in torch inside one is a fallback the census did not stand in
-    for (census/measure/probe.py refuses it as `kernel_fallback`)."""
+    for (census/measure/kernel_fallback.py refuses it as `kernel_fallback`)."""
     return runs_delta_rule(module) or runs_selective_scan(module) or runs_ssd_scan(module) or runs_short_conv(module)
 
 
