@@ -1,4 +1,4 @@
-"""Pricing every mask × kind × setting of every shipped config: fast path against direct.
+"""Pricing every switch set × kind × setting of every shipped config: fast path against direct.
 
 The shipped configs are censused first (not timed). Then, config by config, the same specs
 are priced over the whole settings grid by the fast path (the best of REPEATS runs) and by

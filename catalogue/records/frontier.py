@@ -21,7 +21,7 @@ FULL = -1  # the frontier's name for full recompute, beside the switch sets' mas
 
 @dataclass(frozen=True)
 class Frontier:
-    """Per (kind, setting): the points (each mask, then full recompute), their classes and the frontier."""
+    """Per (kind, setting): the points (each switch set, then full recompute), their classes and the frontier."""
 
     kept: np.ndarray  # [kind, setting, point] bytes kept (points: masks 0..n-1, then full)
     flops: np.ndarray  # [kind, setting, point] recompute FLOPs

@@ -82,7 +82,7 @@ def test_scout_is_priced_within_the_tolerance_at_every_point(scout, records, gri
 
 
 def test_the_fast_path_prices_dense_dispatch_as_the_direct_evaluator(scout, records, grid):
-    """Every setting of the grid and every mask, bit for bit: the routed slot's dense-dispatch
+    """Every setting of the grid and every switch set, bit for bit: the routed slot's dense-dispatch
     terms and the weightless QK-norm are evaluated alike by both (docs/pricing.md)."""
     from speccat.catalogue.records.pricing import price_layers
 

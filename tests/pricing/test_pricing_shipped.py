@@ -25,7 +25,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 from support.hub_more import REFUSED  # noqa: E402  (the shipped configs the census refuses, with why)
 
 REPOS = [repo_id_of(p) for p in shipped_config_paths() if repo_id_of(p) not in REFUSED]
-# The whole grid, every mask: dense GQA, hybrid linear + MoE, MLA with a q latent, MoE with
+# The whole grid, every switch set: dense GQA, hybrid linear + MoE, MLA with a q latent, MoE with
 # sinks and biases, four norms with QK-norm.
 WHOLE_GRID = (
     "meta-llama/Llama-3.1-8B-Instruct",

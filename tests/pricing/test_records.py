@@ -49,7 +49,7 @@ def test_masks_follow_the_switch_order(records):
 def test_kept_ops_and_parts_per_mask(records):
     everything = set(OPS) | {"attUp"}
     assert records.kept(0) == everything
-    # ops without a switch (attMM, ffMM, linrec) are kept by every selective mask
+    # ops without a switch (attMM, ffMM, linrec) are kept by every switch set
     assert records.kept(255) == {"attMM", "ffMM", "linrec"}
     assert records.kept(records.mask_of(["attUp"])) == everything - {"attUp"}
     assert records.kept(records.mask_of(["softmax"])) == everything - {"softmax"}
