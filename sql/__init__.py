@@ -3,11 +3,15 @@
     schema/vocabulary.sql   the vocabulary table, filled from catalogue/vocabulary.yaml first
     schema/types.sql        the ENUM types, made from the vocabulary table
     schema/tables/*.sql     one file per table
+    macros/*.sql            one file per table macro: a query over a relation the caller names
+                            (the planner's rules, which a view and `speccat fit` both read)
     views/*.sql             one file per view; its header states the grain and every column
     steps/*.sql             what the store runs: staging, derive, conflicts, merge, checks,
-                            the plan stage's lookups, export, and the catalog plumbing
+                            the plan stage's lookups, export, the catalog plumbing, and
+                            `speccat fit`'s reads of its catalogue in memory
     queries/*.sql           the analysts' example queries (`speccat query NAME`)
     show/*.sql              what `speccat show` prints
+    report/*.sql            what `speccat report` draws, one catalogue-wide query each
 
 Every statement speccat runs against the catalogue lives in a .sql file here. Python chooses
 a file and passes values: parameters bound by DuckDB (`$name`), or the names a template
@@ -27,6 +31,7 @@ from pathlib import Path
 SQL_DIR = Path(__file__).resolve().parent
 QUERIES_DIR = SQL_DIR / "queries"
 VIEWS_DIR = SQL_DIR / "views"
+MACROS_DIR = SQL_DIR / "macros"
 TABLES_DIR = SQL_DIR / "schema" / "tables"
 
 # {{ identifier(name) }}, {{ identifiers(name) }} or {{ literal(name) }}; anything else in
@@ -102,7 +107,24 @@ def tables() -> tuple[str, ...]:
 def views() -> dict[str, str]:
     """Every view's CREATE statement by name, in dependency order: a view comes after the
     views it reads (found by name in its SQL, comments left out), ties by name."""
-    texts = {p.stem: load(f"views/{p.stem}") for p in sorted(VIEWS_DIR.glob("*.sql"))}
+    return _in_dependency_order({p.stem: load(f"views/{p.stem}") for p in sorted(VIEWS_DIR.glob("*.sql"))})
+
+
+def macros() -> dict[str, str]:
+    """Every table macro's CREATE statement by name, sorted."""
+    return {p.stem: load(f"macros/{p.stem}") for p in sorted(MACROS_DIR.glob("*.sql"))}
+
+
+def definitions() -> dict[str, str]:
+    """Every macro's and view's CREATE statement by name, in the order they can be created:
+    each after the views and macros its SQL names (DuckDB binds a view, and a macro's call of
+    another macro, when it is created)."""
+    return _in_dependency_order({**macros(), **views()})
+
+
+def _in_dependency_order(texts: dict[str, str]) -> dict[str, str]:
+    """`texts` (name -> SQL) ordered so that each comes after the others its SQL names
+    (comments left out), ties by name."""
     reads = {
         name: {other for other in texts if other != name and re.search(rf"\b{other}\b", _COMMENT.sub("", text))}
         for name, text in texts.items()
@@ -111,7 +133,7 @@ def views() -> dict[str, str]:
     while len(ordered) < len(texts):
         ready = [n for n in texts if n not in ordered and reads[n] <= ordered.keys()]
         if not ready:
-            raise ValueError(f"views read each other in a cycle: {sorted(set(texts) - ordered.keys())}")
+            raise ValueError(f"these read each other in a cycle: {sorted(set(texts) - ordered.keys())}")
         ordered[ready[0]] = texts[ready[0]]
     return ordered
 

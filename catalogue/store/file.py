@@ -325,8 +325,9 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Create (or replace) every view of sql/views/ in the default catalog, in dependency order."""
-    for text in sql.views().values():
+    """Create (or replace) every table macro of sql/macros/ and every view of sql/views/ in the
+    default catalog, in dependency order."""
+    for text in sql.definitions().values():
         con.execute(text)
 
 

@@ -1,0 +1,216 @@
+-- Macro rank_stages(layouts): whole-rank memory for every model at once, at every parallel
+-- layout of the table or view named `layouts`, stage by stage: per layout, repo, setting,
+-- switch set (full recompute included) and pipeline stage, what one rank of that stage holds,
+-- against the layout's budget, and the recompute the set costs. This is the one home of the
+-- planner's rules: rank_layouts takes each layout's fullest stage from it, the view rank_fits
+-- reads that at the layout its variables set, and `speccat fit` reads it (through
+-- fitting_sets) at every layout of its GPUs, over a catalogue in memory holding the one spec.
+-- `layouts` has one row per layout: layout (its number), dp, pp, ep, zero (the ZeRO stage), vpp
+-- (virtual stages per rank), etp (NULL: the setting's tp), setting_id (NULL: every setting
+-- with one micro-batch in flight; else that setting alone, whose tp and cp are the layout's),
+-- recipe (a state_sharding recipe), budget_bytes,
+-- accelerator (an accelerators row) and only_fitting: true leaves out the settings of the layout
+-- where no switch set can fit its budget, as each stage's floor (its ends, its model states and
+-- each kind's fewest bytes under any set) already exceeds it on some stage. `speccat fit` asks
+-- for that (it lists only what fits, and most of a large GPU count's layouts fit nowhere);
+-- rank_fits_layout does not.
+-- A rank of stage i of pp holds its layers' activations and its ends' (the embedding on the
+-- first stage, the final norm and the logits on the last), each for the micro-batches in
+-- flight: pp - i in 1F1B, times 1 + (pp - 1)/(pp vpp) with vpp > 1 virtual stages (Korthikanti
+-- et al. 2022, section 4.2.3); and its weights, gradients and optimizer states (state_sharding:
+-- each parameter group divided among the model-parallel ranks, a state the ZeRO stage
+-- partitions divided again over the data group). Its layers are the stack in order, split as
+-- evenly as it goes (earlier stages one more); the last stage of pp > 1 holds a copy of a tied
+-- word embedding. The recompute a switch set costs is the first stage's (the pipeline's
+-- critical path; the same on every stage's row), per micro-batch: its layers' ops the set
+-- re-runs (switch_ops, op_costs), each estimated on the accelerator as max(FLOPs / peak, bytes
+-- / bandwidth); per sequence it is that over dp · the micro-batch, as the dp pipelines run
+-- side by side.
+-- A layout with pp beyond a model's layers, or ep not dividing both its routed experts and
+-- dp·cp, has no rows for it. SET VARIABLE repo_id reads that repo's rows only.
+-- Grain: one row per (layout, repo_id, setting_id, switch set, stage), at the latest night's
+-- versions.
+-- Columns: rank_fits' (see its view), after `layout`, the layout's number, with `stage` (0
+-- first) for fullest_stage and, after it, `fullest`: whether this stage's rank holds the most
+-- of its layout's stages under the set (of stages holding as much, the first).
+CREATE OR REPLACE MACRO rank_stages(layouts) AS TABLE
+WITH layout AS MATERIALIZED (
+    SELECT layout, dp, pp, ep, zero, vpp, etp, setting_id, recipe, budget_bytes, accelerator, only_fitting FROM query_table(layouts)
+),
+latest AS MATERIALIZED (  -- the latest specs of the repos asked for
+    SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers,
+           s.num_experts, s.spec, s.vocab_size, s.hidden_size, s.tie_word_embeddings
+    FROM specs AS s JOIN latest_run AS v ON s.census_version = v.census_version AND s.transformers_version = v.transformers_version
+                                      AND s.torch_version = v.torch_version
+    WHERE getvariable('repo_id') IS NULL
+          OR s.config_hash IN (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id'))
+),
+model AS MATERIALIZED (  -- each spec at each layout that applies to it
+    SELECT l.layout, l.pp, l.vpp, m.*
+    FROM latest AS m, layout AS l
+    WHERE l.pp <= m.n_layers AND coalesce(m.num_experts, 1) % l.ep = 0
+),
+runs AS MATERIALIZED (  -- each run of the stack: its kind and the layers [first, stop) it covers
+    SELECT t.config_hash, t.kind, sum(t.count) OVER w - t.count AS first, sum(t.count) OVER w AS stop
+    FROM stack AS t JOIN latest AS m USING (config_hash, census_version, transformers_version, torch_version)
+    WINDOW w AS (PARTITION BY t.config_hash ORDER BY t.position)
+),
+stages AS MATERIALIZED (  -- each stage's layers [lo, hi) and the micro-batches in flight on it
+    SELECT layout, config_hash, stage,
+           stage * (n_layers // pp) + least(stage, n_layers % pp) AS lo,
+           (stage + 1) * (n_layers // pp) + least(stage + 1, n_layers % pp) AS hi,
+           (pp - stage) * CASE WHEN vpp > 1 THEN 1 + (pp - 1) / (pp * vpp) ELSE 1 END AS flight
+    FROM (SELECT layout, config_hash, n_layers, pp, vpp, unnest(range(pp)) AS stage FROM model)
+),
+stage_kinds AS MATERIALIZED (
+    SELECT s.layout, s.config_hash, s.stage, r.kind, sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) AS layers
+    FROM stages AS s JOIN runs AS r USING (config_hash)
+    GROUP BY ALL HAVING sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) > 0
+),
+kind_params AS MATERIALIZED (
+    SELECT config_hash, census_version, transformers_version, torch_version, kind, replace(column_name, 'params_', '') AS "group", params
+    FROM (UNPIVOT kinds ON params_attention, params_ffn_routed, params_ffn_shared, params_ffn_router,
+                            params_ffn_dense, params_norm, params_other INTO NAME column_name VALUE params)
+),
+stage_params AS MATERIALIZED (  -- parameters per group on each stage, before model-parallel sharding
+    SELECT k.layout, k.config_hash, k.stage, p."group", sum(k.layers * p.params) AS params
+    FROM stage_kinds AS k JOIN latest AS m USING (config_hash)
+    JOIN kind_params AS p ON p.config_hash = k.config_hash AND p.census_version = m.census_version AND p.transformers_version = m.transformers_version
+                         AND p.torch_version = m.torch_version AND p.kind = k.kind
+    GROUP BY ALL
+    UNION ALL
+    SELECT m.layout, m.config_hash, 0, 'embedding', (m.spec -> 'params' ->> 'embedding')::DOUBLE FROM model AS m
+    UNION ALL
+    SELECT m.layout, m.config_hash, m.pp - 1, 'final_norm', (m.spec -> 'params' ->> 'final_norm')::DOUBLE FROM model AS m
+    UNION ALL
+    SELECT m.layout, m.config_hash, m.pp - 1, 'output',
+           CASE WHEN m.pp > 1 AND coalesce((m.spec -> 'params' ->> 'output')::DOUBLE, 0) = 0 AND m.tie_word_embeddings
+                THEN m.vocab_size::DOUBLE * m.hidden_size  -- the last stage's copy of the tied word embedding
+                ELSE (m.spec -> 'params' ->> 'output')::DOUBLE END
+    FROM model AS m
+),
+priced AS MATERIALIZED (  -- the settings each spec is priced at, per layout (micro-batches in flight: the stages')
+    SELECT DISTINCT m.layout, f.config_hash, f.setting_id, g.tp, g.cp
+    FROM full_prices AS f JOIN model AS m USING (config_hash, census_version, transformers_version, torch_version, records_version)
+    JOIN settings AS g ON g.setting_id = f.setting_id
+    JOIN layout AS l ON l.layout = m.layout
+    WHERE g.in_flight = 1 AND (l.dp * g.cp) % l.ep = 0 AND g.setting_id = coalesce(l.setting_id, g.setting_id)
+),
+held AS MATERIALIZED (  -- bytes one rank holds per parameter of a group, per state, at each layout and (tp, cp) priced
+    SELECT l.layout, x."group", x.state, g.tp, g.cp,
+           x.bytes_per_param
+           / (pow(g.tp, x.model_t) * pow(g.cp, x.model_cp) * pow(l.dp, x.model_dp) * pow(l.ep, x.model_ep)
+              * pow(coalesce(l.etp, g.tp), x.model_etp))
+           / CASE WHEN l.zero >= x.sharded_from  -- a state the ZeRO stage partitions over the data group
+                  THEN pow(g.tp, x.data_t) * pow(g.cp, x.data_cp) * pow(l.dp, x.data_dp) * pow(l.ep, x.data_ep)
+                       * pow(coalesce(l.etp, g.tp), x.data_etp)
+                  ELSE 1 END AS held
+    FROM state_sharding AS x JOIN layout AS l ON x.recipe = l.recipe
+    JOIN (SELECT DISTINCT layout, tp, cp FROM priced) AS g ON g.layout = l.layout
+),
+stage_states AS MATERIALIZED (  -- each stage's weights, gradients and optimizer states at each setting
+    SELECT p.layout, p.config_hash, p.setting_id, s.stage,
+           sum(p2.params * r.held) FILTER (WHERE r.state = 'weight') AS weight,
+           sum(p2.params * r.held) FILTER (WHERE r.state = 'grad') AS grad,
+           sum(p2.params * r.held) FILTER (WHERE r.state = 'optimizer') AS optimizer
+    FROM priced AS p
+    JOIN stages AS s USING (layout, config_hash)
+    JOIN stage_params AS p2 ON p2.layout = p.layout AND p2.config_hash = p.config_hash AND p2.stage = s.stage
+    JOIN held AS r ON r.layout = p.layout AND r."group" = p2."group" AND r.tp = p.tp AND r.cp = p.cp
+    GROUP BY ALL
+),
+points AS (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1)
+    SELECT config_hash, kind, setting_id, mask, total AS kept
+    FROM layer_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+    UNION ALL
+    SELECT config_hash, kind, setting_id, -1, kept
+    FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+),
+stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends' and its model states
+    SELECT t.layout, t.config_hash, t.setting_id, t.stage, s.flight,
+           (CASE WHEN t.stage = 0 THEN e.embedding ELSE 0 END
+            + CASE WHEN t.stage = l.pp - 1 THEN e.final_norm + e.logits ELSE 0 END) * s.flight AS ends,
+           t.weight, t.grad, t.optimizer
+    FROM stage_states AS t
+    JOIN stages AS s USING (layout, config_hash, stage)
+    JOIN latest AS m USING (config_hash)
+    JOIN end_prices AS e ON e.config_hash = t.config_hash AND e.census_version = m.census_version AND e.transformers_version = m.transformers_version
+                        AND e.torch_version = m.torch_version AND e.records_version = m.records_version AND e.setting_id = t.setting_id
+    JOIN layout AS l ON l.layout = t.layout
+),
+possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: all, but of a layout asking only_fitting those under
+                            -- which some set could fit, no stage's floor over its budget (each kind's fewest bytes under any set)
+    SELECT h.layout, h.config_hash, h.setting_id
+    FROM stage_held AS h JOIN layout AS l ON l.layout = h.layout
+    LEFT JOIN (SELECT k.layout, k.config_hash, q.setting_id, k.stage, sum(k.layers * f.kept) AS activations
+               FROM stage_kinds AS k JOIN priced AS q USING (layout, config_hash)
+               JOIN (SELECT config_hash, kind, setting_id, min(kept) AS kept FROM points GROUP BY ALL) AS f
+                 ON f.config_hash = k.config_hash AND f.kind = k.kind AND f.setting_id = q.setting_id
+               GROUP BY ALL) AS a
+      ON a.layout = h.layout AND a.config_hash = h.config_hash AND a.setting_id = h.setting_id AND a.stage = h.stage
+    GROUP BY h.layout, h.config_hash, h.setting_id
+    HAVING NOT bool_or(l.only_fitting)
+           OR max(coalesce(a.activations, 0) * h.flight + h.ends + h.weight + h.grad + h.optimizer) <= min(l.budget_bytes)
+),
+stage_totals AS (
+    SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
+           h.weight, h.grad, h.optimizer
+    FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum(k.layers * p.kept) AS activations
+          FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
+          JOIN points AS p ON p.config_hash = k.config_hash AND p.kind = k.kind AND p.setting_id = q.setting_id
+          GROUP BY ALL) AS a
+    JOIN stage_held AS h USING (layout, config_hash, setting_id, stage)
+),
+fullest AS (  -- per layout, spec, setting and set, the stage whose rank holds the most (of equals, the first)
+    SELECT layout, config_hash, setting_id, mask, arg_max(stage, (activations + ends + weight + grad + optimizer, -stage)) AS stage
+    FROM stage_totals GROUP BY ALL
+),
+point_costs AS (  -- one layer of each kind at each setting: what each point re-runs, and its time on each accelerator asked for
+    SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, w.mask, sum(o.recompute_flops) AS flops, sum(o.recompute_bytes) AS moved,
+           sum(greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s)) AS seconds
+    FROM op_costs AS o JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+    JOIN switch_ops AS w USING (op)
+    JOIN accelerators AS a ON a.accelerator IN (SELECT accelerator FROM layout)
+    GROUP BY ALL
+),
+step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
+    SELECT c.config_hash, c.kind, c.setting_id, c.step_flops / nullif(c.recompute_flops, 0) AS forwards
+    FROM switch_costs AS c JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+    WHERE c.mask = -1
+),
+first_costs AS (  -- the first stage's layers, per micro-batch: each point's recompute and the step's time
+    SELECT k.layout, k.config_hash, p.setting_id, p.mask, sum(k.layers * coalesce(c.flops, 0)) AS flops,
+           sum(k.layers * coalesce(c.moved, 0)) AS moved, sum(k.layers * coalesce(c.seconds, 0)) AS seconds,
+           sum(k.layers * f.seconds * s.forwards) AS step_seconds
+    FROM stage_kinds AS k JOIN layout AS l ON l.layout = k.layout
+    JOIN possible AS q ON q.layout = k.layout AND q.config_hash = k.config_hash
+    JOIN points AS p ON p.config_hash = k.config_hash AND p.kind = k.kind AND p.setting_id = q.setting_id
+    LEFT JOIN point_costs AS c ON c.accelerator = l.accelerator AND c.config_hash = p.config_hash AND c.kind = p.kind
+                              AND c.setting_id = p.setting_id AND c.mask = p.mask
+    JOIN point_costs AS f ON f.accelerator = l.accelerator AND f.config_hash = p.config_hash AND f.kind = p.kind
+                         AND f.setting_id = p.setting_id AND f.mask = -1
+    JOIN step_forwards AS s ON s.config_hash = p.config_hash AND s.kind = p.kind AND s.setting_id = p.setting_id
+    WHERE k.stage = 0
+    GROUP BY ALL
+)
+SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length AS seq_length_tokens,
+       g.micro_batch AS micro_batch_count, g.tp AS tp_ranks, g.cp AS cp_ranks, l.dp AS dp_ranks, l.pp AS pp_ranks,
+       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, l.recipe, l.dp * g.tp * l.pp * g.cp AS gpus_count,
+       x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
+       x.activations AS activation_bytes, x.ends AS ends_bytes, x.weight AS weight_bytes,
+       x.grad AS grad_bytes, x.optimizer AS optimizer_bytes,
+       x.activations + x.ends + x.weight + x.grad + x.optimizer AS total_bytes,
+       l.budget_bytes,
+       x.activations + x.ends + x.weight + x.grad + x.optimizer <= l.budget_bytes AS fits,
+       l.budget_bytes - (x.activations + x.ends + x.weight + x.grad + x.optimizer) AS headroom_bytes,
+       l.accelerator, c.flops AS recompute_flops, c.moved AS recompute_bytes, c.seconds AS recompute_s,
+       100 * c.seconds / nullif(c.step_seconds, 0) AS overhead_pct,
+       c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq
+FROM stage_totals AS x
+JOIN layout AS l ON l.layout = x.layout
+JOIN repos AS r ON r.config_hash = x.config_hash
+JOIN settings AS g ON g.setting_id = x.setting_id
+LEFT JOIN switch_sets AS w ON w.mask = x.mask
+LEFT JOIN fullest AS u ON u.layout = x.layout AND u.config_hash = x.config_hash AND u.setting_id = x.setting_id AND u.mask = x.mask
+                      AND u.stage = x.stage
+LEFT JOIN first_costs AS c ON c.layout = x.layout AND c.config_hash = x.config_hash AND c.setting_id = x.setting_id AND c.mask = x.mask;
