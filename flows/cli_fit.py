@@ -3,16 +3,15 @@ estimated recompute time, with the breakdown (docs/planning.md).
 
 CONFIG is what `speccat price` takes (flows/fit_spec.py): a config file or folder, censused
 now, or a repo id the catalogue holds. The setting is the grid's defaults with `--stack` and
-`--set FIELD=VALUE` on top, as `price` reads them; the prices, the recompute costs, the model
-states (`--recipe`, states.yaml) and the model's ends are computed from the data files
-(catalogue/records/rank.py), at exactly the sequence length and micro-batch asked for.
+`--set FIELD=VALUE` on top, as `price` reads them; the spec is priced from the data files at
+exactly the sequence length and micro-batch asked for, and what fits is asked of the
+catalogue's own planner SQL, which the view rank_fits reads too (flows/fit_engine.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import math
 import re
@@ -89,38 +88,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.set_defaults(handler=fit_command)
 
 
-@functools.lru_cache(maxsize=1)
-def planning_data() -> dict:
-    """The data files fit reads, parsed once per process."""
-    from speccat.catalogue.records.cost import load_accelerators, load_costs
-    from speccat.catalogue.records.head import load_head
-    from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.records.settings import load_settings
-    from speccat.catalogue.records.states import load_states
+def fitter(args: argparse.Namespace, spec: dict, name: str):
+    """(run, budget): run(seq, micro_batch, gpus) lists the rows that fit (flows/fit_engine.py)
+    with everything else the command line holds."""
+    from speccat.flows.fit_engine import fits, planning_data
 
-    records = load_records()
-    return {"records": records, "grid": load_settings(), "costs": load_costs(records), "states": load_states(),
-            "head": load_head(records), "accelerators": load_accelerators()}  # fmt: skip
-
-
-def fitter(args: argparse.Namespace, spec: dict):
-    """(run, budget): run(seq, micro_batch, gpus) lists the rows that fit (rank.fits) with
-    everything else the command line holds."""
-    from speccat.catalogue.records.rank import fits
-
-    data = planning_data()
-    accelerators = data["accelerators"]
+    accelerators = planning_data()["accelerators"]
     if args.accelerator is None:
         args.accelerator = next(name for name, a in accelerators.items() if a.default)
-    accelerator = accelerators[args.accelerator]
-    budget = args.gpu_mem if args.gpu_mem is not None else accelerator.memory
+    budget = args.gpu_mem if args.gpu_mem is not None else accelerators[args.accelerator].memory
     fixed = {"dp": args.dp, "tp": args.tp, "pp": args.pp, "ep": args.ep, "cp": args.cp, "vpp": args.vpp}
     zeros = (args.zero,) if args.zero is not None else (0, 1, 2, 3)
 
     def run(seq: int, micro_batch: int, gpus: int) -> list:
         return fits(
-            spec, data["records"], data["grid"], data["costs"], data["states"], data["head"], accelerator,
-            gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros, recipe=args.recipe, setting=args.setting,
+            spec, name, args.accelerator, gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros,
+            recipe=args.recipe, setting=args.setting,
         )  # fmt: skip
 
     return run, budget
@@ -200,6 +183,7 @@ def check_inputs(args: argparse.Namespace) -> None:
     """Read --stack, --set and --recipe before any census: `args.setting` (the setting fields
     over the grid's defaults, checked by the grid) and `args.recipe` (the states file's name)."""
     from speccat.catalogue.errors import InputError
+    from speccat.flows.fit_engine import planning_data
 
     check_question(args)
     data = planning_data()
@@ -227,6 +211,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 def described(args: argparse.Namespace) -> dict:
     """What the answer assumed, named: the stack and setting fields, the recipe and its source,
     the accelerator."""
+    from speccat.flows.fit_engine import planning_data
+
     states = planning_data()["states"]
     per_param = states.recipes[args.recipe]
     setting = {k: v for k, v in args.chosen.items() if k not in ("setting_id", *OWN_FIELDS)}
@@ -252,7 +238,7 @@ def fit_command(args: argparse.Namespace) -> int:
 
     check_inputs(args)
     repo_id, spec, origin = load_spec(args)
-    run, budget = fitter(args, spec)
+    run, budget = fitter(args, spec, repo_id)
     rows, question = answer(args, run)
     shown = rows if args.top == 0 else rows[: args.top]
     note = beyond_positions(spec, args.seq) if args.seq is not None else None

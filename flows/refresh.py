@@ -38,7 +38,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +65,7 @@ from speccat.flows.tasks import (
     list_repos,
     versions_key,
 )
+from speccat.flows.versions import current_versions
 
 FETCH_THREADS = 8
 TASK_RUNNERS = ("local", "dask")
@@ -100,27 +100,6 @@ class Night:
     def fail(self, repo_ids, stage: str, reason: str, message: str) -> None:
         for repo_id in repo_ids:
             self.failures[repo_id] = Failure(repo_id, stage, reason, message)
-
-
-def current_versions() -> dict[str, str]:
-    """Every version a stored result depends on (the runs table's version columns)."""
-    from speccat.catalogue.records.cost import load_costs, stored_version
-    from speccat.catalogue.records.ends import load_ends
-    from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.records.settings import load_settings
-    from speccat.census import CENSUS_VERSION
-    from speccat.census.structure.family import profiles_version
-
-    records = load_records()
-    return {
-        "speccat": dist_version("speccat"),
-        "transformers": dist_version("transformers"),
-        "torch": dist_version("torch"),
-        "census": CENSUS_VERSION,
-        "records": stored_version(records, load_costs(records), load_ends(records)),
-        "profiles": profiles_version(),
-        "settings": load_settings().version,
-    }
 
 
 def make_task_runner(kind: str, dask_address: str | None, workers: int | None):

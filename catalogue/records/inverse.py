@@ -2,7 +2,7 @@
 largest micro-batch and the fewest GPUs at which some (layout, switch set) fits. Steps and
 limits are data (inverse.yaml).
 
-Each search asks `fits_at(value)` (the rows that fit, `rank.fits`, at that value) and relies on
+Each search asks `fits_at(value)` (the rows that fit, flows/fit_engine.py `fits`, at that value) and relies on
 what the prices guarantee: a rank's bytes grow with the sequence length and the micro-batch
 (activations and ends are polynomials in s and b with non-negative terms; the states do not
 change), so what fits at a value fits at every smaller one, and the largest value that fits is

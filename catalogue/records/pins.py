@@ -1,10 +1,10 @@
 """Why no layout of a GPU count can have the fields `speccat fit` holds (docs/planning.md,
 "What fit refuses"): the first reason found, as one line, for a LayoutError "infeasible".
 
-`rank.layouts` enumerates the layouts; when the held fields (dp, tp, pp, ep, cp, ZeRO stage)
+`candidates.layouts` enumerates the layouts; when the held fields (dp, tp, pp, ep, cp, ZeRO stage)
 leave none, this says which field cannot be, rather than letting `fit` report that nothing
 fits, which would read as "too little memory". What a layer kind cannot have at a setting
-(heads not divisible by tp, ...) is layouts.yaml's, and `rank.fits` reports its rule.
+(heads not divisible by tp, ...) is layouts.yaml's, and `speccat fit` reports its rule (flows/fit_engine.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 
 def no_layout(spec: Mapping, gpus: int, fixed: Mapping[str, int | None], zeros: Iterable[int], node: int) -> str:
-    """The reason no layout of `gpus` ranks holds `fixed` (rank.layouts found none)."""
+    """The reason no layout of `gpus` ranks holds `fixed` (candidates.layouts found none)."""
     held = {name: fixed[name] for name in ("dp", "tp", "pp", "cp") if fixed.get(name) is not None}
     product = math.prod(held.values())
     said = " × ".join(f"{name} {value}" for name, value in held.items())

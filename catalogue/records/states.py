@@ -2,9 +2,9 @@
 
 The bytes per parameter of each state, how a ZeRO stage partitions them over data-parallel
 ranks and how each parameter group divides among model-parallel ranks are data, in
-`catalogue/records/states.yaml`; this module reads them and adds a spec's parameters up per
-pipeline stage. The inputs are plain mappings: a ModelSpec mapping (its `params` and `layers`)
-and a `Layout`.
+`catalogue/records/states.yaml`; this module reads them and hands them to the catalogue as the
+`state_sharding` rows, from which the planner's SQL (sql/macros/rank_stages.sql) works out what
+each rank of a layout holds.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.datafile import read_yaml, version_of
@@ -34,29 +33,6 @@ class StatesError(ReasonError):
     """A states file, layout or spec the model-state arithmetic refuses."""
 
     group = "records"
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How the ranks are arranged: data, tensor, pipeline (with `vpp` virtual stages each),
-    expert, expert-tensor (default: tp) and context parallel sizes, and the ZeRO stage."""
-
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    cp: int = 1
-    zero: int = 0
-    vpp: int = 1
-    etp: int | None = None
-
-    @property
-    def gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
-
-    def names(self) -> dict[str, float]:
-        return {"t": float(self.tp), "cp": float(self.cp), "dp": float(self.dp), "ep": float(self.ep),
-                "etp": float(self.tp if self.etp is None else self.etp)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,50 +115,11 @@ def load_states(path: str | Path | None = None) -> States:
     return loader.load(read_yaml(path, lambda reason, what: loader.fail(reason, "", what)))
 
 
-def stage_kinds(spec: Mapping, pp: int) -> list[dict[str, int]]:
-    """Layers of each kind on each pipeline stage: the stack in order, split as evenly as it
-    goes, earlier stages taking one more layer where the count does not divide."""
-    stack = [group["kind"] for group in spec["layers"] for _ in range(group["count"])]
-    if pp < 1 or pp > len(stack):
-        raise StatesError("bad_value", f"pp={pp}: a model of {len(stack)} layers splits into 1 to {len(stack)} stages")
-    base, extra = divmod(len(stack), pp)
-    stages, start = [], 0
-    for i in range(pp):
-        n = base + (1 if i < extra else 0)
-        counts: dict[str, int] = {}
-        for kind in stack[start : start + n]:
-            counts[kind] = counts.get(kind, 0) + 1
-        stages.append(counts)
-        start += n
-    return stages
-
-
 def _params(spec: Mapping) -> Mapping:
     params = spec.get("params")
     if not isinstance(params, Mapping) or "kinds" not in params:
         raise StatesError("bad_value", "the spec states no params (embedding, output, final_norm, kinds)")
     return params
-
-
-def stage_params(spec: Mapping, pp: int, stage: int) -> dict[str, float]:
-    """Parameters per group on one pipeline stage (whole, before model-parallel sharding):
-    the embedding on the first stage, the final norm and output on the last."""
-    params = _params(spec)
-    layers = stage_kinds(spec, pp)[stage]
-    groups = {name: 0.0 for name in (*MODEL_GROUPS, *KIND_GROUPS)}
-    for kind, count in layers.items():
-        for name in KIND_GROUPS:
-            groups[name] += count * float(params["kinds"][kind].get(name, 0))
-    if stage == 0:
-        groups["embedding"] = float(params.get("embedding", 0))
-    if stage == pp - 1:
-        groups["final_norm"] = float(params.get("final_norm", 0))
-        groups["output"] = float(params.get("output", 0))
-        if pp > 1 and not groups["output"] and spec.get("tie_word_embeddings"):
-            # the last stage's copy of a tied word embedding (not of position embeddings)
-            tied = spec["vocab_size"] * spec["hidden_size"] if "vocab_size" in spec and "hidden_size" in spec else params.get("embedding", 0)
-            groups["output"] = float(tied)
-    return groups
 
 
 # The columns of the catalogue's `state_sharding` rows, after (recipe, group, state).
@@ -223,70 +160,6 @@ def state_sharding_rows(states: States) -> list[dict[str, Any]]:
                     row.update({f"{side}_{n}": divisors[name][side][n] for n in SHARDING_NAMES})
                 rows.append(row)
     return rows
-
-
-def layout_shares(states: States, layouts: list[Layout], groups: list[str], recipe: str | None = None) -> np.ndarray:
-    """[layout, group, state]: the bytes per parameter of each state (STATES order) one rank of
-    each layout holds, for the parameter groups `groups` in that order: the recipe's bytes over
-    the model shards, and over the data-parallel group for the states the layout's ZeRO stage
-    partitions. Each divisor is its sizes with positive powers over those with negative ones
-    (whole numbers, so both products are exact: one rounding, as the expression's own)."""
-    unknown = sorted({lay.zero for lay in layouts} - set(states.zero))
-    if unknown:
-        raise StatesError("bad_value", f"zero={unknown[0]}; stages: {sorted(states.zero)}")
-    per_param = states.bytes_per_param(recipe)
-    powers = states.powers
-    sizes = np.array([[names[n] for n in SHARDING_NAMES] for names in (lay.names() for lay in layouts)], dtype=float)[:, None, :]  # [L, 1, N]
-
-    def divisor(side: str) -> np.ndarray:  # [L, G]
-        p = np.array([[powers[g][side][n] for n in SHARDING_NAMES] for g in groups], dtype=float)[None]  # [1, G, N]
-        return np.prod(sizes ** np.maximum(p, 0), axis=-1) / np.prod(sizes ** np.maximum(-p, 0), axis=-1)
-
-    by_stage = {zero: [state in sharded for state in STATES] for zero, sharded in states.zero.items()}
-    sharded = np.array([by_stage[lay.zero] for lay in layouts], dtype=bool).reshape(len(layouts), len(STATES))  # [L, S]
-    bytes_ = np.array([per_param[state] for state in STATES], dtype=float)
-    return bytes_[None, None, :] / divisor("model")[:, :, None] / np.where(sharded[:, None, :], divisor("data")[:, :, None], 1.0)
-
-
-def state_shares(layout: Layout, states: States, recipe: str | None = None) -> dict[str, dict[str, float]]:
-    """Per parameter group, the bytes per parameter of each state one rank of `layout` holds
-    (the pipeline size does not change them)."""
-    groups = list(states.groups)
-    rows = layout_shares(states, [layout], groups, recipe)[0]
-    return {name: {state: float(rows[g, s]) for s, state in enumerate(STATES)} for g, name in enumerate(groups)}
-
-
-def stage_states(counts: np.ndarray, shares: np.ndarray) -> np.ndarray:
-    """rank_states over every stage as an array [..., stage, (weight, grad, optimizer, total)],
-    the same sums in the same order, vectorised over the stages (and the layouts). `counts`:
-    [stage, group] parameters (stage_params, in its group order); `shares`: [..., group, state]
-    bytes per parameter (state_shares, the same group order, states in STATES order)."""
-    held = np.zeros(shares.shape[:-2] + (counts.shape[0], shares.shape[-1]))
-    for j in range(counts.shape[1]):
-        held += counts[:, j, None] * shares[..., None, j, :]
-    return np.concatenate([held, (held[..., 0] + held[..., 1] + held[..., 2])[..., None]], axis=-1)
-
-
-def rank_states(
-    spec: Mapping, layout: Layout, states: States, stage: int | None = 0, recipe: str | None = None,
-    groups: list[Mapping[str, float]] | None = None, shares: Mapping[str, Mapping[str, float]] | None = None,
-) -> Any:  # fmt: skip
-    """Bytes of weights, gradients and optimizer states one rank of `stage` holds, and their
-    total. With `stage=None`, a list over every stage; `groups` may give stage_params of every
-    stage and `shares` state_shares(layout), computed once."""
-    shares = shares if shares is not None else state_shares(layout, states, recipe)
-    wanted = range(layout.pp) if stage is None else [stage]
-    out = []
-    for i in wanted:
-        params = groups[i] if groups is not None else stage_params(spec, layout.pp, i)
-        held = {state: 0.0 for state in STATES}
-        for name, count in params.items():
-            if count:
-                for state in STATES:
-                    held[state] += count * shares[name][state]
-        held["total"] = held["weight"] + held["grad"] + held["optimizer"]
-        out.append(held)
-    return out if stage is None else out[0]
 
 
 def total_params(spec: Mapping) -> float:

@@ -182,7 +182,7 @@ def test_a_feed_forward_block_named_like_a_norm_is_not_a_norm():
 
 
 def test_tensor_parallel_layouts_divide_every_kinds_heads():
-    from speccat.catalogue.records.rank import layouts
+    from speccat.catalogue.records.candidates import layouts
 
     spec = {"num_attention_heads": 32, "layers": [{"kind": "full", "count": 2}, {"kind": "sliding", "count": 2}]}
     assert {lay.tp for lay in layouts(8, spec, {}, [0], 8)} == {1, 2, 4, 8}

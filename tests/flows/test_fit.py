@@ -1,4 +1,4 @@
-"""`speccat fit` (flows/cli_fit.py, catalogue/records/rank.py): Llama-3.1-8B on 8 GPUs of
+"""`speccat fit` (flows/cli_fit.py, flows/fit_engine.py): Llama-3.1-8B on 8 GPUs of
 80 GiB at seq 8192 lists layouts that fit, and every listed total is recomputed here from the
 catalogue's own tables (layer_prices, full_prices, kinds, specs) with the formulas by hand."""
 

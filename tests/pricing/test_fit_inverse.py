@@ -47,9 +47,8 @@ def test_max_micro_batch_fits_and_one_more_does_not(capsys):
 
 def test_min_gpus_fits_and_no_fewer_gpus_do(capsys):
     from speccat.catalogue.records.layouts import LayoutError
-    from speccat.flows.cli_fit import planning_data
+    from speccat.flows.fit_engine import fits
     from speccat.flows.fit_spec import censused_now
-    from speccat.catalogue.records.rank import fits
 
     base = (LLAMA_70B, "--gpu-mem", "80GiB", "--seq", 8192)
     out = fit_json(capsys, *base, "--min-gpus")
@@ -57,13 +56,10 @@ def test_min_gpus_fits_and_no_fewer_gpus_do(capsys):
     assert out["question"]["ask"] == "min_gpus" and n > 1
     assert fit_json(capsys, *base, "--gpus", n)["fits"] >= 1
     # every count below, tried one by one (not only those the search tries)
-    _, spec, _ = censused_now(str(LLAMA_70B))
-    data = planning_data()
-    accelerator = data["accelerators"]["H100-SXM"]
+    name, spec, _ = censused_now(str(LLAMA_70B))
     for fewer in range(1, n):
         try:
-            rows = fits(spec, data["records"], data["grid"], data["costs"], data["states"],
-                        data["head"], accelerator, gpus=fewer, seq=8192, budget=80 * 2**30)  # fmt: skip
+            rows = fits(spec, name, "H100-SXM", gpus=fewer, seq=8192, budget=80 * 2**30)
         except LayoutError:
             rows = []
         assert rows == [], fewer

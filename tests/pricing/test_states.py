@@ -1,15 +1,19 @@
-"""Model states per rank (catalogue/records/states.py, states.yaml): each figure against a
-formula worked by hand here from the model's published dims."""
+"""Model states per rank: states.yaml's recipes and sharding rows (catalogue/records/states.py),
+and what a rank of each pipeline stage holds as the planner's SQL works it out (the macro
+rank_stages, through tests/support/rank_stages.py), each figure against a formula worked by
+hand here from the model's published dims."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import load_shipped
+from support.pricing_specs import GPT3_175B_SHAPE
+from support.rank_stages import stage_states
 
-from speccat.catalogue.records.states import (
-    Layout, StatesError, active_params, layout_shares, load_states, rank_states, stage_kinds, stage_params,
-    stage_states, total_params,
-)
+from speccat.catalogue.records.candidates import Layout
+from speccat.catalogue.records.states import StatesError, active_params, load_states, total_params
 
 
 @pytest.fixture(scope="module")
@@ -17,44 +21,39 @@ def states():
     return load_states()
 
 
-def gpt3_175b() -> dict:
-    """GPT-3 175B (Brown et al. 2020, table 2.1): h 12288, 96 layers, context 2048; the
-    vocabulary padded to 51200 as Megatron pads it for tp 8. Biases and LayerNorms included."""
-    h, layers, vocab, ctx = 12288, 96, 51200, 2048
-    return {
-        "hidden_size": h, "vocab_size": vocab,
-        "layers": [{"kind": "decoder", "count": layers}],
-        "tie_word_embeddings": True,
-        "params": {
-            "embedding": vocab * h + ctx * h,  # word and learned position embeddings
-            "output": 0,  # tied
-            "final_norm": 2 * h,
-            "kinds": {"decoder": {"attention": 4 * h * h + 4 * h, "ffn_dense": 8 * h * h + 5 * h, "norm": 4 * h}},
-        },
-    }
+@pytest.fixture(scope="module")
+def gpt3_175b(tmp_path_factory) -> dict:
+    """A GPT-3 175B shape (Brown et al. 2020, table 2.1: h 12288, 96 layers, 96 heads) built as
+    gpt_neox: rotary positions, biases and LayerNorms, the vocabulary 50432, an untied output."""
+    from speccat.flows.fit_spec import censused_now
+
+    folder = tmp_path_factory.mktemp("gpt3")
+    (folder / "config.json").write_text(json.dumps({**GPT3_175B_SHAPE, "num_hidden_layers": 96}))
+    return censused_now(str(folder))[1]
 
 
 def test_megatron_bytes_per_parameter_are_the_documented_18(states):
     assert sum(states.bytes_per_param().values()) == 18  # Megatron Core distrib_optimizer table
 
 
-def test_gpt3_175b_at_tp8_pp8_with_18_bytes_per_parameter(states):
-    h, vocab, ctx, tp, pp = 12288, 51200, 2048, 8, 8
-    spec = gpt3_175b()
-    layout = Layout(tp=tp, pp=pp)
+def test_gpt3_175b_at_tp8_pp8_with_18_bytes_per_parameter(gpt3_175b):
+    h, vocab, tp, pp = 12288, 50432, 8, 8
     per_stage = 96 // pp  # 12 layers
-    # first stage: 12 layers, projections and biases split over tp, norms replicated; the embedding split over tp
-    first = 18 * (per_stage * ((12 * h * h + 9 * h) / tp + 4 * h) + (vocab + ctx) * h / tp)
-    last = 18 * (per_stage * ((12 * h * h + 9 * h) / tp + 4 * h) + 2 * h + vocab * h / tp)  # final norm, the tied output's copy
-    assert rank_states(spec, layout, states, stage=0)["total"] == pytest.approx(first, rel=1e-12)
-    assert rank_states(spec, layout, states, stage=pp - 1)["total"] == pytest.approx(last, rel=1e-12)
-    assert first / 2**30 == pytest.approx(46.95, abs=0.01)  # ≈ 2.80 B parameters × 18 bytes
+    layer = (12 * h * h + 9 * h) / tp + 4 * h  # projections and biases split over tp, the two LayerNorms whole
+    first = 18 * (per_stage * layer + vocab * h / tp)  # the embedding split over tp
+    last = 18 * (per_stage * layer + 2 * h + vocab * h / tp)  # the final norm whole, the output split over tp
+    got = stage_states(gpt3_175b, Layout(tp=tp, pp=pp))
+    assert len(got) == pp
+    assert got[0]["total"] == pytest.approx(first, rel=1e-12)
+    assert got[-1]["total"] == pytest.approx(last, rel=1e-12)
+    assert [s["total"] for s in got[1:-1]] == pytest.approx([18 * per_stage * layer] * (pp - 2), rel=1e-12)
+    assert first / 2**30 == pytest.approx(46.87, abs=0.01)  # ≈ 2.80 B parameters × 18 bytes
 
 
-def test_the_distributed_optimizer_is_6_plus_12_over_d(states):
-    spec, d = gpt3_175b(), 16
-    one = rank_states(spec, Layout(tp=8, pp=8), states)
-    sharded = rank_states(spec, Layout(tp=8, pp=8, dp=d, zero=1), states)
+def test_the_distributed_optimizer_is_6_plus_12_over_d(gpt3_175b):
+    d = 16
+    one = stage_states(gpt3_175b, Layout(tp=8, pp=8))[0]
+    sharded = stage_states(gpt3_175b, Layout(tp=8, pp=8, dp=d, zero=1))[0]
     params = one["total"] / 18
     assert sharded["total"] == pytest.approx(params * (6 + 12 / d), rel=1e-12)
 
@@ -73,13 +72,14 @@ def test_llama_70b_zero3_at_dp64(states):
     spec = run_census(load_shipped("meta-llama/Llama-3.1-70B-Instruct"), name="llama-70b")
     params = llama_70b_params()
     assert total_params(spec) == params == 70_553_706_496  # the published 70.6 B
-    got = rank_states(spec, Layout(dp=64, zero=3), states)
+    (got,) = stage_states(spec.to_dict(), Layout(dp=64, zero=3))
     assert got["total"] == pytest.approx(18 * params / 64, rel=1e-12)
     assert got["weight"] == pytest.approx(2 * params / 64, rel=1e-12)
     # ZeRO-2 keeps the bf16 weights whole: 2Ψ + 16Ψ/64
-    assert rank_states(spec, Layout(dp=64, zero=2), states)["total"] == pytest.approx(2 * params + 16 * params / 64, rel=1e-12)
+    assert stage_states(spec.to_dict(), Layout(dp=64, zero=2))[0]["total"] == pytest.approx(2 * params + 16 * params / 64, rel=1e-12)
     # the ZeRO paper's own recipe, stage 3: (2 + 2 + 12)Ψ / Nd
-    assert rank_states(spec, Layout(dp=64, zero=3), states, recipe="zero_mixed_adam")["total"] == pytest.approx(16 * params / 64, rel=1e-12)
+    zero_paper = stage_states(spec.to_dict(), Layout(dp=64, zero=3), recipe="zero_mixed_adam")[0]["total"]
+    assert zero_paper == pytest.approx(16 * params / 64, rel=1e-12)
 
 
 def qwen3_30b_a3b() -> dict:
@@ -99,49 +99,27 @@ def test_moe_active_parameters_count_top_k_of_the_routed_experts(states):
     assert total_params(spec) / 1e9 == pytest.approx(30.5, abs=0.05)  # and "30.5B in total"
 
 
-def test_routed_experts_shard_over_ep_and_their_states_over_the_expert_data_group(states):
-    spec = qwen3_30b_a3b()
-    routed = 48 * spec["params"]["kinds"]["decoder"]["ffn_routed"]
-    base = rank_states(spec, Layout(dp=8), states)["total"]
-    ep8 = rank_states(spec, Layout(dp=8, ep=8), states)["total"]
+def test_routed_experts_shard_over_ep_and_their_states_over_the_expert_data_group():
+    from speccat.census import run_census
+
+    spec = run_census(load_shipped("Qwen/Qwen3-30B-A3B"), name="qwen3-30b-a3b").to_dict()
+    routed = 48 * spec["params"]["kinds"][spec["layers"][0]["kind"]]["ffn_routed"]
+    assert routed == 48 * 128 * 3 * 2048 * 768  # 48 layers of 128 experts, each three 2048 × 768 projections
+    base = stage_states(spec, Layout(dp=8))[0]["total"]
+    ep8 = stage_states(spec, Layout(dp=8, ep=8))[0]["total"]
+    assert base == pytest.approx(18 * total_params(spec), rel=1e-12)
     assert base - ep8 == pytest.approx(18 * routed * (1 - 1 / 8), rel=1e-12)
     # ZeRO-1 with ep 8 of dp 8: the expert data-parallel group is dp·cp·t/(ep·etp) = 1 rank
-    assert rank_states(spec, Layout(dp=8, ep=8, zero=1), states)["total"] - ep8 == pytest.approx(-12 * (base / 18 - routed) * 7 / 8, rel=1e-9)
+    assert stage_states(spec, Layout(dp=8, ep=8, zero=1))[0]["total"] - ep8 == pytest.approx(-12 * (base / 18 - routed) * 7 / 8, rel=1e-9)
 
 
-def test_stages_split_the_stack_in_order():
-    spec = {"layers": [{"kind": "dense", "count": 3}, {"kind": "moe", "count": 58}]}
-    stages = stage_kinds(spec, 4)
-    assert stages[0] == {"dense": 3, "moe": 13} and [sum(s.values()) for s in stages] == [16, 15, 15, 15]
-    with pytest.raises(StatesError):
-        stage_kinds(spec, 62)
-
-
-def test_an_unknown_recipe_or_zero_stage_is_refused(states):
-    with pytest.raises(StatesError):
-        rank_states(gpt3_175b(), Layout(zero=4), states)
-    with pytest.raises(StatesError):
-        rank_states(gpt3_175b(), Layout(), states, recipe="sgd")
-
-
-def test_the_batched_stage_states_are_rank_states_bit_for_bit(states):
-    """`speccat fit` sums every layout's states at once (stage_states over layout_shares); each
-    figure must be rank_states' own, bit for bit, for dense and MoE models under every ZeRO stage."""
-    import numpy as np
-
-    for spec in (gpt3_175b(), qwen3_30b_a3b()):
-        pp = 4
-        groups = [stage_params(spec, pp, i) for i in range(pp)]
-        names = list(groups[0])
-        counts = np.array([[g[n] for n in names] for g in groups])
-        layouts = [Layout(dp=dp, tp=tp, pp=pp, ep=ep, zero=zero) for dp, tp, ep in ((1, 8, 1), (16, 4, 1), (8, 1, 8), (32, 2, 4)) for zero in (0, 1, 2, 3)]
-        rows = layout_shares(states, layouts, names)
-        batched = stage_states(counts, rows)  # [layout, stage, (weight, grad, optimizer, total)]
-        for lay, got in zip(layouts, batched):
-            for i, want in enumerate(rank_states(spec, lay, states, stage=None)):
-                assert list(got[i]) == [want["weight"], want["grad"], want["optimizer"], want["total"]], (lay, i)
-    with pytest.raises(StatesError):
-        layout_shares(states, [Layout(), Layout(zero=4)], ["attention"])
+def test_stages_split_the_stack_in_order(gpt3_175b):
+    """96 layers on 7 stages: 14, 14, 14, 14, 14, 13, 13 (earlier stages one more); a stage's
+    states are its layers' (and the ends' groups on the first and last)."""
+    h, tp = 12288, 1
+    layer = 18 * ((12 * h * h + 9 * h) / tp + 4 * h)
+    got = [s["total"] for s in stage_states(gpt3_175b, Layout(pp=7))]
+    assert got[1:-1] == pytest.approx([14 * layer] * 4 + [13 * layer], rel=1e-12)
 
 
 def test_the_catalogues_sharding_rows_read_each_divisor_as_powers_of_the_layout(tmp_path):

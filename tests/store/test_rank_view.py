@@ -1,8 +1,10 @@
-"""The view rank_fits (whole-rank memory for every model at once, in SQL) against what
-`speccat fit` computes in Python for the same layout (catalogue/records/rank.py, states.py,
-head.py, cost.py): every stage's activations, ends and model states, the fullest stage, for a
-dense model, an MoE one under expert parallelism and a tied small one, over several layouts,
-and the first stage's recompute time on a named accelerator."""
+"""The view rank_fits and the macro rank_stages it reads (whole-rank memory for every model at
+once, in SQL: the one home of the planner's rules, which `speccat fit` reads too) against
+figures worked here from the pricing's per-layer prices (pricing.py, ends.py, cost.py): every
+stage's activations and ends, the fullest stage, for a dense model, an MoE one under expert
+parallelism and a tied small one, over several layouts; the model states by hand for one
+layout (tests/pricing/test_states.py works them for others); the first stage's recompute time
+on a named accelerator; and fit's own rows, priced in memory, equal to the view's."""
 
 from __future__ import annotations
 
@@ -15,11 +17,10 @@ import pytest
 from support import store_runs as runs
 
 from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs, recomputed
-from speccat.catalogue.records.head import load_head, price_head
+from speccat.catalogue.records.ends import load_ends, price_ends_at
 from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.rank import fits, in_flight
-from speccat.catalogue.records.states import Layout, load_states, rank_states, stage_kinds
 from speccat.catalogue.store.file import open_readonly, publish
+from speccat.flows.fit_engine import fits
 
 REPOS = ("meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-0.6B")
 SEQ, TP = 4096, 2
@@ -40,46 +41,59 @@ def con():
         yield con
 
 
-def by_hand(item, lay: dict, mask: int) -> dict:
-    """The fullest stage of `lay` at (SEQ, TP) for `mask`, from the Python planner's parts."""
+def split(spec, pp: int) -> list[dict[str, int]]:
+    """Layers of each kind on each stage, by hand: the stack in order, earlier stages one more."""
+    stack = [g["kind"] for g in spec["layers"] for _ in range(g["count"])]
+    base, extra = divmod(len(stack), pp)
+    bounds = [i * base + min(i, extra) for i in range(pp + 1)]
+    return [{k: stack[bounds[i] : bounds[i + 1]].count(k) for k in set(stack[bounds[i] : bounds[i + 1]])} for i in range(pp)]
+
+
+def by_hand(item, lay: dict, mask: int) -> list[dict]:
+    """Each stage's activations and ends of `lay` at (SEQ, TP) for `mask`, from the per-layer
+    prices: layers × their kind's price, and the ends where they sit, × micro-batches in flight
+    (pp − i in 1F1B, × 1 + (pp − 1)/(pp·vpp) interleaved)."""
     spec, records, grid = item.spec, runs.records(), runs.grid()
     setting = grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})
-    sub = grid.with_settings([setting])
-    prices = price_layers(spec, records, sub)
+    prices = price_layers(spec, records, grid.with_settings([setting]))
     kept = {k: float(prices.full[i, 0] if mask == -1 else prices.total[i, 0, mask]) for i, k in enumerate(prices.kinds)}
-    ends = price_head(spec, records, setting, grid.dtype_bytes, load_head(records))
-    layout = Layout(dp=lay["dp"], tp=TP, pp=lay["pp"], ep=lay["ep"], zero=lay["zero"], vpp=lay["vpp"])
-    states = rank_states(spec, layout, load_states(), stage=None)
-    totals = []
-    for i, counts in enumerate(stage_kinds(spec, layout.pp)):
-        flight = in_flight(layout.pp, layout.vpp, i)
-        end = (ends["embedding"] if i == 0 else 0) + (ends["final_norm"] + ends["logits"] if i == layout.pp - 1 else 0)
-        activations = sum(n * kept[k] for k, n in counts.items()) * flight
-        totals.append({"stage": i, "activations": activations, "ends": end * flight, **states[i],
-                       "all": activations + end * flight + states[i]["total"]})  # fmt: skip
-    return max(totals, key=lambda t: t["all"])
+    ends = price_ends_at(spec, records, setting, grid.dtype_bytes, load_ends(records))
+    pp, vpp = lay["pp"], lay["vpp"]
+    out = []
+    for i, counts in enumerate(split(spec, pp)):
+        flight = (pp - i) * (1 + (pp - 1) / (pp * vpp) if vpp > 1 else 1)
+        end = (ends["embedding"] if i == 0 else 0) + (ends["final_norm"] + ends["logits"] if i == pp - 1 else 0)
+        out.append({"activations": sum(n * kept[k] for k, n in counts.items()) * flight, "ends": end * flight})
+    return out
 
 
 @pytest.mark.parametrize("lay", LAYOUTS, ids=lambda lay: "-".join(f"{k}{v}" for k, v in lay.items()))
-def test_the_view_equals_the_planners_figures(con, lay):
+def test_the_view_equals_the_figures_by_hand(con, lay):
     for name in ("dp", "pp", "ep", "zero", "vpp"):
         con.execute(f"SET VARIABLE {name} = {lay[name]}")
+    where = "stack = 'transformers' AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1 AND mask IN ?"
     rows = con.execute(
-        "SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, weight_bytes, grad_bytes, optimizer_bytes, total_bytes "
-        "FROM rank_fits WHERE stack = 'transformers' AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1 AND mask IN ?",
-        [SEQ, TP, list(MASKS)],
-    ).fetchall()
+        f"SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, weight_bytes, grad_bytes, optimizer_bytes, total_bytes "
+        f"FROM rank_fits WHERE {where}", [SEQ, TP, list(MASKS)],
+    ).fetchall()  # fmt: skip
+    stages = con.execute(
+        f"SELECT repo_id, mask, stage, activation_bytes, ends_bytes, total_bytes FROM rank_stages('rank_fits_layout') WHERE {where} "
+        f"ORDER BY stage", [SEQ, TP, list(MASKS)],
+    ).fetchall()  # fmt: skip
     got = {(r[0], r[1]): r[2:] for r in rows}
     expected_repos = {r for r in REPOS if runs.censused(r).spec.get("num_experts", 1) % lay["ep"] == 0}  # ep divides the experts
     assert {repo for repo, _ in got} == expected_repos
     for repo in expected_repos:
         for mask in MASKS:
             want = by_hand(runs.censused(repo), lay, mask)
+            each = [s[2:] for s in stages if s[:2] == (repo, mask)]
+            assert [s[0] for s in each] == list(range(lay["pp"])), (repo, mask)
+            for (_, act, ends, _), w in zip(each, want):
+                assert (act, ends) == pytest.approx((w["activations"], w["ends"]), rel=1e-9), (repo, mask)
+            fullest = max(range(len(each)), key=lambda i: (each[i][3], -i))  # the most held, the first of equals
             stage, act, ends, weight, grad, optimizer, total = got[(repo, mask)]
-            assert stage == want["stage"], (repo, mask)
-            assert (act, ends, weight, grad, optimizer, total) == pytest.approx(
-                (want["activations"], want["ends"], want["weight"], want["grad"], want["optimizer"], want["all"]), rel=1e-9
-            ), (repo, mask)
+            assert (stage, act, ends, total) == (fullest, *each[fullest][1:]), (repo, mask)
+            assert total == pytest.approx(act + ends + weight + grad + optimizer, rel=1e-12)
 
 
 def test_megatron_18_bytes_per_parameter_by_hand(con):
@@ -141,7 +155,7 @@ def recompute_by_hand(item, pp: int, mask: int, accelerator) -> tuple[float, flo
     oc = op_costs(spec, records, sub, costs)
     per_op = accelerator.seconds(oc.flops, oc.moved)[:, 0, :]  # [kind, op]
     chosen = np.ones(len(oc.ops), dtype=bool) if mask == -1 else recomputed(records, oc.ops)[mask]
-    first = stage_kinds(spec, pp)[0]
+    first = split(spec, pp)[0]
     seconds = sum(n * per_op[oc.kinds.index(k)][chosen].sum() for k, n in first.items())
     step = costs.step_factor * sum(n * per_op[oc.kinds.index(k)].sum() for k, n in first.items())
     return float(seconds), float(seconds / step)
@@ -177,14 +191,12 @@ def test_the_views_recompute_time_is_the_first_stages_op_by_op(con, accelerator)
 
 
 def test_the_view_ranks_as_speccat_fit_does(con):
-    """Every (layout, set) `speccat fit` lists for Llama-3.1-8B on 8 GPUs at one layout has the
-    view's total and recompute time at that layout."""
+    """Every (layout, set) `speccat fit` lists for Llama-3.1-8B on 8 GPUs at one layout (priced
+    in memory at exactly that setting) has the published view's total and recompute time."""
     item = runs.censused("meta-llama/Llama-3.1-8B-Instruct")
-    spec, records, grid = item.spec, runs.records(), runs.grid()
-    accelerator = next(a for a in load_accelerators().values() if a.default)
-    listed = fits(spec, records, grid, load_costs(records), load_states(),
-                  load_head(records), accelerator, gpus=8, seq=SEQ, budget=80 * 2**30,
-                  fixed={"dp": 2, "tp": TP, "pp": 2, "cp": 1, "ep": 1}, zeros=(1,))  # fmt: skip
+    accelerator = next(name for name, a in load_accelerators().items() if a.default)
+    listed = fits(item.spec, item.repo_id, accelerator, gpus=8, seq=SEQ, budget=80 * 2**30,
+                  fixed={"dp": 2, "tp": TP, "pp": 2, "cp": 1, "ep": 1}, zeros=(1,), setting={"stack": "transformers"})  # fmt: skip
     assert listed
     for name, value in dict(dp=2, pp=2, ep=1, zero=1, vpp=1).items():
         con.execute(f"SET VARIABLE {name} = {value}")
