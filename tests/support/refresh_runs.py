@@ -66,7 +66,13 @@ def rows(db: Path, sql: str, params: list | None = None) -> list[tuple]:
 
 
 def table_differences(a: Path, b: Path, tables) -> dict[str, tuple[int, int]]:
-    """For each table, how many rows only `a` has and how many only `b` has (as multisets)."""
+    """For each table, how many rows only `a` has and how many only `b` has (as multisets: what
+    `a EXCEPT ALL b` and `b EXCEPT ALL a` count, NULLs equal to NULLs).
+
+    Both files' rows are counted per distinct row in one grouping of their union, and a row
+    counts as many times as one file holds it more often than the other: one pass over each
+    table, where the two EXCEPT ALLs each numbered every row (the price tables of the
+    snapshot's night hold millions)."""
     out = {}
     with duckdb.connect() as con:
         con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
@@ -74,10 +80,16 @@ def table_differences(a: Path, b: Path, tables) -> dict[str, tuple[int, int]]:
         for table in tables:
             # Columns as text: the two files' ENUM types are distinct types.
             cols = [r[0] for r in con.execute(f"SELECT name FROM pragma_table_info('a.main.{table}')").fetchall()]
-            cast = ", ".join(f'"{c}"::VARCHAR' for c in cols)
-            only_a = con.execute(f"SELECT count(*) FROM (SELECT {cast} FROM a.{table} EXCEPT ALL SELECT {cast} FROM b.{table})").fetchone()[0]
-            only_b = con.execute(f"SELECT count(*) FROM (SELECT {cast} FROM b.{table} EXCEPT ALL SELECT {cast} FROM a.{table})").fetchone()[0]
-            out[table] = (only_a, only_b)
+            cast = ", ".join(f'"{c}"::VARCHAR AS c{i}' for i, c in enumerate(cols))
+            keys = ", ".join(f"c{i}" for i in range(len(cols)))
+            counted = (
+                f"SELECT count(*) FILTER (WHERE side = 'a') AS in_a, count(*) FILTER (WHERE side = 'b') AS in_b "
+                f"FROM (SELECT {cast}, 'a' AS side FROM a.{table} UNION ALL SELECT {cast}, 'b' AS side FROM b.{table}) GROUP BY {keys}"
+            )
+            only_a, only_b = con.execute(
+                f"SELECT coalesce(sum(greatest(in_a - in_b, 0)), 0), coalesce(sum(greatest(in_b - in_a, 0)), 0) FROM ({counted})"
+            ).fetchone()
+            out[table] = (int(only_a), int(only_b))
     return out
 
 
