@@ -86,6 +86,10 @@ def register(subparsers) -> None:
         help="address space (MiB) one census process may add (default: census/intake/limits.yaml census_memory_mib)",
     )  # fmt: skip
     run.add_argument("--rebuild", action="store_true", help="census everything again, ignoring the cache")
+    run.add_argument(
+        "--no-report", dest="report", action="store_false",
+        help="publish without writing the report beside the catalogue (speccat report writes it later)",
+    )  # fmt: skip
     run.add_argument("--json", action="store_true", help="print the night's counts as JSON")
     run.set_defaults(handler=refresh_command)
 
@@ -134,6 +138,7 @@ def refresh_command(args: argparse.Namespace) -> int:
         lake=args.lake,
         lake_data=args.lake_data,
         lock_wait=args.lock_wait,
+        report=args.report,
     )
     if args.json:
         print(json.dumps(counts, sort_keys=True))

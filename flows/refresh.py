@@ -15,8 +15,9 @@ One function per stage; the stages hand plain values to each other:
 5. The flow process alone writes: it builds a NightData and `store.publish`es it atomically.
 6. A table artifact `refresh-summary` records the night's counts; the flow returns them too.
 7. `write_report` writes the catalogue's report (`speccat report`, docs/report.md) beside it and
-   a link artifact `refresh-report` points at its index.html. A report that fails is logged,
-   never fails the night: the catalogue is published by then.
+   a link artifact `refresh-report` points at its index.html (unless the flow is run with
+   `report` False). A report that fails is logged, never fails the night: the catalogue is
+   published by then.
 
 A bad config never fails the flow: every refusal, timeout or crash is a failures row. Only a
 listing that fails (after its retries) fails the run; that run is still published, as
@@ -396,6 +397,7 @@ def refresh(
     lake: str | None = None,
     lake_data: str | None = None,
     lock_wait: float | None = None,
+    report: bool = True,
 ) -> dict[str, Any]:
     """Refresh the catalogue at `db` from `source` ("snapshot" or "hub", the top `limit` repos).
 
@@ -407,12 +409,14 @@ def refresh(
     between tries of a transient fetch error. With `lake` (a DuckLake catalog) and
     `lake_data` (its data path) the night is published into that lake instead of `db`.
     `lock_wait` bounds the wait for a process holding the catalogue file (catalogue/store/limits.yaml).
+    `report` False leaves out the report the night writes beside the catalogue after its publish
+    (`speccat report` writes one from the catalogue at any time).
     """
     log = get_run_logger()
     try:
         return night_flow(
             log, source, limit, db, task_runner, dask_address, workers, snapshot_dir, time_limit,
-            memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait,
+            memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait, report,
         )  # fmt: skip
     except ReasonError as err:
         # Expected: one line for the operator, no traceback; the caller still gets the error.
@@ -422,7 +426,7 @@ def refresh(
 
 def night_flow(
     log, source, limit, db, task_runner, dask_address, workers, snapshot_dir, time_limit,
-    memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait,
+    memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait, report,
 ) -> dict[str, Any]:  # fmt: skip
     """The night, stage by stage (the flow `refresh` is this, with expected refusals turned
     into a Failed state)."""
@@ -476,8 +480,10 @@ def night_flow(
     log_failures(log, night)
     counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds(), status)
     publish_summary(counts)
-    with night.timed("report"):
-        counts["report"] = write_report(log, target)
+    counts["report"] = None
+    if report:
+        with night.timed("report"):
+            counts["report"] = write_report(log, target)
     log.info("refresh %s: %s", run_id, counts)
     return counts
 

@@ -25,7 +25,7 @@ def test_refresh_prints_progress_and_the_counts(prefect_api, tmp_path, capsys):
     snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"])
     db = tmp_path / "cat.duckdb"
     try:
-        code = cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db), "--json"])
+        code = cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db), "--no-report", "--json"])
     finally:
         progress.disable()
     out, err = capsys.readouterr()
@@ -35,7 +35,7 @@ def test_refresh_prints_progress_and_the_counts(prefect_api, tmp_path, capsys):
     assert "list: 2 repos from snapshot" in err and "fetch: 2/2" in err and f"published {db}" in err
     assert rows(db, "SELECT count(*) FROM specs") == [(2,)]
 
-    code = cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db)])
+    code = cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db), "--no-report"])
     progress.disable()
     out, _ = capsys.readouterr()
     assert code == 0
@@ -49,7 +49,7 @@ def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
 
     snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
     catalog, data = f"sqlite:{tmp_path / 'lake.sqlite'}", str(tmp_path / "lake-data")
-    argv = ["refresh", "--snapshot-dir", str(snapshot), "--lake", catalog, "--lake-data", data]
+    argv = ["refresh", "--snapshot-dir", str(snapshot), "--lake", catalog, "--lake-data", data, "--no-report"]
     try:
         assert cli.main(argv) == 0
         assert cli.main(argv) == 0  # a second night into the same lake keeps one row per key
@@ -74,6 +74,27 @@ def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
         assert con.execute("SELECT name FROM specs").fetchall() == [("Qwen/Qwen3-0.6B",)]
         prices = con.execute("SELECT count(*) FROM full_prices").fetchone()[0]
         assert prices == con.execute("SELECT count(*) FROM settings").fetchone()[0]  # one kind
+
+
+@pytest.mark.slow
+def test_refresh_with_no_report_publishes_without_writing_or_linking_one(prefect_api, tmp_path, capsys):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
+    db = tmp_path / "cat.duckdb"
+    try:
+        assert cli.main(["refresh", "--snapshot-dir", str(snapshot), "--db", str(db), "--no-report", "--json"]) == 0
+    finally:
+        progress.disable()
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["status"] == "completed" and rows(db, "SELECT name FROM specs") == [("Qwen/Qwen3-0.6B",)]
+    assert counts["report"] is None and not (tmp_path / "cat-report").exists()  # the report's folder would be cat-report/
+    with get_client(sync_client=True) as client:
+        linked = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["refresh-report"]), flow_run_id=ArtifactFilterFlowRunId(any_=[counts["run_id"]]))
+        )
+    assert linked == []
 
 
 def test_refresh_refuses_a_lake_without_its_data_path(capsys):
@@ -167,7 +188,7 @@ def test_a_runs_refusals_reach_prefects_api_at_info(prefect_api, tmp_path):
     level = prefect_logger.level
     prefect_logger.setLevel(logging.INFO)
     try:
-        state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(tmp_path / "cat.duckdb"))
+        state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(tmp_path / "cat.duckdb"), report=False)
     finally:
         prefect_logger.setLevel(level)
     assert counts["refused"] == {"bad_json": 1} and counts["failed"] == {} and counts["failing_repos"] == [BROKEN_REPO]

@@ -33,6 +33,7 @@ def test_dask_stores_the_same_rows_as_the_local_runner(snapshot_runs, tmp_path):
                 task_runner="dask",
                 dask_address=cluster.scheduler_address,
                 rebuild=True,
+                report=False,
             )
             with Client(cluster) as client:
                 # How many tasks of each prefix the scheduler saw finish (state "memory").

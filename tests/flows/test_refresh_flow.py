@@ -172,7 +172,7 @@ def test_a_new_catalogue_is_filled_from_the_cache_without_censusing(snapshot_run
     subset = ["Qwen/Qwen3-0.6B", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "openai/gpt-oss-20b"]
     snapshot = copy_snapshot(tmp_path / "snapshot", subset)
     db = tmp_path / "from-cache.duckdb"
-    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     assert state.is_completed()
     assert counts["configs"] == 3  # V3 and R1 share one
     assert (counts["new_configs"], counts["cached"], counts["censused"]) == (3, 3, 0)
@@ -197,7 +197,7 @@ def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(sn
         assert newer and len(newer) < len(load_settings().settings)
         for table in ("layer_prices", "full_prices", "switch_costs", "end_prices", "op_costs", "settings"):
             con.execute(f"DELETE FROM {table} WHERE list_contains(?, setting_id)", [newer])
-    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     assert state.is_completed()
     # the spec is stored, so it is not new; it is not priced at the whole grid, so not "stored"
     assert (counts["configs"], counts["stored"], counts["new_configs"], counts["censused"]) == (1, 0, 0, 0)
@@ -215,7 +215,7 @@ def test_a_census_over_its_time_limit_becomes_a_timeout_row(prefect_api, tmp_pat
     snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B", "google/gemma-2b"])
     db = tmp_path / "catalogue.duckdb"
     # rebuild: the census must really run (and be stopped), not be answered by the cache.
-    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), time_limit=0.01, rebuild=True)
+    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), time_limit=0.01, rebuild=True, report=False)
     assert state.is_completed()
     assert counts["failures"] == {"timeout": 2}
     assert counts["censused"] == 0

@@ -59,7 +59,7 @@ def hub_night(prefect_api, tmp_path_factory):
             hub.fail("GET", resolve(down), 503)
 
         db = tmp / "catalogue.duckdb"
-        state, counts = run_refresh(source="hub", limit=7, db=str(db), retry_delays=RETRY_DELAYS)
+        state, counts = run_refresh(source="hub", limit=7, db=str(db), retry_delays=RETRY_DELAYS, report=False)
         yield hub, db, state, counts
 
 

@@ -160,7 +160,7 @@ def faults(prefect_api, tmp_path_factory) -> Faults:
     states, counts = {}, {}
 
     def night(name: str, **options) -> None:
-        states[name], counts[name] = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), **options)
+        states[name], counts[name] = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False, **options)
 
     night("baseline")
     shutil.copy(db, tmp / "baseline.duckdb")
@@ -214,7 +214,7 @@ def faults(prefect_api, tmp_path_factory) -> Faults:
 
     night("rerun")
     reference = tmp / "reference.duckdb"
-    states["reference"], counts["reference"] = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(reference))
+    states["reference"], counts["reference"] = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(reference), report=False)
     return Faults(
         db, reference, tmp / "baseline.duckdb", tmp / "killed.duckdb", tmp / "out_of_memory.duckdb",
         tmp / "after_paused.duckdb", tmp / "after_disk_full.duckdb", states, counts, killer.killed, paused, disk_full, size,

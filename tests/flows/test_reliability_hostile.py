@@ -125,7 +125,7 @@ def corpus_night(prefect_api, paths, tmp_path_factory):
         folder.mkdir()
         (folder / "config.json").write_bytes(path.read_bytes())
     db = tmp / "catalogue.duckdb"
-    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     return db, state, counts
 
 

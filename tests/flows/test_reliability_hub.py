@@ -215,6 +215,13 @@ def test_the_rerun_ends_with_the_clean_nights_content(nights):
     assert answers(nights.db, (P1, P2, P3)) == answers(nights.clean, (P1, P2, P3))
 
 
+def test_each_night_writes_its_report_beside_the_catalogue(nights):
+    # catalogue.duckdb -> catalogue-report/ (docs/report.md), written anew by each of the three nights
+    folder = nights.db.with_name("catalogue-report")
+    assert [nights.counts[name]["report"] for name in ("clean", "faulty", "rerun")] == [str(folder)] * 3
+    assert (folder / "index.html").is_file()
+
+
 def test_the_token_is_sent_to_the_hub_and_written_nowhere(nights, prefect_api):
     from prefect import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId

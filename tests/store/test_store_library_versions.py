@@ -229,18 +229,18 @@ def test_a_night_on_new_libraries_censuses_again_and_changes_shows_the_bytes(pre
     old, new = (f"5.24.0+{tag}", "2.13.0"), (f"5.25.0+{tag}", "2.13.1")
 
     fake_libraries(monkeypatch, *old)
-    state, first = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    state, first = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     assert state.is_completed() and (first["censused"], first["cached"]) == (1, 0)
 
     # the same libraries: carried, neither censused nor asked of the cache
     shutil.copy(db, tmp_path / "after-first.duckdb")
-    state, same = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    state, same = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     assert state.is_completed() and (same["stored"], same["censused"], same["cached"]) == (1, 0, 0)
 
     # new libraries: the config is censused again (the cache key names them too)
     fake_libraries(monkeypatch, *new)
     grow_census(monkeypatch)
-    state, second = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    state, second = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     assert state.is_completed()
     assert (second["stored"], second["new_configs"], second["censused"], second["cached"]) == (0, 1, 1, 0)
 

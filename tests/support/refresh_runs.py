@@ -4,7 +4,9 @@
   and a fresh result store, so the first census of a config in a session is a real one.
 - `snapshot_runs`: the shipped snapshot plus one broken config, refreshed twice into one
   catalogue (cold, censusing everything, then warm with nothing changed); the catalogue is
-  copied between the runs so the tests can compare them. Several tests share these runs.
+  copied between the runs so the tests can compare them. Several tests share these runs. Neither
+  night writes its report (`report=False`): no test reads it, and the report of the whole
+  snapshot takes seconds each night (the nights that write theirs: test_reliability_hub.py).
 """
 
 from __future__ import annotations
@@ -111,8 +113,8 @@ def snapshot_runs(prefect_api, tmp_path_factory) -> SnapshotRuns:
     add_config(snapshot, BROKEN_REPO, BROKEN_TEXT)
     db = base / "catalogue.duckdb"
     # Cold: every config censused now (--rebuild), whatever other tests left in the cache.
-    cold_state, cold = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), rebuild=True)
+    cold_state, cold = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), rebuild=True, report=False)
     after_cold = base / "after-cold.duckdb"
     shutil.copy(db, after_cold)
-    warm_state, warm = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db))
+    warm_state, warm = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     return SnapshotRuns(snapshot, db, after_cold, cold_state, cold, warm_state, warm)
