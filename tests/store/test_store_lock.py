@@ -98,13 +98,17 @@ def test_readers_answer_beside_another_reader_and_refuse_a_writer_in_one_line(ca
         holder.wait()
 
 
-def test_refresh_against_a_held_catalogue_ends_in_one_line_exit_3_and_changes_nothing(catalogue, tmp_path):
+def test_refresh_against_a_held_catalogue_ends_in_one_line_exit_3_and_changes_nothing(catalogue, tmp_path, prefect_api):
+    from prefect.settings import PREFECT_API_URL
     from support.refresh_runs import copy_snapshot
 
     snapshot = copy_snapshot(tmp_path / "snapshot", ["Qwen/Qwen3-0.6B"])
     before = catalogue.read_bytes()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    # this session's Prefect API: the subprocess starts no ephemeral server of its own (a fresh
+    # database to build), which is not what this test is about
+    env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     holder = hold(catalogue, 300)
     try:
         done = subprocess.run(
