@@ -148,7 +148,7 @@ def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
 def _same_heads(plain: LayerProbe, rank: LayerProbe) -> bool:
     """The rank's kernels keep the model's head widths (a model may derive them from the heads)."""
     def widths(probe: LayerProbe) -> list[tuple]:
-        return [(k.kind, k.q[-1:], k.k[-1:], k.v[-1:]) for k in probe.kernels if k.kind == "attention"]
+        return [(k.kind, k["q"][-1:], k["k"][-1:], k["v"][-1:]) for k in probe.kernels if k.kind == "attention"]
 
     return len(plain.kernels) == len(rank.kernels) and widths(plain) == widths(rank)
 

@@ -113,7 +113,7 @@ def _settle_cross(built, shapes: list[Shape], probes: dict[int, LayerProbe], seq
     for shape in skipped:
         probe = given[shape.first]
         kernels = probe.kernels
-        if probe.ran and kernels and all(k.kind == "attention" and k.q[2] == seq_length and k.k[2] == k.v[2] == tokens for k in kernels):
+        if probe.ran and kernels and all(k.kind == "attention" and k["q"][2] == seq_length and k["k"][2] == k["v"][2] == tokens for k in kernels):
             shape.mixer = "cross"
             cross[shape.first] = probe
     return cross

@@ -20,7 +20,7 @@ class AttentionFacts(LayerRoles):
         the appended keys are not one per a whole number of tokens (docs/census.md, "Appended keys")."""
         every = 0
         for k in self.attention_kernels():
-            queries, extra = k.q[2], k.k[2] - k.q[2]
+            queries, extra = k["q"][2], k["k"][2] - k["q"][2]
             if self.shape.mixer == "cross" or extra == 0:
                 continue
             if queries % extra:

@@ -74,9 +74,9 @@ class MixerFacts(LayerRoles):
         not handed it, so it is the x projection's width (the narrowest projection of the inner
         width: rank + 2·state) less B and C. A mixer scanning per Mamba head (zamba's) projects
         each head with its own weight, one 3-D parameter (heads, rank + 2·state, head's inner)."""
-        if scan.v:
-            return int(scan.v[1])
-        inner, state = scan.k
+        if "dt_weight" in scan:
+            return int(scan["dt_weight"][1])
+        inner, state = scan["A"]
         heads = self.scan_heads()
         widths = [m.weight.shape[0] for _, m in self.named({scan.child}) if is_projection(m) and m.weight.shape[1] == inner]
         if heads > 1:

@@ -36,14 +36,14 @@ def _view_dims(view: LayerView) -> dict[str, int] | None:
         return None
     first = calls[0]
     for call in calls[1:]:
-        if (call.q[1:2] + call.q[3:], call.k[1:2] + call.k[3:], call.v[3:]) != (first.q[1:2] + first.q[3:], first.k[1:2] + first.k[3:], first.v[3:]):
+        if (call["q"][1:2] + call["q"][3:], call["k"][1:2] + call["k"][3:], call["v"][3:]) != (first["q"][1:2] + first["q"][3:], first["k"][1:2] + first["k"][3:], first["v"][3:]):
             raise SpecError(
                 "unsupported_layer",
-                f"layer {view.index}: its attention calls differ in shape (q {first.q} vs {call.q}); one kind cannot state both",
+                f"layer {view.index}: its attention calls differ in shape (q {first['q']} vs {call['q']}); one kind cannot state both",
             )
-    dims = {"num_attention_heads": first.q[1], "num_key_value_heads": first.k[1], "head_dim": first.q[3]}
-    if first.v[3] != first.q[3]:
-        dims["v_head_dim"] = first.v[3]
+    dims = {"num_attention_heads": first["q"][1], "num_key_value_heads": first["k"][1], "head_dim": first["q"][3]}
+    if first["v"][3] != first["q"][3]:
+        dims["v_head_dim"] = first["v"][3]
     mla = view.mla()
     if mla:
         dims.update(mla)
@@ -59,7 +59,7 @@ def attention_dims(views: list[LayerView]) -> tuple[dict[str, int], dict[int, di
     if not dims:
         delta = next((k for v in views for k in v.delta_kernels()), None)
         # a stack of Mamba mixers has no heads: it states one (docs/census.md, "State-space mixers")
-        return {"num_attention_heads": delta.v[2] if delta is not None else 1}, {}
+        return {"num_attention_heads": delta["v"][2] if delta is not None else 1}, {}
     model_wide = next(iter(dims.values()))
     return model_wide, {index: d for index, d in dims.items() if d != model_wide}
 
@@ -102,8 +102,8 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     linear = next((v for v in views if v.delta_kernels()), None)
     if linear is not None:
         delta = linear.delta_kernels()[0]
-        facts["linear_num_key_heads"], facts["linear_key_head_dim"] = delta.k[2], delta.k[3]
-        facts["linear_num_value_heads"], facts["linear_value_head_dim"] = delta.v[2], delta.v[3]
+        facts["linear_num_key_heads"], facts["linear_key_head_dim"] = delta["k"][2], delta["k"][3]
+        facts["linear_num_value_heads"], facts["linear_value_head_dim"] = delta["v"][2], delta["v"][3]
         conv = linear.conv_kernel()
         if conv:
             facts["linear_conv_kernel_dim"] = conv
@@ -111,7 +111,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     if mamba is not None:
         scan = mamba.scan_kernels()[0]
         heads = mamba.scan_heads()
-        facts["ssm_inner_size"], facts["ssm_state_size"] = scan.k[0] * max(heads, 1), scan.k[1]
+        facts["ssm_inner_size"], facts["ssm_state_size"] = scan["A"][0] * max(heads, 1), scan["A"][1]
         if heads > 1:  # one scan per Mamba head, each over the head's share of the inner width
             facts["ssm_num_heads"] = heads
         facts["ssm_dt_rank"] = mamba.scan_dt_rank(scan)
@@ -120,26 +120,26 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
             facts["ssm_conv_kernel"] = conv
     rwkv = next((v for v in views if v.wkv_kernels()), None)
     if rwkv is not None:
-        facts["wkv_size"] = rwkv.wkv_kernels()[0].q[-1]
+        facts["wkv_size"] = rwkv.wkv_kernels()[0]["key"][-1]
     lru = next((v for v in views if v.rglru_kernels()), None)
     if lru is not None:  # the RG-LRU's width (its recurrence's channels) and its block's depthwise conv width
-        facts["lru_width"] = lru.rglru_kernels()[0].q[-1]
+        facts["lru_width"] = lru.rglru_kernels()[0]["x"][-1]
         conv = lru.conv_kernel()
         if conv:
             facts["lru_conv_kernel"] = conv
     eager = next((v for v in views if v.linear_eager_kernels()), None)
     if eager is not None:  # q of its first block (b, heads, block, head dim), or of every chunk (b, heads, chunks, block, head dim): the block is min(its size, s)
-        q = eager.linear_eager_kernels()[0].q
+        q = eager.linear_eager_kernels()[0]["q"]
         facts["linear_eager_heads"], facts["linear_eager_block"], facts["linear_eager_head_dim"] = q[1], q[-2], q[-1]
     short = next((v for v in views if v.conv_kernels()), None)
     if short is not None:
-        facts["short_conv_kernel"] = short.conv_kernels()[0].k[-1]
+        facts["short_conv_kernel"] = short.conv_kernels()[0]["weight"][-1]
     mamba2 = next((v for v in views if v.ssd_kernels()), None)
     if mamba2 is not None:
         ssd = mamba2.ssd_kernels()[0]
-        facts["ssm_num_heads"], facts["ssm_head_dim"] = ssd.k
-        facts["ssm_n_groups"], facts["ssm_state_size"] = ssd.v
-        facts["ssm_inner_size"] = ssd.k[0] * ssd.k[1]
+        facts["ssm_num_heads"], facts["ssm_head_dim"] = ssd["heads"]
+        facts["ssm_n_groups"], facts["ssm_state_size"] = ssd["groups"]
+        facts["ssm_inner_size"] = ssd["heads"][0] * ssd["heads"][1]
         conv = mamba2.conv_kernel()
         if conv:
             facts["ssm_conv_kernel"] = conv

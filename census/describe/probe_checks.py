@@ -40,7 +40,7 @@ def check_probes(views: list[LayerView]) -> None:
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): holds attention beside a state-space mixer, but only one of them ran on a plain causal input",
             )
-        if len({(k.child, k.q, k.k) for k in v.scan_kernels() if k.apart}) > 1:
+        if len({(k.child, k["u"], k["A"]) for k in v.scan_kernels() if k.apart}) > 1:
             raise SpecError(
                 "unsupported_layer",
                 f"layer {v.index} ({type(v.layer).__name__}): selective scans of different shapes or in different children in one layer; "
@@ -49,9 +49,9 @@ def check_probes(views: list[LayerView]) -> None:
         for k in v.attention_kernels():
             # keys appended to the layer's own tokens, fewer than them (compressed entries), are
             # priced per token (keys_appended_every); any other difference is cross-attention
-            appended = k.q[2] in v.probe.hidden_dims and 0 < k.k[2] - k.q[2] < k.q[2]
-            if k.q[2] != k.k[2] and v.shape.mixer != "cross" and not appended:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
-                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k.q[2]}, keys {k.k[2]})")
+            appended = k["q"][2] in v.probe.hidden_dims and 0 < k["k"][2] - k["q"][2] < k["q"][2]
+            if k["q"][2] != k["k"][2] and v.shape.mixer != "cross" and not appended:  # bidirectional self-attention (a BERT built as a causal LM without is_decoder) keeps what causal does
+                raise SpecError("unsupported_layer", f"layer {v.index} ({type(v.layer).__name__}): cross-attention (queries {k['q'][2]}, keys {k['k'][2]})")
         v.keys_appended_every()  # refuses appended keys that are not one per a whole number of tokens
 
 

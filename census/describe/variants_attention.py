@@ -87,7 +87,7 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
     kernel = _biased_kernel(view)
     if kernel is None:
         return 0
-    s, t, heads = kernel.q[2], kernel.k[2], kernel.q[1]
+    s, t, heads = kernel["q"][2], kernel["k"][2], kernel["q"][1]
     sources = [
         (source, nbytes)
         for child, source, nbytes, out in view.probe.score_gathers
@@ -103,10 +103,10 @@ def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
     masked_fill mask of distances outside the bias's extent, bool): their element bytes summed. 0
     without a score bias."""
     kernel = _biased_kernel(view)
-    if kernel is None or kernel.q[2] != kernel.k[2]:
+    if kernel is None or kernel["q"][2] != kernel["k"][2]:
         return 0
     ops = {f"child:{c}" for c in view.mixer_children}
-    return sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel.q[2])
+    return sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel["q"][2])
 
 
 def _beside_attention_convs(view: AttentionFacts, in_attention: bool) -> int:
@@ -118,7 +118,7 @@ def _beside_attention_convs(view: AttentionFacts, in_attention: bool) -> int:
         return 0
     homes = {k.child for k in view.attention_kernels()}
     convs = [k for k in view.probe.kernels if k.kind == "conv" and (k.child in homes) == in_attention]
-    return sum(k.q[1] * k.in_bytes for k in convs)
+    return sum(k["x"][1] * k.in_bytes for k in convs)
 
 
 @variant
@@ -144,7 +144,7 @@ def qk_norm_per_head(view: AttentionFacts, top_k: int | None) -> bool:
     kernels = view.attention_kernels()
     if not kernels:
         return False
-    head_dim = kernels[0].q[3]
+    head_dim = kernels[0]["q"][3]
     return any(
         QK_NORM_NAME.match(n) and is_norm(m) and getattr(m, "weight", None) is not None and m.weight.shape[-1] == head_dim
         for child in view.mixer_children
@@ -161,7 +161,7 @@ def qk_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
     kernels = view.attention_kernels()
     if not kernels:
         return False
-    head_dim = kernels[0].q[3]
+    head_dim = kernels[0]["q"][3]
     for path, seen in view.probe.norm_ops.items():
         module = view.module(path)
         if view.part(path) not in view.mixer_children or any(True for _ in module.parameters()):

@@ -44,7 +44,7 @@ def _delta_gate_kept(view: MixerFacts, dtype: torch.dtype) -> int:
     kernels = [k for k in view.delta_kernels() if k.gate_channel_bytes]
     if not kernels:
         return 0
-    tail = (kernels[0].v[2], kernels[0].k[3])
+    tail = (kernels[0]["v"][2], kernels[0]["k"][3])
     return sum(n for (op, dims, kept), n in view.probe.kept_tails.items() if kept == dtype and dims == tail and op in {f"child:{c}" for c in view.mixer_children})
 
 
@@ -72,7 +72,7 @@ def lowrank_width(view: MixerFacts, top_k: int | None) -> int:
     delta = view.delta_kernels()
     if not delta:
         return 0
-    out_width = delta[0].v[2] * delta[0].v[3]
+    out_width = delta[0]["v"][2] * delta[0]["v"][3]
     widths = [int(m.weight.shape[1]) for _, m in view.named(view.mixer_children) if is_projection(m)]
     return sum(w for w in widths if w not in (view.hidden, out_width))
 
@@ -106,7 +106,7 @@ def mixer_act(view: MixerFacts, top_k: int | None) -> int:
 def mixer_out_gate(view: MixerFacts, top_k: int | None) -> bool:
     """In the child where a linear attention ran in torch: a `sigmoid` of the heads' width."""
     calls = view.linear_eager_kernels()
-    width = calls[0].q[1] * calls[0].v[-1] if calls else 0
+    width = calls[0]["q"][1] * calls[0]["v"][-1] if calls else 0
     return any(op.name == "sigmoid" and op.out_last == width for c in _linear_eager_children(view) for op in view.probe.router_ops.get(c, []))
 
 

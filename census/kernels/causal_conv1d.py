@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from speccat.census.kernels.tensors import acc, causal_conv1d_reference
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, register, shapes
 
 
 @torch.library.custom_op(f"{NAMESPACE}::causal_conv1d", mutates_args=())
@@ -76,7 +76,7 @@ def _flops(x, weight, *args, out_shape=None, **kwargs) -> int:
 def _book(call: CallSeen) -> KernelCall:
     """The conv's input and weight shapes, and its input's element bytes (it keeps its input)."""
     x, weight = call.args[:2]
-    return KernelCall("conv", call.child, tuple(x.shape), tuple(weight.shape), (), in_bytes=x.element_size())
+    return KernelCall("conv", call.child, shapes(x=x.shape, weight=weight.shape), in_bytes=x.element_size())
 
 
 CAUSAL_CONV1D = register(

@@ -33,7 +33,7 @@ from speccat.census.kernels.delta_math import (
 )
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.kernels.tensors import acc
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 
 @torch.library.custom_op(f"{NAMESPACE}::chunk_gated_delta_rule", mutates_args=())
@@ -145,7 +145,7 @@ def speccat_chunk_gated_delta_rule(
 
 def _book(call: CallSeen) -> KernelCall:
     q, k, v = call.args[:3]
-    return KernelCall("delta_rule", call.child, tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    return KernelCall("delta_rule", call.child, shapes(q=q.shape, k=k.shape, v=v.shape))
 
 
 DELTA_RULE = register(

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from speccat.census.kernels.tensors import acc
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, storage_key
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes, storage_key
 
 
 def _expand_kv(x: Tensor, heads: int) -> Tensor:
@@ -244,7 +244,7 @@ def _book(call: CallSeen) -> KernelCall:
     q, k, v, indices, causal, window, dropout = args[0], args[1], args[2], args[4], args[6], args[7], args[9]
     bias = args[11] if len(args) > 11 else call.kwargs.get("bias")
     return KernelCall(
-        "attention", call.child, tuple(q.shape), tuple(k.shape), tuple(v.shape), int(window), bool(causal),
+        "attention", call.child, shapes(q=q.shape, k=k.shape, v=v.shape), int(window), bool(causal),
         heads_major=heads_major(q),
         v_is_view=v.untyped_storage().nbytes() > v.numel() * v.element_size(),
         qk_share_v=storage_key(q) == storage_key(v) == storage_key(k),

@@ -49,7 +49,7 @@ from speccat.census.kernels.delta_math import (
 )
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.kernels.tensors import acc
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 
 @torch.library.custom_op(f"{NAMESPACE}::chunk_kda", mutates_args=())
@@ -165,7 +165,7 @@ def speccat_chunk_kda(
 def _book(call: CallSeen) -> KernelCall:
     """A delta rule call whose gate, one per key channel, is kept as given: its element bytes."""
     q, k, v, g = call.args[:4]
-    return KernelCall("delta_rule", call.child, tuple(q.shape), tuple(k.shape), tuple(v.shape), gate_channel_bytes=g.element_size())
+    return KernelCall("delta_rule", call.child, shapes(q=q.shape, k=k.shape, v=v.shape), gate_channel_bytes=g.element_size())
 
 
 KDA = register(

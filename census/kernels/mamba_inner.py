@@ -30,7 +30,7 @@ from speccat.census.kernels.causal_conv1d import conv_flops
 from speccat.census.kernels.scan_math import scan_chunks, selective_scan
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.kernels.tensors import acc, causal_conv1d_reference
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 
 def _rms(x: Tensor, weight: Tensor | None, eps: float, dim: int) -> Tensor:
@@ -196,7 +196,7 @@ def _flops(xz, conv_w, conv_b, x_proj_w, dt_proj_w, out_proj_w, *args, out_shape
 def _book(call: CallSeen) -> KernelCall:
     """xz, A and the dt projection's weight: the mixer's inner width, state and dt rank."""
     xz, dt_w, A = call.args[0], call.args[4], call.args[7]
-    return KernelCall("scan", call.child, tuple(xz.shape), tuple(A.shape), tuple(dt_w.shape))
+    return KernelCall("scan", call.child, shapes(xz=xz.shape, A=A.shape, dt_weight=dt_w.shape))
 
 
 MAMBA_INNER = register(

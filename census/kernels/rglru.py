@@ -24,7 +24,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from speccat.census.kernels.scope import kernel_scope
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 ACC = torch.float32  # the loop's accumulator dtype (transformers' `acc_dtype`)
 
@@ -109,7 +109,7 @@ def speccat_rnn_scan(
 def _book(call: CallSeen) -> KernelCall:
     """The recurrence's input x and gate a."""
     x, a = call.args[0], call.args[1]
-    return KernelCall("rglru", call.child, tuple(x.shape), tuple(a.shape), ())
+    return KernelCall("rglru", call.child, shapes(x=x.shape, a=a.shape))
 
 
 RG_LRU = register(

@@ -33,7 +33,7 @@ from torch._subclasses.fake_tensor import is_fake
 from speccat.census.kernels import scan_math
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.kernels.tensors import acc
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 
 def _scan(u, delta, A, B, C, D, z, delta_bias, softplus):
@@ -130,7 +130,7 @@ def speccat_selective_scan_fn(
 def _book(call: CallSeen) -> KernelCall:
     """u and A: the inner width and the state; its conv and projections ran outside it."""
     u, A = call.args[0], call.args[2]
-    return KernelCall("scan", call.child, tuple(u.shape), tuple(A.shape), (), apart=True)
+    return KernelCall("scan", call.child, shapes(u=u.shape, A=A.shape), apart=True)
 
 
 SCAN_APART = register(

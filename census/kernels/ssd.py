@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import is_fake
 from speccat.census.kernels.causal_conv1d import conv_flops
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.kernels.tensors import acc, causal_conv1d_reference
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 
 def _gated_rms(y: Tensor, z: Tensor, weight: Tensor, eps: float, groups: int, norm_before_gate: bool) -> tuple[Tensor, Tensor]:
@@ -197,7 +197,7 @@ def _book(call: CallSeen) -> KernelCall:
     """zxbcdt, (heads, head dim) and (groups, state), the state read off the conv's width."""
     zxbcdt, conv_w, A, headdim, groups = call.args[0], call.args[1], call.args[4], call.args[9], call.args[10]
     state = (conv_w.shape[0] - A.shape[0] * headdim) // groups // 2
-    return KernelCall("ssd", call.child, tuple(zxbcdt.shape), (A.shape[0], headdim), (groups, state))
+    return KernelCall("ssd", call.child, shapes(zxbcdt=zxbcdt.shape, heads=(A.shape[0], headdim), groups=(groups, state)))
 
 
 SSD = register(

@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.kernels.tensors import acc
-from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register
+from speccat.census.structure.kernel_registry import NAMESPACE, CallSeen, Kernel, KernelCall, Keeps, register, shapes
 
 
 def _wkv(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -112,7 +112,7 @@ def speccat_rwkv_linear_attention(
 def _book(call: CallSeen) -> KernelCall:
     """key, time_decay and value: the time mixing's width."""
     decay, key, value = call.args[0], call.args[2], call.args[3]
-    return KernelCall("wkv", call.child, tuple(key.shape), tuple(decay.shape), tuple(value.shape))
+    return KernelCall("wkv", call.child, shapes(key=key.shape, time_decay=decay.shape, value=value.shape))
 
 
 WKV = register(

@@ -37,7 +37,7 @@ from speccat.census.kernels.scope import current_kernel
 from speccat.census.measure import readers
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
 from speccat.census.measure.op_notes import OP_NOTES
-from speccat.census.structure.kernel_registry import CallSeen, KernelCall, kernel_named, kernel_of, storage_key
+from speccat.census.structure.kernel_registry import CallSeen, KernelCall, kernel_named, kernel_of, shapes, storage_key
 from speccat.census.structure.predicates import (
     is_activation_region,
     is_experts,
@@ -269,7 +269,7 @@ class Watcher:
             return
         self.current.kernels.append(
             KernelCall(
-                "attention", self.child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), window, causal,
+                "attention", self.child(), shapes(q=q.shape, k=k.shape, v=v.shape), window, causal,
                 heads_major=heads_major(q), eager=True,
             )
         )
@@ -287,7 +287,7 @@ class Watcher:
             return
         self.linear_modules[probe.index].add(where)
         # not counted per child: the projections around it are the mixer's own (describe.py scan_projections)
-        probe.kernels.append(KernelCall("linear_eager", self.child(), tuple(q.shape), tuple(k.shape), tuple(v.shape), gated=gated))
+        probe.kernels.append(KernelCall("linear_eager", self.child(), shapes(q=q.shape, k=k.shape, v=v.shape), gated=gated))
 
     # -- module hooks -----------------------------------------------------------------------
 

@@ -39,28 +39,31 @@ def storage_key(tensor: Any) -> int:
     return tensor.untyped_storage()._cdata
 
 
+def shapes(**named: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A kernel call's named shapes (KernelCall.shapes), each as a tuple of ints."""
+    return tuple((name, tuple(int(n) for n in shape)) for name, shape in named.items())
+
+
 @dataclass
 class KernelCall:
     """One kernel call as the probe records it (LayerProbe.kernels): its kind, the layer's child it
-    ran in, and the shapes its inputs state, by kind:
+    ran in, and the shapes of what it was given, each by its own name (`call["A"]`), by kind:
 
     - "attention": q (b, h, s, d), k and v (b, kv_heads, t, d|dv);
     - "delta_rule" (either gate): q, k (b, s, kv_heads, dk), v (b, s, heads, dv);
-    - "scan": Mamba's fused mixer q = xz (b, 2·inner, s), k = A (inner, state), v = dt_proj's
-      weight (inner, rank); the scan apart from its conv q = u (b, inner, s), k = A, v = ();
-    - "ssd" (Mamba2): q = zxbcdt (b, s, width), k = (heads, head dim), v = (groups, state);
-    - "conv" (causal conv1d): q = x (b, channels, s), k = weight (channels, width), v = ();
-    - "wkv" (RWKV): q = key (b, s, channels), k = time_decay (channels,), v = value (b, s, channels);
-    - "rglru" (the RG-LRU's recurrence): q = its input x (b, s, width), k = its gate a, v = ();
+    - "scan": Mamba's fused mixer xz (b, 2·inner, s), A (inner, state), dt_weight (dt_proj's
+      weight: inner, rank); the scan apart from its conv u (b, inner, s) and A;
+    - "ssd" (Mamba2): zxbcdt (b, s, width), heads (heads, head dim), groups (groups, state);
+    - "conv" (causal conv1d): x (b, channels, s), weight (channels, width);
+    - "wkv" (RWKV): key (b, s, channels), time_decay (channels,), value (b, s, channels);
+    - "rglru" (the RG-LRU's recurrence): x (b, s, width), a (its gate);
     - "linear_eager" (a linear attention run in torch, census/kernels/routing.py): q, k, v of one
       block (b, heads, n, d), or of every chunk (b, heads, chunks, n, d) as xLSTM's mLSTM writes them.
     """
 
     kind: str
     child: str | None  # the layer's top-level child it ran in
-    q: tuple[int, ...]
-    k: tuple[int, ...]
-    v: tuple[int, ...]
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (name, shape) of each input, in the order above (`shapes(...)`)
     window: int = 0
     causal: bool = True
     heads_major: bool = False  # q's memory is (b, h, s, d): the kernel's output is too
@@ -76,6 +79,16 @@ class KernelCall:
     gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
     eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py), not the flash kernel
+
+    def __getitem__(self, name: str) -> tuple[int, ...]:
+        """The shape of the input `name` (KeyError for one this call was not given)."""
+        for given, shape in self.shapes:
+            if given == name:
+                return shape
+        raise KeyError(f"a {self.kind} call has no input {name!r}: {[given for given, _ in self.shapes]}")
+
+    def __contains__(self, name: str) -> bool:
+        return any(given == name for given, _ in self.shapes)
 
 
 class CallSeen(NamedTuple):

@@ -154,7 +154,7 @@ def _view(queries: int, keys: int):
 
     from speccat.census.describe.layer_view import LayerView
     from speccat.census.measure.layer_probe import LayerProbe
-    from speccat.census.structure.kernel_registry import KernelCall
+    from speccat.census.structure.kernel_registry import KernelCall, shapes
     from speccat.census.structure.shapes import Shape
 
     class Block(nn.Module):
@@ -163,7 +163,7 @@ def _view(queries: int, keys: int):
             self.self_attn = nn.Linear(8, 8)
             self.mlp = nn.Linear(8, 8)
 
-    probe = LayerProbe(0, kernels=[KernelCall("attention", "self_attn", (1, 2, queries, 8), (1, 1, keys, 8), (1, 1, keys, 8))], hidden_dims=(1, queries))
+    probe = LayerProbe(0, kernels=[KernelCall("attention", "self_attn", shapes(q=(1, 2, queries, 8), k=(1, 1, keys, 8), v=(1, 1, keys, 8)))], hidden_dims=(1, queries))
     return LayerView(0, Block(), probe, Shape("full", "dense", ()), 8)
 
 

@@ -169,11 +169,11 @@ def test_a_hybrid_whose_mixers_did_not_both_run_is_refused():
     from speccat.census.describe.layer_view import LayerView
     from speccat.census.describe.probe_checks import check_probes
     from speccat.census.measure.layer_probe import LayerProbe
-    from speccat.census.structure.kernel_registry import KernelCall
+    from speccat.census.structure.kernel_registry import KernelCall, shapes
     from speccat.census.structure.shapes import Shape
 
-    ssd = KernelCall("ssd", "mamba", (1, S, WIDTH), (MH, P), (G, N))
-    attention = KernelCall("attention", "self_attn", (1, HEADS, S, DH), (1, KV, S, DH), (1, KV, S, DH))
+    ssd = KernelCall("ssd", "mamba", shapes(zxbcdt=(1, S, WIDTH), heads=(MH, P), groups=(G, N)))
+    attention = KernelCall("attention", "self_attn", shapes(q=(1, HEADS, S, DH), k=(1, KV, S, DH), v=(1, KV, S, DH)))
     for ran in ([ssd], [attention]):
         view = LayerView(0, torch.nn.Module(), LayerProbe(0, kernels=ran), Shape("full_mamba2", "dense", ()), H)
         with pytest.raises(SpecError, match="only one of them ran"):

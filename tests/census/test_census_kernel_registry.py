@@ -28,7 +28,7 @@ from speccat.census.build.model import locate
 from speccat.census.kernels.scope import kernel_scope
 from speccat.census.measure.probe import probe_layers
 from speccat.census.structure import predicates
-from speccat.census.structure.kernel_registry import CallSeen, Kernel, KernelCall, Keeps, kernel_of, kernels, register, registered
+from speccat.census.structure.kernel_registry import CallSeen, Kernel, KernelCall, Keeps, kernel_of, kernels, register, registered, shapes
 
 S, W = 32, 16  # tokens, width
 BF16, FP32 = 2, 4
@@ -78,7 +78,7 @@ def _flops(x, *args, out_shape=None, **kwargs) -> int:
 
 
 def _book(call: CallSeen) -> KernelCall:
-    return KernelCall("running_sum", call.child, tuple(call.args[0].shape), (), ())
+    return KernelCall("running_sum", call.child, shapes(x=call.args[0].shape))
 
 
 RUNNING_SUM = Kernel(
@@ -171,7 +171,7 @@ def test_the_probe_books_what_the_record_keeps_as_a_real_run_saves_it_and_counts
 
     # the state the op made is booked to its record's outputs op, the input it was handed to its inputs op
     assert probe.saved_bytes == {"linrec": real[torch.float32], "attBMM": real[torch.bfloat16]}
-    assert probe.kernels == [KernelCall("running_sum", "mixer", (1, S, W), (), ())]
+    assert probe.kernels == [KernelCall("running_sum", "mixer", shapes(x=(1, S, W)))]
     assert probe.forward_flops == 2 * S * W  # FlopCounterMode counted the formula (the op itself counts 0)
 
 
