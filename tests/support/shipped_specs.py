@@ -6,7 +6,9 @@ test_census_cli.py), the pricing of every shipped spec (tests/pricing/test_prici
 and the store's runs (tests/support/store_runs.py). Each asks here, and a config is censused the
 first time any of them does: by `run_census` with the config read from its file and the repo's
 id as the name, exactly as each of them called it. (What the night measures across settings,
-tests/pricing/test_priced_vs_measured.py reads from the session's night instead.)
+tests/pricing/test_priced_vs_measured.py reads from the session's night instead.) Under `make
+test`'s workers the test files that name `shipped_spec` run on one worker (tests/support/workers.py),
+so each config is censused once in the session, not once per worker.
 
 A ModelSpec is read-only (its `to_dict` is a fresh copy), so sharing one cannot leak one test's
 changes into another. A refusal is not kept: a refused config raises its SpecError on every call,
