@@ -40,7 +40,8 @@ browser:
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)
 
 # The suite on every core: pytest-xdist's workers, each test file whole on one worker and the
-# files that share the session's night on the same one (tests/support/workers.py).
+# files that share the session's night, or the shipped configs' specs, on the same one
+# (tests/support/workers.py).
 test: $(STAMP) browser
 	$(ENV) $(PY) -m pytest -q -n auto --dist loadfile
 
