@@ -42,10 +42,15 @@ LAYOUTS_TABLE = "fit_layouts"
 @functools.cache
 def planning_data() -> dict:
     """The records, the settings grid, the recompute costs, the recipes (states.yaml), the
-    ends' prices, the accelerators and the versions a night records, read once per process."""
-    records = load_records()
-    return {"records": records, "grid": load_settings(), "costs": load_costs(records), "states": load_states(),
-            "ends": load_ends(records), "accelerators": load_accelerators(), "versions": current_versions()}  # fmt: skip
+    ends' prices, the accelerators, the versions a night records and the data files' rows it
+    stores, read once per process."""
+    records, states, accelerators = load_records(), load_states(), load_accelerators()
+    costs = load_costs(records)
+    return {"records": records, "grid": load_settings(), "costs": costs, "states": states, "ends": load_ends(records),
+            "accelerators": accelerators, "versions": current_versions(),
+            # the rows of states.yaml, the switch sets' ops and accelerators.yaml every night of fit's holds
+            "night_rows": {"state_sharding": state_sharding_rows(states), "switch_ops": switch_op_rows(records, costs),
+                           "accelerators": accelerator_rows(accelerators)}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -143,11 +148,11 @@ def held(spec: Mapping, name: str, settings: list[Mapping]) -> duckdb.DuckDBPyCo
         for other in _HELD.values():
             other.close()
         _HELD.clear()
-        _HELD[key] = MemoryCatalogue(priced_night(spec, name, grid.with_settings(settings)))
+        _HELD[key] = MemoryCatalogue(priced_night(spec, key, name, grid.with_settings(settings)))
     catalogue = _HELD[key]
     lacking = [s for s in settings if s["setting_id"] not in catalogue.settings]
     if lacking:
-        catalogue.add(priced_night(spec, name, grid.with_settings(lacking)))
+        catalogue.add(priced_night(spec, key, name, grid.with_settings(lacking)))
     return catalogue.con
 
 
@@ -157,12 +162,11 @@ def spec_hash(spec: Mapping) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def priced_night(spec: Mapping, name: str, grid) -> NightData:
+def priced_night(spec: Mapping, config_hash: str, name: str, grid) -> NightData:
     """`spec` priced at every setting of `grid` as the night prices it, as a night of its own
-    (source `fit`) holding the one repo `name`."""
+    (source `fit`) holding the one repo `name`, the spec keyed by `config_hash` (spec_hash)."""
     data = planning_data()
     records, costs = data["records"], data["costs"]
-    config_hash = spec_hash(spec)
     now = datetime.now(timezone.utc)
     return NightData(
         run_id=f"fit-{config_hash}", started=now, ended=now, status="completed", source="fit", versions=data["versions"],
@@ -170,9 +174,7 @@ def priced_night(spec: Mapping, name: str, grid) -> NightData:
         repos=[{"repo_id": name, "config_hash": config_hash}], configs={config_hash: {"model_type": spec.get("model_type")}},
         specs={config_hash: spec}, prices={config_hash: price_spec(spec, records, grid, costs=costs)},
         end_prices={config_hash: end_prices(spec, records, grid, data["ends"])},
-        op_costs={config_hash: op_costs(spec, records, grid, costs).rows(frozenset())},
-        state_sharding=state_sharding_rows(data["states"]), switch_ops=switch_op_rows(records, costs),
-        accelerators=accelerator_rows(data["accelerators"]),
+        op_costs={config_hash: op_costs(spec, records, grid, costs).rows(frozenset())}, **data["night_rows"],
     )  # fmt: skip
 
 

@@ -127,12 +127,9 @@ def publish(db_path: str | os.PathLike, night: NightData, lock_wait: float | Non
             try:
                 if rebuilt and db_path.exists():
                     _carry_into_new_schema(con, db_path)
-                stage(con, night, tables)
-                merge(con)
-                create_views(con)
+                store_night(con, night, tables)
                 comment_views(con)
                 rows = {t: count_rows(con, t) for t in TABLES}
-                con.execute(sql.render("steps/detach", catalog=INCOMING))
                 con.execute(sql.load("steps/checkpoint"))
             finally:
                 con.close()
@@ -313,6 +310,15 @@ def stage(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[str, pa
             raise StoreError("bad_run", f"specs: {first_line(err)}") from None
     finally:
         con.execute(sql.render("steps/use", catalog=home))
+
+
+def store_night(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[str, pa.Table]) -> None:
+    """Stage the night's rows, merge them into the default catalog (which has the schema) and
+    (re)create its macros and views; the staging catalog is detached after."""
+    stage(con, night, tables)
+    merge(con)
+    create_views(con)
+    con.execute(sql.render("steps/detach", catalog=INCOMING))
 
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:

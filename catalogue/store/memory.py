@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-from speccat import sql
-from speccat.catalogue.store.file import INCOMING, create_schema, create_views, ingest, merge, stage
+from speccat.catalogue.store.file import create_schema, ingest, store_night
 from speccat.catalogue.store.night import NightData, StoreError
 
 # What a later night adds: the settings it prices and every price at them.
@@ -30,10 +29,7 @@ class MemoryCatalogue:
         self.con = duckdb.connect()
         try:
             create_schema(self.con)
-            stage(self.con, night, night.arrow_tables())
-            merge(self.con)
-            create_views(self.con)
-            self.con.execute(sql.render("steps/detach", catalog=INCOMING))
+            store_night(self.con, night, night.arrow_tables())
         except BaseException:
             self.con.close()
             raise

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from speccat.catalogue.records.candidates import Layout
 from speccat.catalogue.store.memory import MemoryCatalogue
-from speccat.flows.fit_engine import layout_rows, planning_data, priced_night
+from speccat.flows.fit_engine import layout_rows, planning_data, priced_night, spec_hash
 
 
 def stage_states(spec: Mapping, layout: Layout, recipe: str | None = None, seq: int = 2048) -> list[dict]:
@@ -17,7 +17,7 @@ def stage_states(spec: Mapping, layout: Layout, recipe: str | None = None, seq: 
     data = planning_data()
     grid = data["grid"]
     setting = grid.setting({"seq_length": seq, "micro_batch": 1, "tp": layout.tp, "cp": layout.cp, "in_flight": 1})
-    with contextlib.closing(MemoryCatalogue(priced_night(spec, "model", grid.with_settings([setting])))) as held:
+    with contextlib.closing(MemoryCatalogue(priced_night(spec, spec_hash(spec), "model", grid.with_settings([setting])))) as held:
         con = held.con
         at = {(layout.tp, layout.cp): setting["setting_id"]}
         con.register("one_layout", layout_rows([layout], at, recipe or data["states"].default_recipe, 2.0**60, "H100-SXM"))
