@@ -25,6 +25,7 @@ import json
 import os
 import sys
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -61,14 +62,23 @@ def prices(spec, seq: int) -> dict[str, float]:
     return {kind: float(priced.total[i, 0, 0]) / seq for i, kind in enumerate(priced.kinds)}
 
 
+def resolved(config: dict):
+    """The config objects as the census resolves them (an alias's model_type mapped first)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from speccat.census.intake import remote
+    from speccat.census.intake.resolve import resolve_config
+
+    return resolve_config(remote.resolve(config, CONFIG_MAPPING))
+
+
 def shallow_build(config: dict, depth: int):
     """The census's build of `config` on meta with only its first `depth` layers: the layer count
     cut, and every per-layer list or pattern of the old count's length cut with it."""
     from speccat.census.build.model import build
-    from speccat.census.intake.resolve import resolve_config
     from speccat.census.structure.shapes import uses_experts_interface
 
-    top, text, _ = resolve_config(config)
+    top, text, _ = resolved(config)
     stated = text.num_hidden_layers
     for name, value in list(vars(text).items()):
         if isinstance(value, (list, tuple, str)) and len(value) == stated and name != "model_type":
@@ -80,12 +90,18 @@ def shallow_build(config: dict, depth: int):
     return built
 
 
-def kept_tensors(built, indices: list[int], seq: int) -> dict[int, list]:
+def kept_tensors(built, indices: list[int], seq: int, kernels: dict | None = None, backward: bool = True) -> dict[int, list]:
     """One forward and backward of the built decoder from input embeddings of `seq` tokens: per
     layer index asked for, the tensors autograd saved while that layer ran (one per storage;
     parameters, buffers and the layer's inputs other than its hidden states left out, as the
-    census leaves them out). Runs on whatever the model's tensors are (CUDA, CPU, fake)."""
+    census leaves them out). Runs on whatever the model's tensors are (CUDA, CPU, fake).
+    `kernels`, where given, gains per layer index the attention ops that ran in it (which sdpa
+    kernel torch chose: `_scaled_dot_product_flash_attention`, `..._efficient_attention`,
+    `..._cudnn_attention`, or math's ops). Without `backward` the graph is only built: what it
+    keeps is packed in the forward, and the backward needs as much memory again."""
     import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     decoder, layers = built.decoder, built.layers
     fixed = {t.untyped_storage()._cdata for t in (*built.model.parameters(), *built.model.buffers())}
@@ -116,6 +132,19 @@ def kept_tensors(built, indices: list[int], seq: int) -> dict[int, list]:
     def leave(*_):
         running.pop()  # returns None: a forward hook's return value would replace the layer's output
 
+    class AttentionOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if running and "attention" in name:
+                kernels.setdefault(running[-1], set()).add(name)
+            return func(*args, **(kwargs or {}))
+
+    class SdpaCalls(TorchFunctionMode):  # sdpa's math kernel is plain ops: only the call tells it ran
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if running and func is torch.nn.functional.scaled_dot_product_attention:
+                kernels.setdefault(running[-1], set()).add("scaled_dot_product_attention")
+            return func(*args, **(kwargs or {}))
+
     handles = []
     for i in indices:
         handles.append(layers[i].register_forward_pre_hook(enter(i), with_kwargs=True))
@@ -123,19 +152,21 @@ def kept_tensors(built, indices: list[int], seq: int) -> dict[int, list]:
     weight = built.embedding.weight
     x = torch.randn(1, seq, weight.shape[1], dtype=weight.dtype, device=weight.device, requires_grad=True)
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), SdpaCalls() if kernels is not None else nullcontext(), AttentionOps() if kernels is not None else nullcontext():
             out = decoder(inputs_embeds=x, use_cache=False)
         hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
-        hidden.float().sum().backward()
+        if backward:
+            hidden.float().sum().backward()
     finally:
         for handle in handles:
             handle.remove()
     return {i: list(kept.values()) for i, kept in saved.items()}
 
 
-def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str) -> tuple[dict[int, list], str]:
+def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str, backward: bool = True) -> tuple[dict[int, list], dict[int, str]]:
     """kept_tensors of a real model on `device`: random bf16 weights, sdpa attention (else the
-    model's own). Also the attention implementation that ran."""
+    model's own). Also, per layer index, the attention that ran: sdpa's kernel (`flash`,
+    `efficient`, `cudnn`, `math`), `eager` where the model refuses sdpa, '' where none ran."""
     import torch
 
     built = shallow_build(config, depth)
@@ -152,7 +183,16 @@ def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str
         for b in built.model.buffers():  # rotary tables and the like: their values change no saved size
             if b.is_floating_point():
                 b.zero_()
-    return kept_tensors(built, indices, seq), implementation
+    ops: dict[int, set] = {}
+    kept = kept_tensors(built, indices, seq, ops, backward)
+    return kept, {i: implementation if implementation == "eager" else sdpa_kernel(ops.get(i, ())) for i in indices}
+
+
+def sdpa_kernel(ops) -> str:
+    """The short name of the sdpa kernel among the attention ops that ran in a layer: `math` where
+    sdpa was called and no fused kernel ran, since math is made of plain ops; '' where no sdpa ran."""
+    found = sorted({word for op in ops for word in ("flash", "efficient", "cudnn") if word in op})
+    return "+".join(found) or ("math" if "scaled_dot_product_attention" in ops else "")
 
 
 def census_run(config: dict, depth: int, indices: list[int], seq: int) -> dict[int, list]:
@@ -188,20 +228,18 @@ def measure(name: str, config: dict, seqs: tuple[int, ...], device: str) -> list
     """One row per (kind, sequence length): real, census and priced bytes per token and the largest differences."""
     from speccat.census import run_census
 
-    from speccat.census.intake.resolve import resolve_config
-
-    layer_types = getattr(resolve_config(config)[1], "layer_types", None)
+    layer_types = getattr(resolved(config)[1], "layer_types", None)
     rows = []
     for seq in seqs:
         spec = run_census(config, name=name, seq_length=seq)
         first = first_layers(spec, layer_types)
         indices = sorted(set(first.values()))
-        real, implementation = real_run(config, indices[-1] + 1, indices, seq, device)
+        real, attention = real_run(config, indices[-1] + 1, indices, seq, device)
         census = census_run(config, indices[-1] + 1, indices, seq)
         priced = prices(spec, seq)
         for (kind, layer_type), index in first.items():
             rows.append({
-                "config": name, "kind": f"{kind} {layer_type}".strip(), "seq": seq, "attention": implementation,
+                "config": name, "kind": f"{kind} {layer_type}".strip(), "seq": seq, "attention": attention[index],
                 "real": nbytes(real[index]) / seq, "census": nbytes(census[index]) / seq,
                 "measured": sum(spec["measured"][kind]["bytes_per_token"].values()),
                 "priced": priced[kind], "differences": differences(real[index], census[index]),
@@ -213,7 +251,7 @@ def row_line(row: dict) -> str:
     ratio = row["priced"] / row["real"] if row["real"] else float("nan")
     diffs = "; ".join(f"{what} {size / row['seq']:,.1f} B/token" for what, size in row["differences"]) or "none"
     return (
-        f"   {row['config'][:34]:34} {row['kind'][:30]:30} {row['seq']:>6} {row['attention']:>5} "
+        f"   {row['config'][:34]:34} {row['kind'][:30]:30} {row['seq']:>6} {row['attention'][:9]:>9} "
         f"{row['real']:>12,.1f} {row['priced']:>12,.1f} {ratio:>7.4f} {row['census']:>12,.1f}   {diffs}"
     )
 
@@ -243,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("== bench_gpu: bytes per token kept for backward by one layer of each kind, a real run on "
           f"{args.device} (bf16, random weights) against the records' price and the census's run")  # fmt: skip
-    print(f"   {'config':34} {'kind':30} {'seq':>6} {'attn':>5} {'real':>12} {'priced':>12} {'p/real':>7} {'census':>12}   largest differences (+ real only, - census only)")
+    print(f"   {'config':34} {'kind':30} {'seq':>6} {'attention':>9} {'real':>12} {'priced':>12} {'p/real':>7} {'census':>12}   largest differences (+ real only, - census only)")
     off = 0
     for name, config in snapshot_configs(args.config):
         try:
