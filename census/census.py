@@ -46,10 +46,17 @@ POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max
 
 
 def _same_measurement(a, b) -> bool:
-    """Two probed layers of one shape kept the same bytes, op by op. (Not the share of them
-    that is the layer's own input: the first layer's input is the embedding's output, and it
-    is told apart from the others' there, whatever the layers do.)"""
-    return a.saved_bytes == b.saved_bytes
+    """Two probed layers of one shape kept the same bytes, op by op, and called their attention
+    kernels with the same sliding windows. (Not the share of them that is the layer's own input:
+    the first layer's input is the embedding's output, and it is told apart from the others'
+    there, whatever the layers do.) The census's kernel takes the window as an argument and keeps
+    alike either way, but transformers hands sdpa an explicit mask for a window shorter than the
+    sequence, which a GPU's kernel keeps (docs/census.md, "Which sdpa kernel runs on CUDA")."""
+    return a.saved_bytes == b.saved_bytes and _windows(a) == _windows(b)
+
+
+def _windows(probe) -> list[int]:
+    return sorted(k.window for k in probe.kernels if k.kind == "attention")
 
 
 def _kinds(family: Family, shapes: list[Shape], config) -> tuple[dict[int, str], bool]:

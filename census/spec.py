@@ -80,6 +80,7 @@ FLAGS = (
     "shared_expert_gate",
     "tie_word_embeddings",
     "layer_norms",  # true when the layer's norms are LayerNorm (mean-centred), false for RMSNorm
+    "sdpa_refused",  # true when transformers runs the model's attention through no sdpa (its class's _supports_sdpa)
 )
 STRUCTURE_REQUIRED = ("layers", "ops")
 STRUCTURE_OPTIONAL = ("flavours", "params", "measured", "variants", "attention_dims", "measured_at", "ends")

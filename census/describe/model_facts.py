@@ -159,5 +159,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         shared_expert_gate=any(v.shared_gate() for v in views),
         tie_word_embeddings=built.tied,
         layer_norms=any(is_layer_norm(m) for m in norms),
+        # transformers' own word on whether the model's attention may run through torch's sdpa
+        sdpa_refused=not type(built.model)._supports_sdpa,
     )
     return facts

@@ -69,6 +69,12 @@ def attention_dropout(view: AttentionFacts, top_k: int | None) -> bool:
 
 
 @variant
+def attention_window(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's arguments: the sliding window (the widest of the layer's calls), 0 without one."""
+    return max((k.window for k in view.attention_kernels()), default=0)
+
+
+@variant
 def score_bias_bytes(view: AttentionFacts, top_k: int | None) -> int:
     """The attention kernel's arguments: an additive score bias's element bytes, 0 without one."""
     return max((k.bias_bytes for k in view.attention_kernels()), default=0)

@@ -136,9 +136,17 @@ def spec():
 def test_the_reading_layers_are_a_kind_of_their_own_that_keeps_no_keys_and_values(spec):
     # layer 0 runs the activation sparsity (its own kind), layer 1 keeps its own keys and
     # values, layers 2 and 3 read layer 0's and layer 1's (window 16 < 32 tokens: the sliding
-    # reader keeps what the full one keeps, one kind)
-    assert spec["layers"] == [{"kind": "sliding_dense", "count": 1}, {"kind": "full_dense", "count": 1}, {"kind": "full_dense_kv_shared", "count": 2}]
-    assert {kind: v["kv_shared"] for kind, v in spec["variants"].items()} == {"sliding_dense": False, "full_dense": False, "full_dense_kv_shared": True}
+    # reader keeps what the full one keeps under the census's kernel, and is a kind apart by its
+    # window, as sdpa keeps its mask beside)
+    assert spec["layers"] == [
+        {"kind": "sliding_dense", "count": 1}, {"kind": "full_dense", "count": 1},
+        {"kind": "sliding_dense_kv_shared", "count": 1}, {"kind": "full_dense_kv_shared", "count": 1},
+    ]  # fmt: skip
+    assert {kind: v["kv_shared"] for kind, v in spec["variants"].items()} == {
+        "sliding_dense": False, "full_dense": False, "sliding_dense_kv_shared": True, "full_dense_kv_shared": True,
+    }  # fmt: skip
+    assert spec["variants"]["sliding_dense_kv_shared"]["attention_window"] == 16
+    assert spec["measured"]["sliding_dense_kv_shared"] == spec["measured"]["full_dense_kv_shared"]
     own, reads = spec["measured"]["full_dense"]["bytes_per_token"], spec["measured"]["full_dense_kv_shared"]["bytes_per_token"]
     assert own["attBMM"] - reads["attBMM"] == BF16 * 2 * KV * D  # k and v
     assert {op: n for op, n in own.items() if n != reads[op]}.keys() == {"attBMM", "normOp"}  # and k_norm's and v_norm's saves

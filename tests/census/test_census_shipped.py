@@ -31,6 +31,16 @@ CHECKED = (
 )  # fmt: skip
 
 
+def windowed(layers: int, full_every: int, ff: str) -> list[tuple[str, int]]:
+    """The layer runs of a stack whose every `full_every`-th layer attends to every earlier token
+    and the others over a sliding window: kinds `sliding_{ff}` and `full_{ff}`."""
+    runs: list[tuple[str, int]] = []
+    for i in range(layers):
+        kind = f"full_{ff}" if (i + 1) % full_every == 0 else f"sliding_{ff}"
+        runs[-1:] = [(kind, runs[-1][1] + 1)] if runs and runs[-1][0] == kind else [*runs[-1:], (kind, 1)]
+    return runs
+
+
 def dense(layers, h, vocab, heads, kv, head_dim, width, flags=(), **more):
     """One dense decoder kind: `layers` groups, all sizes as the config states them."""
     return dict(
@@ -114,14 +124,14 @@ TABLE = {
         **MLA,
     ),  # fmt: skip
     # Gemma ties its embeddings (the class default; the configs do not say otherwise).
-    "google/gemma-2-2b-it": dense([("decoder", 26)], 2304, 256000, 8, 4, 256, 9216, {"tie_word_embeddings"}, sliding_window=4096),
+    "google/gemma-2-2b-it": dense(windowed(26, 2, "dense"), 2304, 256000, 8, 4, 256, 9216, {"tie_word_embeddings", "sdpa_refused"}, sliding_window=4096),
     "google/gemma-2b": dense([("decoder", 18)], 2048, 256000, 8, 1, 256, 16384, {"tie_word_embeddings"}),
     "google/gemma-3-1b-it": dense(
-        [("decoder", 26)], 1152, 262144, 4, 1, 256, 6912, {"qk_norm", "tie_word_embeddings"}, sliding_window=512
+        windowed(26, 6, "dense"), 1152, 262144, 4, 1, 256, 6912, {"qk_norm", "tie_word_embeddings"}, sliding_window=512
     ),
     # A sparse text_config: vocab_size is unstated, so the class default 262208 applies.
     "google/gemma-3-27b-it": dense(
-        [("decoder", 62)], 5376, 262208, 32, 16, 128, 21504, {"qk_norm", "tie_word_embeddings"}, sliding_window=1024
+        windowed(62, 6, "dense"), 5376, 262208, 32, 16, 128, 21504, {"qk_norm", "tie_word_embeddings"}, sliding_window=1024
     ),
     "meta-llama/Llama-2-7b-chat-hf": dense([("decoder", 32)], 4096, 32000, 32, 32, 128, 11008),
     "meta-llama/Llama-3.1-70B-Instruct": dense([("decoder", 80)], 8192, 128256, 64, 8, 128, 28672),
@@ -132,12 +142,13 @@ TABLE = {
     "mistralai/Mistral-7B-v0.3": dense([("decoder", 32)], 4096, 32768, 32, 8, 128, 14336),
     "mistralai/Mixtral-8x22B-v0.1": moe([("decoder", 56)], 6144, 32000, 48, 8, 128, 8, 2, 16384),
     "mistralai/Mixtral-8x7B-v0.1": moe([("decoder", 32)], 4096, 32000, 32, 8, 128, 8, 2, 14336),
-    # attention_bias true (q, k, v and o), biased experts, alternating sliding (128) and full layers built alike.
+    # attention_bias true (q, k, v and o), biased experts, alternating sliding (128) and full layers
+    # built alike, kinds apart by their window.
     "openai/gpt-oss-120b": moe(
-        [("decoder", 36)], 2880, 201088, 64, 8, 64, 128, 4, 2880, {"qkv_bias", "o_bias", "mlp_bias"}, sliding_window=128
+        windowed(36, 2, "moe"), 2880, 201088, 64, 8, 64, 128, 4, 2880, {"qkv_bias", "o_bias", "mlp_bias", "sdpa_refused"}, sliding_window=128
     ),
     "openai/gpt-oss-20b": moe(
-        [("decoder", 24)], 2880, 201088, 64, 8, 64, 32, 4, 2880, {"qkv_bias", "o_bias", "mlp_bias"}, sliding_window=128
+        windowed(24, 2, "moe"), 2880, 201088, 64, 8, 64, 32, 4, 2880, {"qkv_bias", "o_bias", "mlp_bias", "sdpa_refused"}, sliding_window=128
     ),
 }
 
@@ -184,13 +195,16 @@ def test_shipped_spec_is_valid_and_round_trips(specs, repo):
 
 @pytest.mark.parametrize("repo", REPOS)
 def test_counted_ops_equal_the_family_profile(specs, repo):
-    """The profiles are the families' declared expectations; the census's own counts must agree."""
+    """The profiles are the families' declared expectations; the census's own counts must agree.
+    A profile states a kind per flavour: kinds of one flavour told apart by their attention's
+    window (gemma-3's sliding_dense and full_dense) are each the profile's kind of that flavour."""
     spec = specs[repo]
     family = family_for(spec["arch"])
     for kind in spec.kinds:
-        assert spec["ops"][kind] == dict(family.kinds[kind].ops), kind
         flavour = spec["flavours"][kind]
-        assert family.kinds[kind].accepts(flavour["attention"], flavour["ffn"])
+        profiled = family.kinds[kind if kind in family.kinds else family.kind_for(flavour["attention"], flavour["ffn"])]
+        assert spec["ops"][kind] == dict(profiled.ops), kind
+        assert profiled.accepts(flavour["attention"], flavour["ffn"])
 
 
 def _ops(*counts):
@@ -215,22 +229,25 @@ def test_named_op_counts(specs):
     assert specs["bigcode/starcoder2-7b"]["ops"]["decoder"]["ffMM"] == 2
     assert specs["bigcode/starcoder2-7b"]["ops"]["decoder"]["dropout"] == 2
     # Sandwich norms: four per layer; the QK-norm is the qk_norm flag, not a normOp.
-    assert specs["google/gemma-3-27b-it"]["ops"]["decoder"]["normOp"] == 4
+    assert specs["google/gemma-3-27b-it"]["ops"]["sliding_dense"]["normOp"] == 4
     assert specs["google/gemma-3-27b-it"]["qk_norm"] is True
 
 
-def test_sliding_and_full_layers_built_alike_are_one_kind(specs):
+def test_sliding_and_full_layers_built_alike_are_kinds_apart(specs):
     # gpt-oss-20b alternates sliding and full attention layers (its layer_types), built alike:
-    # one kind, with the window recorded; the same for gemma-3.
-    for repo, window in (("openai/gpt-oss-20b", 128), ("google/gemma-3-1b-it", 512)):
+    # kinds apart, each layer's kind its layer type's, since transformers hands sdpa a mask for the
+    # sliding ones (docs/census.md, "Which sdpa kernel runs on CUDA"); the same for gemma-3.
+    for repo, window, ff in (("openai/gpt-oss-20b", 128, "moe"), ("google/gemma-3-1b-it", 512, "dense")):
         config = load_shipped(repo)
         layer_types = config.get("layer_types") or [
             "full_attention" if (i + 1) % config["sliding_window_pattern"] == 0 else "sliding_attention"
             for i in range(config["num_hidden_layers"])
         ]  # gemma-3-1b states the pattern: every 6th layer full
-        assert {"sliding_attention", "full_attention"} <= set(layer_types)
-        assert specs[repo]["layers"] == [{"kind": "decoder", "count": config["num_hidden_layers"]}]
+        kinds = [run["kind"] for run in specs[repo]["layers"] for _ in range(run["count"])]
+        assert kinds == [f"{t.removesuffix('_attention')}_{ff}" for t in layer_types]
         assert specs[repo]["sliding_window"] == window
+        assert specs[repo]["variants"][f"sliding_{ff}"]["attention_window"] == window
+        assert specs[repo]["variants"][f"full_{ff}"]["attention_window"] == 0
 
 
 def test_parameters_add_up_to_the_published_count(specs):
