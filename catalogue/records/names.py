@@ -33,15 +33,15 @@ from speccat.catalogue.vocabulary import KIND_DIMS, OPS, VARIANTS
 # Every name a layer can supply, in the order of the table in docs/pricing.md.
 SETTING_NAMES: tuple[str, ...] = (
     "megatron", "s", "b", "t", "cp", "sp", "cap_fact", "gmm", "dropless_tok_factor", "fa",
-    "bytes_compute", "param_casts", "ulysses", "micro_factor", "se",
+    "bytes_compute", "param_casts", "ulysses", "micro_factor", "se", "kernel_flash", "kernel_efficient", "kernel_math",
 )  # fmt: skip
+# The spec's flags a formula reads as names (1.0 or 0.0).
+FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate", "sdpa_refused")
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_dropout",
-    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "rglru", "dlru", "cross", "hybrid", "recurrent", "linear_eager", "linear_eager_gated", "lin_block", *VARIANTS, *(f for f in ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")),
+    *(f"n_{op}" for op in OPS), "n_qknorm", "dqk", "n_lkh", "k_conv", "ssm", "di", "ds", "dtr", "mh", "ng", "short_conv", "rwkv", "dwkv", "rglru", "dlru", "cross", "hybrid", "recurrent", "linear_eager", "linear_eager_gated", "lin_block", *VARIANTS, *FLAG_NAMES,
 )  # fmt: skip
-# The spec's flags a formula reads as names (1.0 or 0.0).
-FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate")
 LAYER_NAMES: frozenset[str] = frozenset(SETTING_NAMES + KIND_NAMES)
 
 # The name a slot formula's element sum is bound to; no layer supplies it.
@@ -284,6 +284,10 @@ def setting_values(setting: Mapping, dtype_bytes: Mapping[str, int]) -> dict[str
     # built with another value than the grid's
     values["se"] = setting.get("encoder_tokens", fixed_default("encoder_tokens"))
     values["fa"] = setting["flash_attention"]
+    # the attention kernel, one flag each (none of them: `auto`, sdpa's own choice per kind)
+    kernel = setting.get("attention_kernel", fixed_default("attention_kernel"))
+    for name in ("flash", "efficient", "math"):
+        values[f"kernel_{name}"] = kernel == name
     return _floats(values)
 
 

@@ -49,7 +49,8 @@ def price_points(spec: Mapping, records: Records, grid: Grid, costs: Costs | Non
     if not points:
         return []
     # a cross-attention kind's points state the encoder tokens it was given (the fixed setting encoder_tokens)
-    chosen = [grid.setting({k: p[k] for k in ("stack", "seq_length", "tp", "cp", "sequence_parallel", "encoder_tokens") if k in p} | {"micro_batch": 1}) for p in points]
+    # and the census's attention kernel: FlashAttention's, the window an argument (no mask kept)
+    chosen = [grid.setting({k: p[k] for k in ("stack", "seq_length", "tp", "cp", "sequence_parallel", "encoder_tokens") if k in p} | {"micro_batch": 1, "attention_kernel": "flash"}) for p in points]
     settings = {setting["setting_id"]: setting for setting in chosen}  # points sharing a setting price it once
     column = {setting_id: i for i, setting_id in enumerate(settings)}
     at = grid.with_settings(settings.values())

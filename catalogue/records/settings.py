@@ -36,7 +36,7 @@ FIELDS = (
 )  # fmt: skip
 # Settings of one value for the whole grid (the file's `fixed`), outside its combinations: no
 # column of the catalogue's settings table, and part of a setting's id only at another value.
-FIXED = ("encoder_tokens",)
+FIXED = ("encoder_tokens", "attention_kernel")
 TYPES = ("int", "number", "bool", "choice", "dtype")
 FIELD_KEYS = ("type", "min", "choices", "values")
 

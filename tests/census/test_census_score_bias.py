@@ -141,7 +141,7 @@ def test_the_records_price_the_kept_bias_quadratic_in_the_sequence(seq):
     (a·d_rel per token, no record prices it)."""
     spec = run_census(TINY_INKLING, name="tiny-inkling", seq_length=seq)
     records, grid = load_records(), load_settings()
-    one = grid.with_settings([grid.setting({"seq_length": seq})])
+    one = grid.with_settings([grid.setting({"seq_length": seq, "attention_kernel": "flash"})])  # the census's kernel
     prices = price_layers(spec, records, one)
     kept_all, attbmm_dropped = records.mask_of([]), records.mask_of(["attBMM"])
     for i, kind in enumerate(prices.kinds):

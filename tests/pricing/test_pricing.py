@@ -100,7 +100,7 @@ def test_names_dhr_dc_kv_dc_q_are_the_mla_dims_or_the_records_defaults(records, 
     spec = llama_8b()
     names = names_of(spec, "decoder", grid, records)
     assert (names["dhr"], names["dc_kv"], names["dc_q"]) == (0, 0, 0)
-    assert dict(records.defaults) == {"dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
+    assert dict(records.defaults) == {"sdpa_refused": 0, "dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
 
 
 def test_name_hff_is_the_dense_width_and_a_moe_kinds_expert_width(records, grid):

@@ -181,7 +181,7 @@ def test_the_file_states_every_op_and_slot_docs_pricing_lists():
     # the attention kernel's saves, each with its own switch, and the ops only full recompute drops
     assert set(data["slots"]["attention"]["ops"]) == {"attMM", "attUp", "attBMM", "softmax", "headCast", "dropout"}
     assert set(data["slots"]["linear"]["ops"]) == {"attMM", "linrec", "dropout"}
-    assert data["defaults"] == {"dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
+    assert data["defaults"] == {"sdpa_refused": 0, "dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
     # formulas read dimensions, dtypes and stated facts: no family name appears in the file
     profiles = PROFILES_DIR.glob("*.yaml")
     families = {str(name) for p in profiles for d in [yaml.safe_load(p.read_text())] for name in [d["family"], *d.get("match", [])]}

@@ -124,7 +124,10 @@ def test_a_fixed_setting_is_one_value_outside_the_grid_rows_and_their_ids(grid, 
     """encoder_tokens (settings.yaml `fixed`): no grid row states it, so no id changes with it; a
     setting built with another value states it and hashes it into its id; a fixed setting holds
     one value, and only the fixed settings pricing reads are allowed."""
-    assert tuple(grid.fixed) == ("encoder_tokens",) and grid.fixed["encoder_tokens"].values == (0,)
+    assert tuple(grid.fixed) == ("encoder_tokens", "attention_kernel") and grid.fixed["encoder_tokens"].values == (0,)
+    assert grid.fixed["attention_kernel"].values == ("auto",) and grid.setting({"attention_kernel": "auto"}) == grid.settings[0]
+    flash = grid.setting({"attention_kernel": "flash"})
+    assert flash["attention_kernel"] == "flash" and flash["setting_id"] != grid.settings[0]["setting_id"]
     assert all(set(s) == {"setting_id", *FIELDS} for s in grid.settings)
     assert grid.setting({"encoder_tokens": 0}) == grid.setting({}) == grid.settings[0]
     other = grid.setting({"encoder_tokens": 1601})
