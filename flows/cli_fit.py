@@ -213,9 +213,12 @@ def described(args: argparse.Namespace) -> dict:
     the accelerator."""
     from speccat.flows.fit_engine import planning_data
 
-    states = planning_data()["states"]
+    data = planning_data()
+    states = data["states"]
     per_param = states.recipes[args.recipe]
     setting = {k: v for k, v in args.chosen.items() if k not in ("setting_id", *OWN_FIELDS)}
+    for name, fixed in data["grid"].fixed.items():  # named at the grid's value too (attention_kernel=auto)
+        setting.setdefault(name, fixed.default)
     return {
         "stack": setting.pop("stack"),
         "setting": setting,

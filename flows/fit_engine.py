@@ -170,7 +170,10 @@ def priced_night(spec: Mapping, config_hash: str, name: str, grid) -> NightData:
     now = datetime.now(timezone.utc)
     return NightData(
         run_id=f"fit-{config_hash}", started=now, ended=now, status="completed", source="fit", versions=data["versions"],
-        settings=grid.settings, setting_defaults=dict(grid.setting({})), switches=records.switches,
+        # a fixed setting fit was asked for (--set attention_kernel=flash) is priced and hashed into
+        # the setting's id, but the settings table has no column for it (docs/pricing.md)
+        settings=[{k: v for k, v in s.items() if k not in grid.fixed} for s in grid.settings],
+        setting_defaults=dict(grid.setting({})), switches=records.switches,
         repos=[{"repo_id": name, "config_hash": config_hash}], configs={config_hash: {"model_type": spec.get("model_type")}},
         specs={config_hash: spec}, prices={config_hash: price_spec(spec, records, grid, costs=costs)},
         end_prices={config_hash: end_prices(spec, records, grid, data["ends"])},

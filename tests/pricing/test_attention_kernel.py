@@ -10,6 +10,8 @@ by hand from the config."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.shipped_specs import shipped_spec
 
@@ -109,3 +111,26 @@ def test_a_model_transformers_runs_through_no_sdpa_prices_at_flash():
     assert per_token("openai/gpt-oss-20b", 8192) == per_token("openai/gpt-oss-20b", 8192, attention_kernel="flash")
     forced = per_token("openai/gpt-oss-20b", 8192, attention_kernel="efficient")
     assert forced["sliding_moe"] > per_token("openai/gpt-oss-20b", 8192)["sliding_moe"] + 2 * 8192
+
+
+def test_fit_names_the_kernel_and_prices_the_one_asked_for(capsys, tmp_path):
+    """`speccat fit` on a config file: its answer names the attention kernel (auto unless --set),
+    and at flash the sliding layers keep no mask or repeated heads, so a stage keeps less under a
+    switch set that keeps the kernel's saves (attBMM), and as much under one that drops them."""
+    from conftest import shipped_config_paths
+
+    from speccat.flows.cli import main
+
+    config = next(p for p in shipped_config_paths() if "gemma-3-27b" in str(p))
+    argv = ["fit", str(config), "--gpu-mem", "141GiB", "--seq", "8192", "--gpus", "8", "--tp", "1", "--cp", "8",
+            "--db", str(tmp_path / "none.duckdb"), "--json", "--top", "0"]  # fmt: skip
+    answers = {}
+    for kernel in ("auto", "flash"):
+        assert main([*argv, *(["--set", f"attention_kernel={kernel}"] if kernel != "auto" else [])]) == 0
+        answers[kernel] = json.loads(capsys.readouterr().out)
+        assert answers[kernel]["setting"]["attention_kernel"] == kernel
+    auto = {r["switch_set"]: r["activations"] for r in answers["auto"]["rows"]}
+    flash = {r["switch_set"]: r["activations"] for r in answers["flash"]["rows"]}
+    common = auto.keys() & flash.keys()
+    assert {k for k in common if flash[k] < auto[k]} == {k for k in common if "attBMM" not in k and k != "full"} != set()
+    assert all(flash[k] == auto[k] for k in common if "attBMM" in k or k == "full")
