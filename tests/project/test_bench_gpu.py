@@ -50,3 +50,19 @@ def test_a_sliding_window_keeps_its_mask_beside_what_the_census_books():
     assert full["real"] == full["census"] == full["measured"]
     assert sliding["real"] - sliding["census"] == 2 * S == sliding["priced"] - full["priced"]
     assert ("+[1, 1, 64, 64] bfloat16", 2 * S * S) in sliding["differences"]
+
+
+def test_a_spec_the_night_stores_unpriced_is_said_so():
+    """cohere's LayerNorm, written in torch ops, keeps three fp32 rows of the width where the
+    records price the fused kernel's one: the census measures it, the records' price is beyond
+    their tolerance, and the night stores the spec without prices. The row says so, and the
+    real run keeps what the census measured."""
+    tiny_cohere = {
+        "model_type": "cohere", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "use_qk_norm": False,
+    }  # fmt: skip
+    (row,) = bench_gpu.measure("tiny-cohere", tiny_cohere, (S,), "cpu")
+    assert row["unpriced"] == "unsupported_layer"
+    assert row["real"] == row["census"] == row["measured"] > row["priced"] * 1.1
+    (llama,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
+    assert llama["unpriced"] is None
