@@ -50,8 +50,8 @@ def _same_measurement(a, b) -> bool:
     kernels with the same sliding windows. (Not the share of them that is the layer's own input:
     the first layer's input is the embedding's output, and it is told apart from the others'
     there, whatever the layers do.) The census's kernel takes the window as an argument and keeps
-    alike either way, but transformers hands sdpa an explicit mask for a window shorter than the
-    sequence, which a GPU's kernel keeps (docs/census.md, "Which sdpa kernel runs on CUDA")."""
+    alike either way, but transformers hands sdpa an explicit mask for a window no longer than
+    the sequence, which a GPU's kernel keeps (docs/census.md, "Which sdpa kernel runs on CUDA")."""
     return a.saved_bytes == b.saved_bytes and _windows(a) == _windows(b)
 
 

@@ -11,6 +11,7 @@ import torch
 
 from speccat.census.describe.layer_roles import HALF, LayerRoles
 from speccat.census.describe.variant_registry import variant
+from speccat.census.structure.predicates import is_layer_norm
 
 
 def _first_norm_ops(view: LayerRoles) -> list:
@@ -47,3 +48,16 @@ def norm_inputs_shared(view: LayerRoles, top_k: int | None) -> int:
     with): 1 for gpt-neox's parallel residual, where both norms take the layer's input and a
     LayerNorm keeps it once."""
     return len(view.probe.stream_norms) - len({key for _, key in view.probe.stream_norms})
+
+
+@variant
+def norm_fp32_extra(view: LayerRoles, top_k: int | None) -> int:
+    """The storages the layer's first stream norm saved per call that are fp32 rows of its weight's
+    width, less its upcast input (`norm_upcast`) and, for an RMS norm, its normalised input in fp32
+    (`norm_scale_fp32`), which the records count already."""
+    norms = view.stream_norm_paths()
+    if not norms:
+        return 0
+    rows = view.probe.norm_fp32_rows.get(norms[0], 0) // max(view.probe.norm_calls.get(norms[0], 1), 1)
+    counted = int(norm_upcast(view, top_k)) + int(norm_scale_fp32(view, top_k) and not is_layer_norm(view.module(norms[0])))
+    return max(0, rows - counted)

@@ -53,6 +53,7 @@ class LayerProbe:
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
     norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
     norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
+    norm_fp32_rows: Counter = field(default_factory=Counter)  # norm module path -> fp32 storages it saved, one row of its width per token
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
     experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with

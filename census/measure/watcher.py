@@ -193,6 +193,11 @@ class Watcher:
         op = self._region_op(tensor, key)
         if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
             probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
+        elif op == "normOp" and len(savers) == 0 and tensor.dtype == torch.float32 and tensor.dim() > 1:
+            name, norm = next((name, m) for name, m in reversed(self.path) if is_norm(m))
+            weight = getattr(norm, "weight", None)
+            if isinstance(weight, torch.Tensor) and tensor.shape[-1] == weight.shape[-1]:  # a row of the norm's width per token
+                probe.norm_fp32_rows[name] += 1
         savers.append((probe, op, nbytes, weakref.ref(held), self._part(key)))
         return held
 

@@ -250,6 +250,12 @@ def test_sliding_and_full_layers_built_alike_are_kinds_apart(specs):
         assert specs[repo]["variants"][f"full_{ff}"]["attention_window"] == 0
 
 
+def test_no_shipped_norm_keeps_fp32_rows_the_records_do_not_count(specs):
+    # every shipped norm is a fused kernel or an RMS norm whose fp32 rows its upcast and scale
+    # facts account for (cohere's LayerNorm written as torch ops is the registry's: 2)
+    assert {(repo, kind) for repo, spec in specs.items() for kind, v in spec["variants"].items() if v["norm_fp32_extra"]} == set()
+
+
 def test_parameters_add_up_to_the_published_count(specs):
     spec = specs["meta-llama/Llama-3.1-8B-Instruct"]
     h, kv_width, width, vocab, layers = 4096, 8 * 128, 14336, 128256, 32

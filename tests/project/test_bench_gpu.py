@@ -53,16 +53,25 @@ def test_a_sliding_window_keeps_its_mask_beside_what_the_census_books():
 
 
 def test_a_spec_the_night_stores_unpriced_is_said_so():
-    """cohere's LayerNorm, written in torch ops, keeps three fp32 rows of the width where the
-    records price the fused kernel's one: the census measures it, the records' price is beyond
-    their tolerance, and the night stores the spec without prices. The row says so, and the
-    real run keeps what the census measured."""
-    tiny_cohere = {
-        "model_type": "cohere", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "use_qk_norm": False,
-    }  # fmt: skip
-    (row,) = bench_gpu.measure("tiny-cohere", tiny_cohere, (S,), "cpu")
+    """diffllama's differential attention keeps what no record prices: the census measures it,
+    the records' price is beyond their tolerance, and the night stores the spec without prices.
+    The row says so; llama's does not."""
+    tiny_diffllama = {**TINY_LLAMA, "model_type": "diffllama"}
+    (row,) = bench_gpu.measure("tiny-diffllama", tiny_diffllama, (S,), "cpu")
     assert row["unpriced"] == "unsupported_layer"
     assert row["real"] == row["census"] == row["measured"] > row["priced"] * 1.1
     (llama,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
     assert llama["unpriced"] is None
+
+
+def test_a_norm_written_as_torch_ops_is_priced_as_it_keeps():
+    """cohere's LayerNorm, written as torch ops, keeps three fp32 rows of the width (its centred
+    input twice, the normalised input: the variant norm_fp32_extra is 2 beyond the upcast input
+    the records count already); a real CPU forward and backward keeps what the records price."""
+    tiny_cohere = {**TINY_LLAMA, "model_type": "cohere", "use_qk_norm": False}
+    (row,) = bench_gpu.measure("tiny-cohere", tiny_cohere, (S,), "cpu")
+    assert row["unpriced"] is None
+    assert row["real"] == row["census"] == row["measured"] == row["priced"]
+    from speccat.census import run_census
+
+    assert run_census(tiny_cohere, name="tiny-cohere", seq_length=S)["variants"]["decoder"]["norm_fp32_extra"] == 2
