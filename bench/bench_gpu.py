@@ -239,7 +239,7 @@ def differences(real: list, census: list) -> list[tuple[str, int]]:
     return [(f"{sign}{list(shape)} {dtype}", size) for sign, (shape, dtype, size) in rows[:SHOWN_DIFFERENCES]]
 
 
-def measure(name: str, config: dict, seqs: tuple[int, ...], device: str) -> list[dict]:
+def measure(name: str, config: dict, seqs: tuple[int, ...], device: str, backward: bool = True) -> list[dict]:
     """One row per (kind, sequence length): real, census and priced bytes per token and the largest differences."""
     from speccat.census import run_census
 
@@ -249,7 +249,7 @@ def measure(name: str, config: dict, seqs: tuple[int, ...], device: str) -> list
         spec = run_census(config, name=name, seq_length=seq)
         first = first_layers(spec, layer_types)
         indices = sorted(set(first.values()))
-        real, attention = real_run(config, indices[-1] + 1, indices, seq, device)
+        real, attention = real_run(config, indices[-1] + 1, indices, seq, device, backward)
         census = census_run(config, indices[-1] + 1, indices, seq)
         priced, refused = prices(spec, seq), night_refusal(spec)
         for (kind, layer_type), index in first.items():
@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", action="append", default=[], help="a config.json or a folder holding one (default: the shipped snapshot)")
     parser.add_argument("--seq", type=int, action="append", help=f"sequence length (default {' and '.join(map(str, SEQS))})")
+    parser.add_argument("--forward-only", action="store_true",
+                        help="build the graph without running the backward: the same bytes kept, half the memory (the largest models at 16384)")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = parser.parse_args(argv or [])  # `python -m bench gpu` calls main() with no options
     import torch
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     off = unpriced = 0
     for (name, config), seq in ((c, seq) for c in snapshot_configs(args.config) for seq in args.seq or SEQS):
         try:
-            rows = measure(name, config, (seq,), args.device)
+            rows = measure(name, config, (seq,), args.device, backward=not args.forward_only)
         except SpecError as err:
             print(f"   {name}: refused, not measured: {err.reason}")
             continue

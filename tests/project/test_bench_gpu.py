@@ -75,3 +75,11 @@ def test_a_norm_written_as_torch_ops_is_priced_as_it_keeps():
     from speccat.census import run_census
 
     assert run_census(tiny_cohere, name="tiny-cohere", seq_length=S)["variants"]["decoder"]["norm_fp32_extra"] == 2
+
+
+def test_the_forward_alone_keeps_what_the_whole_step_keeps():
+    """`--forward-only`: the saved tensors are packed in the forward, so a run without the
+    backward books the same bytes, tensor for tensor."""
+    (whole,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
+    (forward,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu", backward=False)
+    assert forward["real"] == whole["real"] and forward["differences"] == whole["differences"]
