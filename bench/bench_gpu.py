@@ -74,14 +74,12 @@ def resolved(config: dict):
 
 def night_refusal(spec) -> str | None:
     """The reason code the night stores `spec` without prices (the records' price beyond their
-    tolerance of what the census measured: points.check_prices), None where it prices it. Such a
+    tolerance of what the census measured: flows/analysis.py checked_points), None where it prices it. Such a
     row's price is printed for comparison only: no catalogue holds it."""
-    from speccat.catalogue.records.points import check_prices, price_ends, price_points
-    from speccat.flows.analysis import pricing_inputs
+    from speccat.flows.analysis import checked_points, pricing_inputs
 
-    records, grid, costs, ends = pricing_inputs()
     try:
-        check_prices(spec, price_points(spec, records, grid, costs) + price_ends(spec, records, grid, ends), records)
+        checked_points(spec, *pricing_inputs())
     except ValueError as err:
         return getattr(err, "reason", "bad_value")
     return None

@@ -67,6 +67,15 @@ class Outcome:
         raise PricingError("bad_value", str(self.refusal)) from self.refusal
 
 
+def checked_points(spec, records, grid, costs, ends) -> list[dict]:
+    """The records' prices at every point the census measured `spec` at, its ends' included,
+    checked against what it measured there (points.check_prices: PricingError
+    `unsupported_layer` beyond the records' tolerance); the layers' point rows."""
+    points = price_points(spec, records, grid, costs)
+    check_prices(spec, points + price_ends(spec, records, grid, ends), records)
+    return points
+
+
 def census_priced(config: dict, name: str, seq_length: int | None = None, spec_json: str | None = None) -> Outcome:
     """Census `config` (measured across settings too), price its spec and check the price: the
     one composition of census, price and check, which the night (`analyse`), `speccat price` and
@@ -92,8 +101,7 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
         records, grid, costs, ends = pricing_inputs()
         prices = price_spec(spec, records, grid, costs=costs)
         infeasible = layouts.infeasible(spec, records, grid)
-        points = price_points(spec, records, grid, costs)
-        check_prices(spec, points + price_ends(spec, records, grid, ends), records)
+        points = checked_points(spec, records, grid, costs, ends)
         skip = frozenset(row["setting_id"] for row in infeasible)
         end_rows = end_prices(spec, records, grid, ends, skip)
         ops = op_costs(spec, records, grid, costs).rows(skip)
