@@ -192,14 +192,18 @@ class Watcher:
                 self.four_d.add(key)
         op = self._region_op(tensor, key)
         if op == "normOp" and tensor.dim() == 1:  # a vector of the norm's width: a computed copy of its weight
-            probe.norm_weight_copies.add(next(name for name, m in reversed(self.path) if is_norm(m)))
+            probe.norm_weight_copies.add(self._innermost_norm()[0])
         elif op == "normOp" and len(savers) == 0 and tensor.dtype == torch.float32 and tensor.dim() > 1:
-            name, norm = next((name, m) for name, m in reversed(self.path) if is_norm(m))
+            name, norm = self._innermost_norm()
             weight = getattr(norm, "weight", None)
             if isinstance(weight, torch.Tensor) and tensor.shape[-1] == weight.shape[-1]:  # a row of the norm's width per token
                 probe.norm_fp32_rows[name] += 1
         savers.append((probe, op, nbytes, weakref.ref(held), self._part(key)))
         return held
+
+    def _innermost_norm(self) -> tuple[str | None, nn.Module | None]:
+        """The path and module of the innermost norm the watched code runs in, (None, None) outside any."""
+        return next(((name, m) for name, m in reversed(self.path) if is_norm(m)), (None, None))
 
     def _part(self, key: int) -> str | None:
         """UP_INPUT when a projection saves a norm's output made inside the same child before the
@@ -223,7 +227,7 @@ class Watcher:
             first_in.dtype if first_in is not None else None,
             int(first_in.shape[-1]) if first_in is not None and first_in.dim() else 0,
         )
-        norm = next((name for name, m in reversed(self.path) if is_norm(m)), None)
+        norm = self._innermost_norm()[0]
         if norm is not None:
             probe.norm_ops.setdefault(norm, []).append(seen)
         elif self.path and not any(is_experts(m) or "shared" in name.rsplit(".", 1)[-1] for name, m in self.path):
