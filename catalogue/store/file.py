@@ -62,12 +62,15 @@ TABLES: tuple[str, ...] = (
     "point_prices",
     "end_prices",
     "op_costs",
+    "fits_on",
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
 # (filled before the schema runs), the grid's default setting, states.yaml's sharding, the ops
-# each switch set re-runs and accelerators.yaml (sql/schema/).
-REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", "state_sharding", "switch_ops", "accelerators")
+# each switch set re-runs, accelerators.yaml and the questions the table fits_on answers (sql/schema/).
+REFERENCE_TABLES: tuple[str, ...] = (
+    "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "accelerators", "fits_on_sizes", "fits_on_layouts",
+)
 # The columns that, beside census_version, say which libraries measured a spec (part of the key
 # of every spec and price table).
 LIBRARY_COLUMNS = frozenset({"transformers_version", "torch_version"})
@@ -316,8 +319,8 @@ def store_night(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[s
     """Stage the night's rows, merge them into the default catalog (which has the schema) and
     (re)create its macros and views; the staging catalog is detached after."""
     stage(con, night, tables)
-    merge(con)
     create_views(con)
+    merge(con)
     con.execute(sql.render("steps/detach", catalog=INCOMING))
 
 
@@ -368,6 +371,7 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     if problems:
         listed = "; ".join(f"{c}: {d}" for c, d in problems[:10])
         raise StoreError("check_failed", f"{len(problems)} problem(s): {listed}")
+    con.execute(sql.load("steps/fits_on"))  # what fits for the specs that lack it, from the prices just merged
 
 
 def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:

@@ -11,9 +11,11 @@
 -- recipe (a state_sharding recipe), budget_bytes,
 -- accelerator (an accelerators row) and only_fitting: true leaves out the settings of the layout
 -- where no switch set can fit its budget, as each stage's floor (its ends, its model states and
--- each kind's fewest bytes under any set) already exceeds it on some stage. `speccat fit` asks
--- for that (it lists only what fits, and most of a large GPU count's layouts fit nowhere);
--- rank_fits_layout does not.
+-- each kind's fewest bytes under any set) already exceeds it on some stage, and the switch sets
+-- fitting_sets can never list (`outclassed`: equal to, or beaten in every kind's bytes and
+-- recompute seconds on the layout's accelerator by, a set before it in fitting_sets' order).
+-- `speccat fit` and the table fits_on ask for that (they read only what fits, and most of a
+-- large GPU count's layouts fit nowhere); rank_fits_layout does not.
 -- A rank of stage i of pp holds its layers' activations and its ends' (the embedding on the
 -- first stage, the final norm and the logits on the last), each for the micro-batches in
 -- flight: pp - i in 1F1B, times 1 + (pp - 1)/(pp vpp) with vpp > 1 virtual stages (Korthikanti
@@ -27,7 +29,8 @@
 -- / bandwidth); per sequence it is that over dp · the micro-batch, as the dp pipelines run
 -- side by side.
 -- A layout with pp beyond a model's layers, or ep not dividing both its routed experts and
--- dp·cp, has no rows for it. SET VARIABLE repo_id reads that repo's rows only.
+-- dp·cp, has no rows for it. SET VARIABLE repo_id reads that repo's rows only, and
+-- config_hashes (a list) those specs' only (sql/steps/fits_on.sql sets it).
 -- Grain: one row per (layout, repo_id, setting_id, switch set, stage), at the latest night's
 -- versions.
 -- Columns: rank_fits' (see its view), after `layout`, the layout's number, with `stage` (0
@@ -35,15 +38,19 @@
 -- of its layout's stages under the set (of stages holding as much, the first).
 CREATE OR REPLACE MACRO rank_stages(layouts) AS TABLE
 WITH layout AS MATERIALIZED (
-    SELECT layout, dp, pp, ep, zero, vpp, etp, setting_id, recipe, budget_bytes, accelerator, only_fitting FROM query_table(layouts)
+    SELECT layout, dp, pp, ep, zero, vpp, etp, setting_id, recipe, budget_bytes, accelerator, only_fitting,
+           CASE WHEN only_fitting THEN accelerator END AS outclassed_on  -- the accelerator outclassed points are left out on
+    FROM query_table(layouts)
 ),
 latest AS MATERIALIZED (  -- the latest specs of the repos asked for
     SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers,
-           s.num_experts, s.spec, s.vocab_size, s.hidden_size, s.tie_word_embeddings
+           s.num_experts, s.vocab_size, s.hidden_size, s.tie_word_embeddings,
+           (s.spec -> 'params' ->> 'embedding')::DOUBLE AS embedding_params, (s.spec -> 'params' ->> 'final_norm')::DOUBLE AS final_norm_params,
+           (s.spec -> 'params' ->> 'output')::DOUBLE AS output_params
     FROM specs AS s JOIN latest_run AS v ON s.census_version = v.census_version AND s.transformers_version = v.transformers_version
                                       AND s.torch_version = v.torch_version
-    WHERE getvariable('repo_id') IS NULL
-          OR s.config_hash IN (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id'))
+    WHERE (getvariable('repo_id') IS NULL OR s.config_hash IN (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')))
+      AND (getvariable('config_hashes') IS NULL OR list_contains(getvariable('config_hashes'), s.config_hash))
 ),
 model AS MATERIALIZED (  -- each spec at each layout that applies to it
     SELECT l.layout, l.pp, l.vpp, m.*
@@ -79,14 +86,14 @@ stage_params AS MATERIALIZED (  -- parameters per group on each stage, before mo
                          AND p.torch_version = m.torch_version AND p.kind = k.kind
     GROUP BY ALL
     UNION ALL
-    SELECT m.layout, m.config_hash, 0, 'embedding', (m.spec -> 'params' ->> 'embedding')::DOUBLE FROM model AS m
+    SELECT m.layout, m.config_hash, 0, 'embedding', m.embedding_params FROM model AS m
     UNION ALL
-    SELECT m.layout, m.config_hash, m.pp - 1, 'final_norm', (m.spec -> 'params' ->> 'final_norm')::DOUBLE FROM model AS m
+    SELECT m.layout, m.config_hash, m.pp - 1, 'final_norm', m.final_norm_params FROM model AS m
     UNION ALL
     SELECT m.layout, m.config_hash, m.pp - 1, 'output',
-           CASE WHEN m.pp > 1 AND coalesce((m.spec -> 'params' ->> 'output')::DOUBLE, 0) = 0 AND m.tie_word_embeddings
+           CASE WHEN m.pp > 1 AND coalesce(m.output_params, 0) = 0 AND m.tie_word_embeddings
                 THEN m.vocab_size::DOUBLE * m.hidden_size  -- the last stage's copy of the tied word embedding
-                ELSE (m.spec -> 'params' ->> 'output')::DOUBLE END
+                ELSE m.output_params END
     FROM model AS m
 ),
 priced AS MATERIALIZED (  -- the settings each spec is priced at, per layout (micro-batches in flight: the stages')
@@ -126,6 +133,58 @@ points AS (  -- one layer of each kind at each setting and point: the masks, the
     SELECT config_hash, kind, setting_id, -1, kept
     FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
 ),
+point_costs AS (  -- one layer of each kind at each setting: what each point re-runs, and its time on each accelerator asked for
+    SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, w.mask, sum(o.recompute_flops) AS flops, sum(o.recompute_bytes) AS moved,
+           sum(greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s)) AS seconds
+    FROM op_costs AS o JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+    JOIN switch_ops AS w USING (op)
+    JOIN accelerators AS a ON a.accelerator IN (SELECT accelerator FROM layout)
+    GROUP BY ALL
+),
+signatures AS MATERIALIZED (  -- for a layout asking only_fitting: per its accelerator, spec, setting and point, each kind's
+                              -- bytes kept and recompute seconds, in kind order, and the point's place in fitting_sets' order
+    SELECT a.accelerator, p.config_hash, p.setting_id, p.mask, CASE WHEN p.mask = -1 THEN 1 ELSE 0 END AS full_last,
+           list(p.kept ORDER BY p.kind) AS kept, list(coalesce(c.seconds, 0) ORDER BY p.kind) AS seconds
+    FROM points AS p
+    JOIN (SELECT DISTINCT accelerator FROM layout WHERE only_fitting) AS a ON true
+    LEFT JOIN point_costs AS c ON c.accelerator = a.accelerator AND c.config_hash = p.config_hash AND c.kind = p.kind
+                              AND c.setting_id = p.setting_id AND c.mask = p.mask
+    WHERE (p.config_hash, p.setting_id) IN (SELECT (config_hash, setting_id) FROM priced)
+    GROUP BY ALL
+),
+classes AS MATERIALIZED (  -- points equal in every kind's bytes and seconds: the first in fitting_sets' order stands for them
+    SELECT accelerator, config_hash, setting_id, kept, seconds, arg_min({'full_last': full_last, 'mask': mask}, (full_last, mask)) AS first,
+           list(mask) AS members
+    FROM signatures GROUP BY ALL
+),
+outclassed AS MATERIALIZED (  -- points fitting_sets never lists, at any layout and budget, as another is listed before them
+                              -- (holding no more bytes in any kind, costing no more seconds in any, and first in its order):
+                              -- left out of a layout asking only_fitting, whose rows are read for what fits
+    SELECT accelerator, config_hash, setting_id, unnest(list_filter(members, m -> m <> first.mask)) AS mask FROM classes
+    UNION ALL
+    SELECT a.accelerator, a.config_hash, a.setting_id, a.first.mask
+    FROM classes AS a JOIN classes AS b USING (accelerator, config_hash, setting_id)
+    WHERE b.first < a.first
+      AND list_bool_and(list_transform(list_zip(b.kept, a.kept), x -> x[1] <= x[2]))
+      AND list_bool_and(list_transform(list_zip(b.seconds, a.seconds), x -> x[1] <= x[2]))
+),
+read_points AS MATERIALIZED (  -- the points a layout reads: every one (outclassed_on NULL), or, for the layouts of an
+                               -- accelerator asking only_fitting, all but those outclassed on it
+    SELECT NULL::VARCHAR AS outclassed_on, * FROM points
+    WHERE EXISTS (SELECT 1 FROM layout WHERE NOT only_fitting)
+    UNION ALL
+    SELECT a.accelerator, p.*
+    FROM points AS p JOIN (SELECT DISTINCT accelerator FROM layout WHERE only_fitting) AS a ON true
+    ANTI JOIN outclassed AS o ON o.accelerator = a.accelerator AND o.config_hash = p.config_hash AND o.setting_id = p.setting_id
+                             AND o.mask = p.mask
+    WHERE (p.config_hash, p.setting_id) IN (SELECT (config_hash, setting_id) FROM priced)
+),
+priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layout, spec, setting) priced
+    SELECT p.layout, p.config_hash, p.setting_id, e.embedding, e.final_norm, e.logits
+    FROM priced AS p JOIN latest AS m USING (config_hash)
+    JOIN end_prices AS e ON e.config_hash = m.config_hash AND e.census_version = m.census_version AND e.transformers_version = m.transformers_version
+                        AND e.torch_version = m.torch_version AND e.records_version = m.records_version AND e.setting_id = p.setting_id
+),
 stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends' and its model states
     SELECT t.layout, t.config_hash, t.setting_id, t.stage, s.flight,
            (CASE WHEN t.stage = 0 THEN e.embedding ELSE 0 END
@@ -133,9 +192,7 @@ stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers'
            t.weight, t.grad, t.optimizer
     FROM stage_states AS t
     JOIN stages AS s USING (layout, config_hash, stage)
-    JOIN latest AS m USING (config_hash)
-    JOIN end_prices AS e ON e.config_hash = t.config_hash AND e.census_version = m.census_version AND e.transformers_version = m.transformers_version
-                        AND e.torch_version = m.torch_version AND e.records_version = m.records_version AND e.setting_id = t.setting_id
+    JOIN priced_ends AS e USING (layout, config_hash, setting_id)
     JOIN layout AS l ON l.layout = t.layout
 ),
 possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: all, but of a layout asking only_fitting those under
@@ -157,21 +214,15 @@ stage_totals AS (
            h.weight, h.grad, h.optimizer
     FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum(k.layers * p.kept) AS activations
           FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
-          JOIN points AS p ON p.config_hash = k.config_hash AND p.kind = k.kind AND p.setting_id = q.setting_id
+          JOIN layout AS l ON l.layout = k.layout
+          JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
+                               AND p.kind = k.kind AND p.setting_id = q.setting_id
           GROUP BY ALL) AS a
     JOIN stage_held AS h USING (layout, config_hash, setting_id, stage)
 ),
 fullest AS (  -- per layout, spec, setting and set, the stage whose rank holds the most (of equals, the first)
     SELECT layout, config_hash, setting_id, mask, arg_max(stage, (activations + ends + weight + grad + optimizer, -stage)) AS stage
     FROM stage_totals GROUP BY ALL
-),
-point_costs AS (  -- one layer of each kind at each setting: what each point re-runs, and its time on each accelerator asked for
-    SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, w.mask, sum(o.recompute_flops) AS flops, sum(o.recompute_bytes) AS moved,
-           sum(greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s)) AS seconds
-    FROM op_costs AS o JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
-    JOIN switch_ops AS w USING (op)
-    JOIN accelerators AS a ON a.accelerator IN (SELECT accelerator FROM layout)
-    GROUP BY ALL
 ),
 step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
     SELECT c.config_hash, c.kind, c.setting_id, c.step_flops / nullif(c.recompute_flops, 0) AS forwards
@@ -180,11 +231,12 @@ step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): sw
 ),
 first_costs AS (  -- the first stage's layers, per micro-batch: each point's recompute and the step's time
     SELECT k.layout, k.config_hash, p.setting_id, p.mask, sum(k.layers * coalesce(c.flops, 0)) AS flops,
-           sum(k.layers * coalesce(c.moved, 0)) AS moved, sum(k.layers * coalesce(c.seconds, 0)) AS seconds,
+           sum(k.layers * coalesce(c.moved, 0)) AS moved, round(sum(k.layers * coalesce(c.seconds, 0)), 15) AS seconds,  -- to the femtosecond: sums of the same terms in another order rank alike
            sum(k.layers * f.seconds * s.forwards) AS step_seconds
     FROM stage_kinds AS k JOIN layout AS l ON l.layout = k.layout
     JOIN possible AS q ON q.layout = k.layout AND q.config_hash = k.config_hash
-    JOIN points AS p ON p.config_hash = k.config_hash AND p.kind = k.kind AND p.setting_id = q.setting_id
+    JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
+                         AND p.kind = k.kind AND p.setting_id = q.setting_id
     LEFT JOIN point_costs AS c ON c.accelerator = l.accelerator AND c.config_hash = p.config_hash AND c.kind = p.kind
                               AND c.setting_id = p.setting_id AND c.mask = p.mask
     JOIN point_costs AS f ON f.accelerator = l.accelerator AND f.config_hash = p.config_hash AND f.kind = p.kind

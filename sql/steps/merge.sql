@@ -176,6 +176,23 @@ INSERT INTO accelerators BY NAME
 SELECT * FROM (SELECT * FROM incoming.accelerators EXCEPT SELECT * FROM accelerators)
 ORDER BY accelerator;
 
+-- The questions of the table fits_on: replaced whole when tonight's differ (another plan_version).
+DELETE FROM fits_on_sizes
+WHERE EXISTS (SELECT 1 FROM incoming.fits_on_sizes)
+  AND plan_version NOT IN (SELECT plan_version FROM incoming.fits_on_sizes);
+INSERT INTO fits_on_sizes BY NAME
+SELECT * FROM incoming.fits_on_sizes
+WHERE plan_version NOT IN (SELECT plan_version FROM fits_on_sizes)
+ORDER BY gpu_mem_gib;
+
+DELETE FROM fits_on_layouts
+WHERE EXISTS (SELECT 1 FROM incoming.fits_on_layouts)
+  AND plan_version NOT IN (SELECT plan_version FROM incoming.fits_on_layouts);
+INSERT INTO fits_on_layouts BY NAME
+SELECT * FROM incoming.fits_on_layouts
+WHERE plan_version NOT IN (SELECT plan_version FROM fits_on_layouts)
+ORDER BY gpus, position, setting_id;
+
 -- Run-scoped tables: tonight's rows replace whatever an earlier store of the same run left.
 -- Only rows that differ are deleted and inserted.
 

@@ -22,7 +22,7 @@ def run_fit(db, capsys, *extra) -> dict:
 
 
 def test_fit_lists_only_what_fits_by_the_catalogues_own_figures(snapshot_runs, capsys):
-    out = run_fit(snapshot_runs.db, capsys, "--cp", "1")  # the stored grid holds cp 1, 2, 4: checked at cp 1
+    out = run_fit(snapshot_runs.db, capsys, "--cp", "1")  # checked at cp 1
     rows = out["rows"]
     assert out["budget_bytes"] == BUDGET and len(rows) == out["fits"] >= 1
     s = 8192

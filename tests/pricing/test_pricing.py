@@ -381,7 +381,7 @@ def test_price_tables_have_the_agreed_columns(records, grid):
     assert lp.column_names == ["kind", "setting_id", "mask", "attention", "ffn", "norm", "total"]
     assert str(lp.schema.field("mask").type) == "int16" and str(lp.schema.field("total").type) == "double"
     n = len(grid.settings)
-    assert n == 2 * 3 * 4 * 3  # stack × seq_length × tp × cp
+    assert n == 2 * 3 * 4 * 4  # stack × seq_length × tp × cp
     assert lp.num_rows == 2 * n * 256 and fp.num_rows == 2 * n
     assert fp.column_names == ["kind", "setting_id", "kept"]
     row = lp.slice(n * 256 + 5 * 256 + 7, 1).to_pylist()[0]  # moe kind, 6th setting, mask 7

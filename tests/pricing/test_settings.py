@@ -13,12 +13,12 @@ import yaml
 from speccat.catalogue.records.settings import FIELDS, SETTINGS_PATH, SettingsError, load_settings, settings_content
 
 
-def test_the_default_grid_is_72_settings(grid):
-    # stack 2 values × seq_length 3 × micro_batch 1 × tp 4 × cp 3 × one value for every other field
-    assert len(grid.settings) == 2 * 3 * 1 * 4 * 3 == 72
+def test_the_default_grid_is_96_settings(grid):
+    # stack 2 values × seq_length 3 × micro_batch 1 × tp 4 × cp 4 × one value for every other field
+    assert len(grid.settings) == 2 * 3 * 1 * 4 * 4 == 96
     assert grid.fields == FIELDS
     seen = {(s["stack"], s["seq_length"], s["tp"], s["cp"]) for s in grid.settings}
-    assert seen == set(itertools.product(["transformers", "megatron"], [4096, 8192, 32768], [1, 2, 4, 8], [1, 2, 4]))
+    assert seen == set(itertools.product(["transformers", "megatron"], [4096, 8192, 32768], [1, 2, 4, 8], [1, 2, 4, 8]))
     first = grid.settings[0]
     assert {k: first[k] for k in FIELDS} == {
         "stack": "transformers", "seq_length": 4096, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": True,
@@ -40,7 +40,7 @@ def test_setting_ids_hash_the_canonical_mapping(grid):
         fields = {k: setting[k] for k in FIELDS}
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
         assert setting["setting_id"] == hashlib.sha256(blob).hexdigest()[:16]
-    assert len({s["setting_id"] for s in grid.settings}) == 72
+    assert len({s["setting_id"] for s in grid.settings}) == 96
 
 
 def test_ids_are_stable_across_loads_and_number_spellings(grid, tmp_path):
@@ -59,9 +59,9 @@ def test_the_version_follows_content_not_layout(grid, tmp_path):
     relaid.write_text("# a comment\n" + text)
     assert load_settings(relaid).version == grid.version
     changed = tmp_path / "b.yaml"
-    changed.write_text(text.replace("values: [1, 2, 4, 8]", "values: [1, 2, 4, 8, 16]"))
+    changed.write_text(text.replace("values: [1, 2, 4, 8]", "values: [1, 2, 4, 8, 16]", 1))  # tp's
     other = load_settings(changed)
-    assert other.version != grid.version and len(other.settings) == 90
+    assert other.version != grid.version and len(other.settings) == 2 * 3 * 5 * 4
 
 
 def test_one_setting_from_overrides(grid):
@@ -100,7 +100,7 @@ def test_bad_overrides_are_refused(grid, overrides, reason, text):
     "old, new, reason, key",
     [
         ("  tp:                  {type: int", "  tpp:                 {type: int", "unknown_field", "fields.tpp"),
-        ("  cp:                  {type: int, min: 1, values: [1, 2, 4]}\n", "", "missing_key", "fields.cp"),
+        ("  cp:                  {type: int, min: 1, values: [1, 2, 4, 8]}\n", "", "missing_key", "fields.cp"),
         ("{type: int, min: 1, values: [1, 2, 4, 8]}", "{type: int, min: 1, valeus: [1, 2, 4, 8]}", "unknown_key", "fields.tp.valeus"),
         ("{type: int, min: 1, values: [1, 2, 4, 8]}", "{type: integer, values: [1, 2, 4, 8]}", "bad_value", "fields.tp.type"),
         ("{type: int, min: 1, values: [1, 2, 4, 8]}", "{type: int, min: 1, values: [1, 0]}", "bad_value", "fields.tp.values[1]"),

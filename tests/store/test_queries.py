@@ -26,6 +26,7 @@ TESTED = {
     "priced_vs_measured",
     "changes",
     "failures_by_reason",
+    "fits_on",  # tests/flows/test_fits_on.py, on the snapshot night's table
 }
 
 

@@ -22,6 +22,7 @@ from conftest import load_shipped
 
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
 from speccat.catalogue.records.ends import end_prices, load_ends
+from speccat.catalogue.records.fits_on import load_questions, plan_rows
 from speccat.catalogue.records.states import load_states, state_sharding_rows
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
@@ -112,10 +113,12 @@ def make_run(
     new: Iterable[str] | None = None,
     status: str | None = None,
     source: str = "hub",
+    fits_on: bool = False,
     **version_overrides: str,
 ) -> NightData:
     """A run that lists `items` (or the given repo rows) and stores the specs and prices of
-    `new` config hashes (all of the items' by default)."""
+    `new` config hashes (all of the items' by default); with `fits_on`, the questions of the
+    table fits_on too, which the store then answers for every spec (a few seconds a spec)."""
     started = datetime(2026, 11, day, 3, 0, tzinfo=timezone.utc)
     fresh = {i.config_hash for i in items} if new is None else set(new)
     by_hash = {i.config_hash: i for i in items}
@@ -139,6 +142,7 @@ def make_run(
         state_sharding=state_sharding_rows(load_states()),
         switch_ops=switch_op_rows(records(), load_costs(records())),
         accelerators=accelerator_rows(load_accelerators()),
+        **(plan_rows(load_questions(), grid(), load_states(), load_accelerators()) if fits_on else {}),
         failures=list(failures),
     )
 
