@@ -237,6 +237,7 @@ def night_data(
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, switch_op_rows
     from speccat.catalogue.records.fits_on import load_questions, plan_rows
+    from speccat.catalogue.records.flags import flag_rows, load_flags
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.states import load_states, state_sharding_rows
     from speccat.catalogue.store.night import NightData
@@ -293,6 +294,7 @@ def night_data(
         state_sharding=state_sharding_rows(load_states()),
         switch_ops=switch_op_rows(records, load_costs(records)),
         accelerators=accelerator_rows(load_accelerators()),
+        **flag_rows(load_flags(tuple(records.switches))[0], records.switches),
         **plan_rows(load_questions(), grid, load_states(), load_accelerators()),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         reason=reason,

@@ -27,7 +27,11 @@ MANIFEST = "_speccat_export.json"
 # Partitioned by setting: the prices a planner reads for its own setting.
 PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "switch_costs", "model_prices", "model_full_prices")
 # One file each: what a planner joins the prices with.
-WHOLE: tuple[str, ...] = ("settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings", "measured", "point_prices", "end_prices", "op_costs", "state_sharding", "switch_ops", "accelerators", "failures")
+WHOLE: tuple[str, ...] = (
+    "settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings", "measured", "point_prices",
+    "end_prices", "op_costs", "fits_on", "state_sharding", "switch_ops", "accelerators", "framework_flags", "flag_sets", "fits_on_sizes",
+    "failures",
+)
 # The planners' wide views (one SELECT, no join), partitioned by readable names
 # (NAME/seq=8192/tp=4/data_0.parquet), every column described in the Parquet schema's field
 # metadata (`description`, `unit`) from the view's header (catalogue/store/comments.py).

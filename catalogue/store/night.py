@@ -111,6 +111,7 @@ class NightData:
     state_sharding: states.yaml as rows (catalogue/records/states.py `state_sharding_rows`).
     switch_ops: (mask, op) rows, the ops each switch set recomputes (cost.py `switch_op_rows`).
     accelerators: accelerators.yaml as rows (cost.py `accelerator_rows`).
+    framework_flags, flag_sets: flags.yaml as rows (catalogue/records/flags.py `flag_rows`).
     fits_on_sizes, fits_on_layouts: the questions the table fits_on answers, as rows
         (catalogue/records/fits_on.py `plan_rows`); a night that states none builds no fits_on rows.
     failures: mappings with FAILURE_FIELDS; stage and reason are codes of
@@ -140,6 +141,8 @@ class NightData:
     state_sharding: Sequence[Mapping[str, Any]] = ()
     switch_ops: Sequence[Mapping[str, Any]] = ()
     accelerators: Sequence[Mapping[str, Any]] = ()
+    framework_flags: Sequence[Mapping[str, Any]] = ()
+    flag_sets: Sequence[Mapping[str, Any]] = ()
     fits_on_sizes: Sequence[Mapping[str, Any]] = ()
     fits_on_layouts: Sequence[Mapping[str, Any]] = ()
     reason: str | None = None
@@ -273,7 +276,7 @@ class NightData:
                 ],
                 ("config_hash", *self.spec_key, "records_version") + fields,
             )
-        for name in ("state_sharding", "switch_ops", "accelerators", "fits_on_sizes", "fits_on_layouts"):
+        for name in ("state_sharding", "switch_ops", "accelerators", "framework_flags", "flag_sets", "fits_on_sizes", "fits_on_layouts"):
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])

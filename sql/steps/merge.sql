@@ -176,6 +176,21 @@ INSERT INTO accelerators BY NAME
 SELECT * FROM (SELECT * FROM incoming.accelerators EXCEPT SELECT * FROM accelerators)
 ORDER BY accelerator;
 
+-- The frameworks' flags: tonight's rows replace the ones that differ.
+DELETE FROM framework_flags
+WHERE EXISTS (SELECT 1 FROM incoming.framework_flags)
+  AND (framework, flag) IN (SELECT (framework, flag) FROM (SELECT * FROM framework_flags EXCEPT SELECT * FROM incoming.framework_flags));
+INSERT INTO framework_flags BY NAME
+SELECT * FROM (SELECT * FROM incoming.framework_flags EXCEPT SELECT * FROM framework_flags)
+ORDER BY framework, flag;
+
+DELETE FROM flag_sets
+WHERE EXISTS (SELECT 1 FROM incoming.flag_sets)
+  AND (framework, mask) IN (SELECT (framework, mask) FROM (SELECT * FROM flag_sets EXCEPT SELECT * FROM incoming.flag_sets));
+INSERT INTO flag_sets BY NAME
+SELECT * FROM (SELECT * FROM incoming.flag_sets EXCEPT SELECT * FROM flag_sets)
+ORDER BY framework, mask;
+
 -- The questions of the table fits_on: replaced whole when tonight's differ (another plan_version).
 DELETE FROM fits_on_sizes
 WHERE EXISTS (SELECT 1 FROM incoming.fits_on_sizes)

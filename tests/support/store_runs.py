@@ -23,6 +23,7 @@ from conftest import load_shipped
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
 from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.fits_on import load_questions, plan_rows
+from speccat.catalogue.records.flags import flag_rows, load_flags
 from speccat.catalogue.records.states import load_states, state_sharding_rows
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
@@ -142,6 +143,7 @@ def make_run(
         state_sharding=state_sharding_rows(load_states()),
         switch_ops=switch_op_rows(records(), load_costs(records())),
         accelerators=accelerator_rows(load_accelerators()),
+        **flag_rows(load_flags(tuple(records().switches))[0], records().switches),
         **(plan_rows(load_questions(), grid(), load_states(), load_accelerators()) if fits_on else {}),
         failures=list(failures),
     )
