@@ -26,7 +26,7 @@ FULL = -1  # the mask of full recompute in the views
 
 @cache
 def layouts() -> dict:
-    """report/layouts.yaml: the layouts and switch sets "what fits" tries."""
+    """report/layouts.yaml: the layout of each GPU count the index's whole-rank memory is read at."""
     return read_yaml(resources.files(__package__).joinpath("layouts.yaml"))
 
 
@@ -41,8 +41,9 @@ class Catalogue:
     frontier: dict[str, dict[str, list[dict]]]  # stack -> repo -> rows at the stack's default setting
     parts: dict[str, list[dict]]  # repo -> rows at the transformers default setting
     memory: dict[str, list[dict]]  # repo -> rows at every setting of the grid at cp 1
-    fits: dict[str, list[dict]]  # repo -> rank_fits rows at every layout, sequence length and set tried
-    memory_sizes: list[dict[str, Any]]
+    fits: dict[str, list[dict]]  # repo -> repo_fits_on rows on the default stack
+    whole: dict[str, list[dict]]  # repo -> rank_fits rows at the index's layouts, no recompute, the default length
+    memory_sizes: list[dict[str, Any]]  # fits_on_sizes
     measured: dict[str, list[dict]]
     changes: list[dict[str, Any]]
     tolerance: float = 0.0
@@ -92,17 +93,14 @@ def load(con) -> Catalogue:
                 memory_rows += rows(con, "memory", {"setting_id": setting["setting_id"]})
     finally:
         con.unregister("report_sets")
-    fit_rows = []
-    plan = layouts()
+    whole_rows = []
     if "transformers" in defaults:
-        by_seq_tp = {(s["seq_length"], s["tp"]): s["setting_id"] for s in grid if s["stack"] == "transformers"}
-        tried = {(l["tp"], l["pp"], l["dp"], l["zero"]) for options in plan["gpus"].values() for l in options}
-        for tp, pp, dp, zero in sorted(tried):
-            for (seq, setting_tp), setting_id in sorted(by_seq_tp.items()):
-                if setting_tp != tp:
-                    continue
-                for mask in plan["masks"]:
-                    fit_rows += rows(con, "fits", {"setting_id": setting_id, "mask": mask, "dp": dp, "pp": pp, "zero": zero})
+        default = defaults["transformers"]
+        at = {(s["seq_length"], s["tp"]): s["setting_id"] for s in grid if s["stack"] == "transformers"}  # the grid query: cp 1
+        for lay in layouts()["index"].values():
+            setting_id = at.get((default["seq_length"], lay["tp"]))
+            if setting_id is not None:
+                whole_rows += rows(con, "whole", {"setting_id": setting_id, "mask": 0, "dp": lay["dp"], "pp": lay["pp"], "zero": lay["zero"]})
     return Catalogue(
         run=run,
         defaults=defaults,
@@ -111,8 +109,9 @@ def load(con) -> Catalogue:
         frontier=frontier,
         parts=parts,
         memory=by_repo(memory_rows),
-        fits=by_repo(fit_rows),
-        memory_sizes=rows(con, "accelerators"),
+        fits=by_repo(rows(con, "fits")),
+        whole=by_repo(whole_rows),
+        memory_sizes=rows(con, "sizes"),
         measured=by_repo(rows(con, "measured")),
         changes=rows(con, "changes"),
         tolerance=load_records().tolerance,

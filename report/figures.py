@@ -74,6 +74,13 @@ def parts(rows: list[dict], setting_label: str) -> dict:
     return {"data": data, "layout": layout}
 
 
+def flags(row: dict) -> str:
+    """The framework flags that give a frontier class (frontier_flags), or that none does."""
+    if row.get("no_framework", True):
+        return "no framework's flags give it (a torch selective-checkpoint policy can)"
+    return "<br>".join(f"{f['framework']}: {f['command']}" for f in row["flags"])
+
+
 def frontier(rows: list[dict], setting_label: str) -> dict:
     """Bytes saved against recompute overhead, one point per class of the frontier, joined, per
     kind (rows of the query frontier)."""
@@ -87,9 +94,10 @@ def frontier(rows: list[dict], setting_label: str) -> dict:
             "type": "scatter", "mode": "lines+markers", "name": f"{kind} ({points[0]['layers_count']} layers)",
             "x": [p["overhead_pct"] for p in points], "y": [p["saved_bytes"] / MIB for p in points],
             "customdata": [[p["switch_set"], ", ".join(p["equivalents"][:6]) + (" …" if len(p["equivalents"]) > 6 else ""),
-                            p["n_equivalent_count"], p["saved_pct"], readable.nbytes(p["kept_bytes"])] for p in points],
+                            p["n_equivalent_count"], p["saved_pct"], readable.nbytes(p["kept_bytes"]), flags(p)] for p in points],
             "hovertemplate": "<b>%{customdata[0]}</b><br>saves %{y:.1f} MiB (%{customdata[3]:.1f}%), keeps %{customdata[4]}"
-                             "<br>overhead %{x:.2f}% of the step<br>%{customdata[2]} equivalent sets: %{customdata[1]}<extra></extra>",
+                             "<br>overhead %{x:.2f}% of the step<br>%{customdata[2]} equivalent sets: %{customdata[1]}"
+                             "<br>%{customdata[5]}<extra></extra>",
             "line": {"color": PALETTE[i % len(PALETTE)]},
         })  # fmt: skip
     layout = _layout(f"The frontier: bytes saved against recompute overhead, one layer per rank ({setting_label})", height=460,
@@ -98,28 +106,15 @@ def frontier(rows: list[dict], setting_label: str) -> dict:
     return {"data": data, "layout": layout}
 
 
-def best_fits(rows: list[dict], memory_sizes: list[dict]) -> dict[tuple[int, int, float], dict]:
-    """Per (GPU count, sequence length, memory size), the rank_fits row that fits with the least
-    recompute time per sequence, then the fewest bytes; absent where nothing tried fits."""
-    best: dict[tuple[int, int, float], dict] = {}
-    for size in memory_sizes:
-        budget = size["memory_bytes"]
-        for r in rows:
-            if r["total_bytes"] > budget:
-                continue
-            key = (r["gpus_count"], r["seq_length_tokens"], budget)
-            rank = (r["recompute_s_per_seq"] or 0, r["total_bytes"])
-            if key not in best or rank < (best[key]["recompute_s_per_seq"] or 0, best[key]["total_bytes"]):
-                best[key] = r
-    return best
-
-
 def fits(rows: list[dict], memory_sizes: list[dict], seq_lengths: list[int]) -> dict:
-    """What fits: GPU count × sequence length, one heatmap per memory size, each cell the best
-    layout and switch set and its total per rank (rows of the query fits)."""
-    gpus = sorted(int(n) for n in layouts()["gpus"])
-    best = best_fits(rows, memory_sizes)
-    data, layout = [], _layout("What fits: the best layout tried, per GPU count and sequence length", height=180 + 140 * len(memory_sizes))
+    """What fits: GPU count × sequence length, one heatmap per memory size, each cell the layout
+    and switch set `speccat fit` lists first and its total per rank (rows of the query fits, from
+    the table fits_on)."""
+    gpus = sorted({r["gpus"] for r in rows})
+    cell = {(r["gpus"], r["seq_length"], r["gpu_mem_gib"]): r for r in rows}
+    largest = max(m["gpu_mem_gib"] for m in memory_sizes)
+    # a panel per memory size, a row of cells per GPU count, each tall enough for its two lines of text
+    data, layout = [], _layout("What fits: the best layout, per GPU count and sequence length", height=120 + len(memory_sizes) * (50 + 30 * len(gpus)))
     n = len(memory_sizes)
     for i, size in enumerate(memory_sizes):
         suffix = str(i + 1) if i else ""
@@ -127,22 +122,24 @@ def fits(rows: list[dict], memory_sizes: list[dict], seq_lengths: list[int]) -> 
         for g in gpus:
             zr, tr, cr = [], [], []
             for s in seq_lengths:
-                r = best.get((g, s, size["memory_bytes"]))
+                r = cell.get((g, s, size["gpu_mem_gib"]))
+                r = r if r and r["fits"] else None
                 zr.append(r["total_bytes"] / GIB if r else None)
-                tr.append(f"{readable.layout(r['tp_ranks'], r['pp_ranks'], r['dp_ranks'], int(r['zero_stage']))} · {r['switch_set']}<br>"
-                          f"{r['total_bytes'] / GIB:.1f} GiB" if r else "nothing tried fits")  # fmt: skip
+                tr.append(f"{readable.layout(r['tp'], r['pp'], r['dp'], int(r['zero']), r['cp'], r['ep'])} · {r['switch_set']}<br>"
+                          f"{r['total_bytes'] / GIB:.1f} GiB" if r else "nothing fits")  # fmt: skip
                 cr.append(r["total_bytes"] if r else None)
             z.append(zr), text.append(tr), custom.append(cr)
-        label = f"{size['memory_bytes'] / 1e9:g} GB ({', '.join(size['accelerators'])})"
+        label = f"{size['gpu_mem_gib']} GiB ({size['accelerators']})"
         data.append({"type": "heatmap", "name": label, "x": [str(s) for s in seq_lengths], "y": [f"{g} GPU{'s' * (g > 1)}" for g in gpus],
-                     "z": z, "text": text, "customdata": custom, "texttemplate": "%{text}", "zmin": 0, "zmax": max(m["memory_bytes"] for m in memory_sizes) / GIB,
+                     "z": z, "text": text, "customdata": custom, "texttemplate": "%{text}", "zmin": 0, "zmax": largest,
                      "colorscale": "Blues", "showscale": i == 0, "colorbar": {"title": {"text": "GiB per rank"}},
                      "hovertemplate": f"{label}<br>%{{y}}, seq %{{x}}<br>%{{text}}<extra></extra>",
+                     "meta": {"gpu_mem_gib": size["gpu_mem_gib"], "gpus": gpus, "seq_lengths": seq_lengths},
                      "xaxis": f"x{suffix}", "yaxis": f"y{suffix}"})  # fmt: skip
         top, bottom = 1 - i / n, 1 - (i + 1) / n
         layout[f"xaxis{suffix}"] = {"type": "category", "anchor": f"y{suffix}", "title": {"text": "sequence length (tokens)" if i == n - 1 else ""}}
-        layout[f"yaxis{suffix}"] = {"type": "category", "domain": [bottom + 0.06, top - 0.02], "anchor": f"x{suffix}",
-                                    "title": {"text": f"{size['memory_bytes'] / 1e9:g} GB"}}  # fmt: skip
+        layout[f"yaxis{suffix}"] = {"type": "category", "domain": [bottom + 0.03, top - 0.005], "anchor": f"x{suffix}",
+                                    "title": {"text": f"{size['gpu_mem_gib']} GiB"}}  # fmt: skip
     return {"data": data, "layout": layout}
 
 
@@ -230,19 +227,16 @@ def index_rows(cat: Catalogue) -> list[dict[str, Any]]:
     """The index: one row per (repo, kind) priced, one per repo with a spec but no price, one
     per refused repo; bytes per token of one layer at the default setting under no recompute,
     the best selective set (the frontier's fewest bytes kept) and full recompute, and whole-rank
-    memory at the first layout of the index's GPU counts, no recompute, the default length."""
-    plan = layouts()
-    default = cat.defaults.get("transformers", {})
+    memory at the index's layout of each of its GPU counts, no recompute, the default length."""
+    index = layouts()["index"]
     out = []
     for m in cat.models:
         repo = m["repo_id"]
         front = cat.frontier.get("transformers", {}).get(repo, [])
         whole = {}
-        for g in plan["index_gpus"]:
-            first = plan["gpus"][g][0]
-            for r in cat.fits.get(repo, []):
-                if (r["gpus_count"], r["tp_ranks"], r["pp_ranks"], r["dp_ranks"], int(r["zero_stage"]), r["mask"], r["seq_length_tokens"]) == (
-                    g, first["tp"], first["pp"], first["dp"], first["zero"], 0, default.get("seq_length")):
+        for g, lay in index.items():
+            for r in cat.whole.get(repo, []):
+                if (r["gpus_count"], r["tp_ranks"], r["pp_ranks"], r["dp_ranks"], int(r["zero_stage"])) == (g, lay["tp"], lay["pp"], lay["dp"], lay["zero"]):
                     whole[g] = r["total_bytes"]
         kinds: dict[str, list[dict]] = defaultdict(list)
         for r in front:

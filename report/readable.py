@@ -36,9 +36,13 @@ def setting(row: Mapping[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def layout(tp: int, pp: int, dp: int, zero: int) -> str:
-    """A parallel layout: `tp 2 · pp 4`, `tp 1 · dp 8 · ZeRO-3`."""
+def layout(tp: int, pp: int, dp: int, zero: int, cp: int = 1, ep: int = 1) -> str:
+    """A parallel layout: `tp 2 · pp 4`, `tp 1 · cp 8 · dp 8 · ZeRO-3`."""
     parts = [f"tp {tp}"]
+    if cp > 1:
+        parts.append(f"cp {cp}")
+    if ep > 1:
+        parts.append(f"ep {ep}")
     if pp > 1:
         parts.append(f"pp {pp}")
     if dp > 1:

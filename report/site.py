@@ -70,8 +70,8 @@ class Writer:
         cat, run = self.cat, self.cat.run or {}
         rows = figures.index_rows(cat)
         priced = {r["repo_id"] for r in rows if r["status"] == "priced"}
-        gpus = report_data.layouts()["index_gpus"]
-        first = {g: report_data.layouts()["gpus"][g][0] for g in gpus}
+        first = report_data.layouts()["index"]
+        gpus = list(first)
         figures_of = {
             "listed": run.get("n_repos"), "configs": run.get("n_configs"), "with a spec": len(cat.models),
             "priced": len(priced), "refused or failed": len(cat.refusals),
@@ -129,16 +129,13 @@ Click a column to sort; type to filter.</p>
         if front:
             parts.append("<h2>The frontier</h2>")
             parts.append(_figure("frontier", figures.frontier(front, self.default_label),
-                                 "Each point a class of equivalent switch sets no other set beats on both bytes and recompute cost; the hover names its sets (view <code>frontier</code>)."))
-        if cat.fits.get(repo):
+                                 "Each point a class of equivalent switch sets no other set beats on both bytes and recompute cost; the hover names its sets and the framework flags that give it (view <code>frontier_flags</code>)."))
+        if cat.fits.get(repo) and cat.memory_sizes:
             parts.append("<h2>What fits</h2>")
-            plan = report_data.layouts()
-            tried = "; ".join(f"{g} GPU{'s' * (int(g) > 1)}: " + ", ".join(readable.layout(l['tp'], l['pp'], l['dp'], l['zero']) for l in ls)
-                              for g, ls in plan["gpus"].items())  # fmt: skip
             parts.append(_figure("fits", figures.fits(cat.fits[repo], cat.memory_sizes, cat.seq_lengths),
-                                 f"Whole-rank memory of the fullest pipeline stage (view <code>rank_fits</code>), the layouts tried: {_esc(tried)}; "
-                                 "under no recompute and full recompute; the cell is the one that fits with the least recompute time per sequence "
-                                 "on the default accelerator, then the fewest bytes."))  # fmt: skip
+                                 "Each cell the layout and switch set <code>speccat fit</code> lists first on that many GPUs of that memory "
+                                 "(the fewest estimated recompute seconds per sequence, then the fewest bytes on the fullest rank), of every "
+                                 "layout and switch set, and what that rank holds; view <code>repo_fits_on</code> (the table fits_on)."))
         if cat.measured.get(repo):
             parts.append("<h2>Priced against measured</h2>")
             parts.append(_figure("measured", figures.measured(cat.measured[repo], f"{repo}: the records' price against the census's measurement"),

@@ -25,6 +25,7 @@ class Questions:
     gpu_mem_gib: tuple[int, ...]
     gpus: tuple[int, ...]
     version: str
+    accelerators: tuple[str, ...] = ()  # per memory size, the accelerators sold at about that size
 
 
 class _Loader(Loader):
@@ -46,11 +47,12 @@ def load_questions(path: Path = FITS_ON_PATH) -> Questions:
     loader = _Loader(path.name)
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
     top = loader.mapping("", data, ("gpu_mem_gib", "gpus"), ("gpu_mem_gib", "gpus"))
-    sizes = []
+    sizes, names = [], []
     for i, entry in enumerate(top["gpu_mem_gib"] if isinstance(top["gpu_mem_gib"], list) else [None]):
         entry = loader.mapping(f"gpu_mem_gib[{i}]", entry, ("size", "accelerators"), ("size", "accelerators"))
         sizes.append(entry["size"])
-    return Questions(loader.counts("gpu_mem_gib", sizes), loader.counts("gpus", top["gpus"]), version_of(data))
+        names.append(str(entry["accelerators"]))
+    return Questions(loader.counts("gpu_mem_gib", sizes), loader.counts("gpus", top["gpus"]), version_of(data), tuple(names))
 
 
 def plan_rows(questions: Questions, grid: Grid, states: States, accelerators: Mapping[str, Accelerator]) -> dict[str, Sequence[Mapping]]:
@@ -75,5 +77,6 @@ def plan_rows(questions: Questions, grid: Grid, states: States, accelerators: Ma
                 if setting["setting_id"] in priced:
                     layouts.append({"plan_version": plan, "gpus": gpus, "position": position, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp,
                                     "cp": lay.cp, "ep": lay.ep, "zero": lay.zero, "setting_id": setting["setting_id"]})  # fmt: skip
-    sizes = [{"plan_version": plan, "gpu_mem_gib": size, "recipe": states.default_recipe, "accelerator": default} for size in questions.gpu_mem_gib]
+    sizes = [{"plan_version": plan, "gpu_mem_gib": size, "accelerators": names, "recipe": states.default_recipe, "accelerator": default}
+             for size, names in zip(questions.gpu_mem_gib, questions.accelerators or [""] * len(questions.gpu_mem_gib))]  # fmt: skip
     return {"fits_on_sizes": sizes, "fits_on_layouts": layouts}

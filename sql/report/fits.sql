@@ -1,21 +1,19 @@
--- Report query fits: whole-rank memory of every repo at one layout and setting, under one
--- switch set (the view rank_fits, with its layout variables dp, pp and zero set, and filtered
--- on the variables setting_id and mask so it reads that setting and set only).
--- Grain: one row per repo_id.
+-- Report query fits: what fits, from the view repo_fits_on: per repo, on the grid's default
+-- stack, each GPU count, sequence length and memory size the table fits_on answers, the layout
+-- and switch set `speccat fit` lists first (fits false where nothing fits).
+-- Grain: one row per (repo_id, gpus, seq_length, gpu_mem_gib).
 -- Columns:
 --   repo_id              id       the Hub repo
---   gpus_count           count    dp · tp · pp · cp
---   tp_ranks             count    tensor-parallel ranks
---   pp_ranks             count    pipeline stages
---   dp_ranks             count    data-parallel ranks
---   zero_stage           code     the ZeRO stage
---   seq_length_tokens    tokens   sequence length
---   mask                 id       the switch set; -1 for full recompute
---   switch_set           code     its name
---   total_bytes          bytes    what the fullest stage's rank holds
---   recompute_s_per_seq  seconds  the first stage's recompute per sequence on the default accelerator
-SELECT repo_id, gpus_count, tp_ranks, pp_ranks, dp_ranks, zero_stage, seq_length_tokens, mask, switch_set,
-       total_bytes, recompute_s_per_seq
-FROM rank_fits
-WHERE setting_id = getvariable('setting_id') AND mask = getvariable('mask')
-ORDER BY repo_id;
+--   gpus                 count    dp · tp · pp · cp
+--   seq_length           tokens   sequence length
+--   gpu_mem_gib          count    the memory a rank may hold, in GiB
+--   fits                 flag     some layout and switch set fit
+--   dp, tp, pp, cp, ep   count    the best layout's ranks
+--   zero                 code     its ZeRO stage
+--   switch_set           code     its switch set
+--   total_bytes          bytes    what its fullest rank holds
+--   overhead_pct         percent  its recompute time over the layers' forward + backward time
+SELECT repo_id, gpus, seq_length, gpu_mem_gib, fits, dp, tp, pp, cp, ep, zero, switch_set, total_bytes, overhead_pct
+FROM repo_fits_on
+WHERE stack = (SELECT stack FROM setting_defaults)
+ORDER BY repo_id, gpus, seq_length, gpu_mem_gib;

@@ -24,8 +24,8 @@ THREE = ("meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mixtral-8x7B-v0.1", "Qwe
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> tuple[Path, Path]:
-    """The two-night test catalogue and its report, written by the CLI."""
-    db = store_runs.two_night_catalogue()
+    """The two-night test catalogue, with the table fits_on, and its report, written by the CLI."""
+    db = store_runs.two_night_catalogue(fits_on=True)
     out = tmp_path_factory.mktemp("report") / "site"
     assert main(["report", str(out), "--db", str(db)]) == 0
     return db, out
@@ -144,15 +144,31 @@ def test_a_model_page_carries_the_catalogue_rows(site, browser, repo):
     assert len(carried) == len(frontier) > 2
     for (k1, x1, y1), (k2, x2, y2) in zip(carried, sorted(frontier)):
         assert k1 == k2 and math.isclose(x1, x2, rel_tol=1e-12, abs_tol=1e-12) and math.isclose(y1, y2, rel_tol=1e-12, abs_tol=1e-6)
+    # the frontier's hover names the flags that give each point: full recompute is transformers' gradient checkpointing
+    hovers = {c[0]: c[5] for t in plot_data(browser, "frontier") for c in t["customdata"]}
+    assert "transformers: model.gradient_checkpointing_enable()" in hovers["full"] and "torchtitan: --activation_checkpoint.mode full" in hovers["full"]
+    assert any(h.startswith("no framework's flags give it") for h in hovers.values())
     # priced against measured: every point of the view at the latest versions
     measured = sorted(catalogue_rows(db, """SELECT p.measured_per_token, p.priced_per_token FROM priced_vs_measured AS p JOIN latest_run AS v
                                            USING (census_version, transformers_version, torch_version, records_version)
                                            WHERE p.config_hash = ? AND p.measured_per_token IS NOT NULL""", [config_hash]))  # fmt: skip
     points = sorted((x, y) for t in plot_data(browser, "measured") if t["name"] != "priced = measured" for x, y in zip(t["x"], t["y"]))
     assert points == measured and len(points) >= 1
-    # what fits: each cell's total is a rank_fits row of the layout its text names
+    # what fits: each cell is the table fits_on's answer (view repo_fits_on) on the default stack, its text the layout's
     fits = plot_data(browser, "fits")
-    assert any(v is not None for t in fits for row in t["customdata"] for v in row)
+    answers = {(g, s, m): (total, tp) for g, s, m, total, tp in catalogue_rows(db, """
+        SELECT gpus, seq_length, gpu_mem_gib, total_bytes, tp FROM repo_fits_on
+        WHERE repo_id = ? AND stack = (SELECT stack FROM setting_defaults)""", [repo])}  # fmt: skip
+    assert [t["meta"]["gpu_mem_gib"] for t in fits] == [24, 40, 48, 80, 96, 141, 192]
+    cells = 0
+    for t in fits:
+        meta = t["meta"]
+        for g, row in zip(meta["gpus"], t["customdata"]):
+            for s, value in zip(meta["seq_lengths"], row):
+                total, tp = answers[(g, s, meta["gpu_mem_gib"])]
+                assert value == total, (g, s, meta["gpu_mem_gib"])
+                cells += value is not None
+    assert 0 < cells < len(answers)  # some questions answered, some not (nothing fits one GPU of 24 GiB at 32k)
 
 
 def test_compare_draws_the_chosen_models_from_repo_prices(site, browser):

@@ -47,3 +47,22 @@ def test_leading_keeps_ep_1_at_the_highest_zero_stage_in_fits_order():
     own = layouts(64, mixtral, {}, (0, 1, 2, 3), 8)
     assert own == [lay for lay in every if lay.pp <= 32 and 8 % lay.ep == 0]
     assert {lay.ep for lay in own} == {1, 2, 4, 8}
+
+
+def test_bad_questions_are_refused_naming_the_file_and_key(tmp_path):
+    import pytest
+
+    from speccat.catalogue.errors import ReasonError
+    from speccat.catalogue.records.fits_on import FITS_ON_PATH
+
+    text = FITS_ON_PATH.read_text()
+    for bad, key, words in [
+        (text.replace("gpus: [1, 2, 4,", "gpus: [1, 1, 4,"), "gpus", "holds a value twice"),
+        (text.replace("{size: 40,  ", "{size: 0,  "), "gpu_mem_gib", "whole numbers >= 1"),
+        (text.replace("{size: 48,  accelerators:", "{size: 48,  accelerator:"), "gpu_mem_gib[2].accelerator", "unknown key"),
+    ]:
+        path = tmp_path / "fits_on.yaml"
+        path.write_text(bad)
+        with pytest.raises(ReasonError) as err:
+            load_questions.__wrapped__(path)
+        assert f"fits_on.yaml: {key}" in str(err.value) and words in str(err.value), str(err.value)

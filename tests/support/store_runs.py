@@ -220,17 +220,18 @@ def hub_row(item: Censused, night: int, **fields: Any) -> dict[str, Any]:
     )
 
 
-def first_run() -> NightData:
+def first_run(fits_on: bool = False) -> NightData:
     items = [censused(r) for r in REPOS]
     repos = [hub_row(i, 1) for i in items]
     repos.append({"repo_id": GATED, "gated": "manual", "downloads": DOWNLOADS[GATED]})
     failures = [{"repo_id": GATED, "stage": "fetch", "reason": "gated", "message": "403: accept the terms"}]
-    return make_run("night-1", items, day=1, repos=repos, failures=failures)
+    return make_run("night-1", items, day=1, repos=repos, failures=failures, fits_on=fits_on)
 
 
-def second_run(self_contained: bool = False) -> NightData:
+def second_run(self_contained: bool = False, fits_on: bool = False) -> NightData:
     """Night 2. It carries specs and prices for its new configs only, unless `self_contained`
-    (then for every config it lists: a run that lands whatever was stored before it)."""
+    (then for every config it lists: a run that lands whatever was stored before it); with
+    `fits_on`, each night states the questions of the table fits_on (make_run)."""
     by_id = {r: censused(r) for r in REPOS + (NEW_CONFIG, ADDED)}
     new_mixtral = by_id[NEW_CONFIG]
     repos = []
@@ -257,17 +258,18 @@ def second_run(self_contained: bool = False) -> NightData:
     new = {new_mixtral.config_hash, by_id[ADDED].config_hash}
     if self_contained:
         new = {r.get("config_hash") for r in repos} - {None}
-    return make_run("night-2", list(by_id.values()), day=2, repos=repos, failures=failures, new=new)
+    return make_run("night-2", list(by_id.values()), day=2, repos=repos, failures=failures, new=new, fits_on=fits_on)
 
 
 @cache
-def two_night_catalogue() -> Path:
-    """A catalogue with night 1 then night 2 published (built once per test process)."""
+def two_night_catalogue(fits_on: bool = False) -> Path:
+    """A catalogue with night 1 then night 2 published (built once per test process), with the
+    table fits_on when asked (as the flow's nights build it; a few seconds a spec)."""
     from speccat.catalogue.store.file import publish
 
     folder = Path(tempfile.mkdtemp(prefix="speccat-store-"))
     atexit.register(shutil.rmtree, folder, True)
     path = folder / "catalogue.duckdb"
-    publish(path, first_run())
-    publish(path, second_run())
+    publish(path, first_run(fits_on))
+    publish(path, second_run(fits_on=fits_on))
     return path
