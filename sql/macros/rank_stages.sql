@@ -133,23 +133,32 @@ points AS (  -- one layer of each kind at each setting and point: the masks, the
     SELECT config_hash, kind, setting_id, -1, kept
     FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
 ),
-point_costs AS (  -- one layer of each kind at each setting: what each point re-runs, and its time on each accelerator asked for
-    SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, w.mask, sum(o.recompute_flops) AS flops, sum(o.recompute_bytes) AS moved,
-           sum(greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s)) AS seconds
+op_seconds AS NOT MATERIALIZED (  -- one layer's op at each setting: its recompute cost, and its time on each accelerator asked for
+    SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, o.op, o.recompute_flops, o.recompute_bytes,
+           greatest(o.recompute_flops / a.peak_flops_per_s, o.recompute_bytes / a.bandwidth_bytes_per_s) AS seconds
     FROM op_costs AS o JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
-    JOIN switch_ops AS w USING (op)
     JOIN accelerators AS a ON a.accelerator IN (SELECT accelerator FROM layout)
+    WHERE (o.config_hash, o.setting_id) IN (SELECT (config_hash, setting_id) FROM priced)
+),
+point_costs AS (  -- one layer of each kind at each setting priced: what each point re-runs and its time
+    SELECT s.accelerator, s.config_hash, s.kind, s.setting_id, w.mask, sum(s.recompute_flops) AS flops, sum(s.recompute_bytes) AS moved,
+           sum(s.seconds) AS seconds
+    FROM op_seconds AS s JOIN switch_ops AS w USING (op)
     GROUP BY ALL
 ),
-signatures AS MATERIALIZED (  -- for a layout asking only_fitting: per its accelerator, spec, setting and point, each kind's
-                              -- bytes kept and recompute seconds, in kind order, and the point's place in fitting_sets' order
-    SELECT a.accelerator, p.config_hash, p.setting_id, p.mask, CASE WHEN p.mask = -1 THEN 1 ELSE 0 END AS full_last,
+fitting_pairs AS MATERIALIZED (  -- the (spec, setting) pairs a layout asking only_fitting reads, on its accelerator
+    SELECT DISTINCT l.accelerator, q.config_hash, q.setting_id FROM priced AS q JOIN layout AS l USING (layout) WHERE l.only_fitting
+),
+signatures AS MATERIALIZED (  -- per pair: each point's bytes kept and recompute seconds in each kind, in kind order, and
+                              -- its place in fitting_sets' order
+    SELECT f.accelerator, p.config_hash, p.setting_id, p.mask, CASE WHEN p.mask = -1 THEN 1 ELSE 0 END AS full_last,
            list(p.kept ORDER BY p.kind) AS kept, list(coalesce(c.seconds, 0) ORDER BY p.kind) AS seconds
-    FROM points AS p
-    JOIN (SELECT DISTINCT accelerator FROM layout WHERE only_fitting) AS a ON true
-    LEFT JOIN point_costs AS c ON c.accelerator = a.accelerator AND c.config_hash = p.config_hash AND c.kind = p.kind
-                              AND c.setting_id = p.setting_id AND c.mask = p.mask
-    WHERE (p.config_hash, p.setting_id) IN (SELECT (config_hash, setting_id) FROM priced)
+    FROM fitting_pairs AS f JOIN points AS p USING (config_hash, setting_id)
+    LEFT JOIN (SELECT s.accelerator, s.config_hash, s.kind, s.setting_id, w.mask, sum(s.seconds) AS seconds
+               FROM op_seconds AS s JOIN switch_ops AS w USING (op)
+               WHERE (s.accelerator, s.config_hash, s.setting_id) IN (SELECT (accelerator, config_hash, setting_id) FROM fitting_pairs)
+               GROUP BY ALL) AS c
+      ON c.accelerator = f.accelerator AND c.config_hash = p.config_hash AND c.kind = p.kind AND c.setting_id = p.setting_id AND c.mask = p.mask
     GROUP BY ALL
 ),
 classes AS MATERIALIZED (  -- points equal in every kind's bytes and seconds: the first in fitting_sets' order stands for them
@@ -158,7 +167,7 @@ classes AS MATERIALIZED (  -- points equal in every kind's bytes and seconds: th
     FROM signatures GROUP BY ALL
 ),
 outclassed AS MATERIALIZED (  -- points fitting_sets never lists, at any layout and budget, as another is listed before them
-                              -- (holding no more bytes in any kind, costing no more seconds in any, and first in its order):
+                              -- (keeping no more bytes in any kind, costing no more seconds in any, and first in its order):
                               -- left out of a layout asking only_fitting, whose rows are read for what fits
     SELECT accelerator, config_hash, setting_id, unnest(list_filter(members, m -> m <> first.mask)) AS mask FROM classes
     UNION ALL
@@ -168,16 +177,15 @@ outclassed AS MATERIALIZED (  -- points fitting_sets never lists, at any layout 
       AND list_bool_and(list_transform(list_zip(b.kept, a.kept), x -> x[1] <= x[2]))
       AND list_bool_and(list_transform(list_zip(b.seconds, a.seconds), x -> x[1] <= x[2]))
 ),
-read_points AS MATERIALIZED (  -- the points a layout reads: every one (outclassed_on NULL), or, for the layouts of an
-                               -- accelerator asking only_fitting, all but those outclassed on it
+listed AS MATERIALIZED (  -- per accelerator of the layouts asking only_fitting, the points of their pairs not outclassed
+    SELECT f.accelerator AS outclassed_on, p.*
+    FROM fitting_pairs AS f JOIN points AS p USING (config_hash, setting_id)
+    ANTI JOIN outclassed AS o ON o.accelerator = f.accelerator AND o.config_hash = p.config_hash AND o.setting_id = p.setting_id AND o.mask = p.mask
+),
+read_points AS NOT MATERIALIZED (  -- the points a layout reads: every one (outclassed_on NULL), or those listed for its accelerator
     SELECT NULL::VARCHAR AS outclassed_on, * FROM points
-    WHERE EXISTS (SELECT 1 FROM layout WHERE NOT only_fitting)
     UNION ALL
-    SELECT a.accelerator, p.*
-    FROM points AS p JOIN (SELECT DISTINCT accelerator FROM layout WHERE only_fitting) AS a ON true
-    ANTI JOIN outclassed AS o ON o.accelerator = a.accelerator AND o.config_hash = p.config_hash AND o.setting_id = p.setting_id
-                             AND o.mask = p.mask
-    WHERE (p.config_hash, p.setting_id) IN (SELECT (config_hash, setting_id) FROM priced)
+    SELECT * FROM listed
 ),
 priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layout, spec, setting) priced
     SELECT p.layout, p.config_hash, p.setting_id, e.embedding, e.final_norm, e.logits

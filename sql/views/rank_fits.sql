@@ -13,7 +13,7 @@
 -- Layouts with pp beyond the layers, or ep not dividing both the routed experts and dp·cp, have
 -- no rows. For one repo, SET VARIABLE repo_id: the view then reads that repo's rows only (about
 -- 0.4 s at 1,000 configs, where WHERE repo_id = ... evaluates every repo first); across the
--- catalogue, filter on setting_id and mask with constants (about 1 s at one setting and mask).
+-- catalogue, SET VARIABLE setting_id to read one setting's prices only, and filter on mask.
 -- Grain: one row per (repo_id, setting_id, switch set), at the latest night's versions.
 -- Columns:
 --   repo_id                id       the Hub repo
