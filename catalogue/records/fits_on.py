@@ -23,9 +23,9 @@ FITS_ON_PATH = Path(__file__).with_name("fits_on.yaml")
 @dataclass(frozen=True)
 class Questions:
     gpu_mem_gib: tuple[int, ...]
+    accelerators: tuple[str, ...]  # per memory size, the accelerators sold at about that size
     gpus: tuple[int, ...]
     version: str
-    accelerators: tuple[str, ...] = ()  # per memory size, the accelerators sold at about that size
 
 
 class _Loader(Loader):
@@ -52,7 +52,7 @@ def load_questions(path: Path = FITS_ON_PATH) -> Questions:
         entry = loader.mapping(f"gpu_mem_gib[{i}]", entry, ("size", "accelerators"), ("size", "accelerators"))
         sizes.append(entry["size"])
         names.append(str(entry["accelerators"]))
-    return Questions(loader.counts("gpu_mem_gib", sizes), loader.counts("gpus", top["gpus"]), version_of(data), tuple(names))
+    return Questions(loader.counts("gpu_mem_gib", sizes), tuple(names), loader.counts("gpus", top["gpus"]), version_of(data))
 
 
 def plan_rows(questions: Questions, grid: Grid, states: States, accelerators: Mapping[str, Accelerator]) -> dict[str, Sequence[Mapping]]:
@@ -78,5 +78,5 @@ def plan_rows(questions: Questions, grid: Grid, states: States, accelerators: Ma
                     layouts.append({"plan_version": plan, "gpus": gpus, "position": position, "dp": lay.dp, "tp": lay.tp, "pp": lay.pp,
                                     "cp": lay.cp, "ep": lay.ep, "zero": lay.zero, "setting_id": setting["setting_id"]})  # fmt: skip
     sizes = [{"plan_version": plan, "gpu_mem_gib": size, "accelerators": names, "recipe": states.default_recipe, "accelerator": default}
-             for size, names in zip(questions.gpu_mem_gib, questions.accelerators or [""] * len(questions.gpu_mem_gib))]  # fmt: skip
+             for size, names in zip(questions.gpu_mem_gib, questions.accelerators, strict=True)]  # fmt: skip
     return {"fits_on_sizes": sizes, "fits_on_layouts": layouts}

@@ -15,12 +15,12 @@ from itertools import combinations
 from pathlib import Path
 
 from speccat.catalogue.datafile import Loader, read_yaml, version_of
-from speccat.catalogue.records.oprecords import RecordsError
+from speccat.catalogue.records.frontier import FULL
+from speccat.catalogue.records.oprecords import Records, RecordsError
 
 FLAGS_PATH = Path(__file__).with_name("flags.yaml")
 FRAMEWORK_KEYS = ("version", "source", "stack", "selective", "flags")
 FLAG_KEYS = ("switches", "full", "beyond", "command", "recomputes", "checked")
-FULL_RECOMPUTE = -1  # the mask full recompute is stored under
 
 
 @dataclass(frozen=True)
@@ -94,34 +94,28 @@ def load_flags(switches: tuple[str, ...], path: Path = FLAGS_PATH) -> tuple[tupl
     return tuple(frameworks), version_of(data)
 
 
-def mask_of(switches: Sequence[str], order: Sequence[str]) -> int:
-    """The switch set's mask: bit i for the i-th switch of `order`."""
-    return sum(1 << order.index(s) for s in set(switches))
-
-
-def flag_rows(frameworks: Sequence[Framework], order: Sequence[str]) -> dict[str, list[Mapping]]:
-    """`framework_flags` (one row per flag) and `flag_sets` (per framework, each switch set some
-    combination of its flags gives, by the fewest flags, then the first in file order, and
-    each full-recompute flag at mask -1) as the catalogue holds them."""
+def flag_rows(frameworks: Sequence[Framework], records: Records) -> dict[str, list[Mapping]]:
+    """`framework_flags` (one row per flag) and `flag_sets` (per framework, each full-recompute
+    flag at mask -1, and each switch set some combination of its flags gives, by the fewest
+    flags, then the first in file order) as the catalogue holds them."""
     flags, sets = [], []
     for fw in frameworks:
         about = {"framework": fw.name, "version": fw.version, "source": fw.source, "stack": fw.stack}
         for f in fw.flags:
-            mask = FULL_RECOMPUTE if f.full else mask_of(f.switches, order) if f.switches else None
+            mask = FULL if f.full else records.mask_of(f.switches) if f.switches else None
             command = f.command or (fw.selective.format(flags=f.name) if f.switches else None)
             flags.append({**about, "flag": f.name, "switches": list(f.switches or ()), "mask": mask, "command": command,
                           "beyond": f.beyond, "recomputes": f.recomputes, "checked": f.checked})  # fmt: skip
+            if f.full:
+                sets.append({"framework": fw.name, "stack": fw.stack, "mask": FULL, "flags": [f.name], "command": f.command})
         seen: set[int] = set()
         selective = [f for f in fw.flags if f.switches]
         for n in range(1, len(selective) + 1):
             for chosen in combinations(selective, n):
-                mask = mask_of([s for f in chosen for s in f.switches], order)
+                mask = records.mask_of(s for f in chosen for s in f.switches)
                 if mask not in seen:
                     seen.add(mask)
                     names = [f.name for f in chosen]
                     sets.append({"framework": fw.name, "stack": fw.stack, "mask": mask, "flags": names,
                                  "command": fw.selective.format(flags=" ".join(names))})  # fmt: skip
-        for f in fw.flags:
-            if f.full:
-                sets.append({"framework": fw.name, "stack": fw.stack, "mask": FULL_RECOMPUTE, "flags": [f.name], "command": f.command})
     return {"framework_flags": flags, "flag_sets": sets}

@@ -15,7 +15,7 @@ import yaml
 from support import store_runs
 
 from speccat.catalogue.errors import ReasonError
-from speccat.catalogue.records.flags import FLAGS_PATH, flag_rows, load_flags, mask_of
+from speccat.catalogue.records.flags import FLAGS_PATH, flag_rows, load_flags
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.shared import shared_content
 from speccat.catalogue.store.file import publish
@@ -35,9 +35,10 @@ def test_every_framework_states_its_version_source_and_stack(switches):
     megatron = next(fw for fw in frameworks if fw.name == "megatron")
     # every choice of TransformerConfig.recompute_modules is named, mapped or said to be beyond
     assert {f.name for f in megatron.flags} >= {"core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts"}
-    rows = flag_rows(frameworks, switches)
+    records = load_records()
+    rows = flag_rows(frameworks, records)
     sets = {(r["framework"], r["mask"]): r["command"] for r in rows["flag_sets"]}
-    assert sets[("megatron", mask_of(["softmax", "headCast"], switches))] == "--recompute-granularity selective --recompute-modules core_attn"
+    assert sets[("megatron", records.mask_of(["softmax", "headCast"]))] == "--recompute-granularity selective --recompute-modules core_attn"
     assert sets[("megatron", -1)] == "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
     assert sets[("torchtitan", -1)] == "--activation_checkpoint.mode full"
     assert ("transformers", -1) in sets and len(sets) == 4

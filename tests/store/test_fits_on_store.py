@@ -37,7 +37,7 @@ def test_fits_on_is_built_once_per_spec_and_plan(tmp_path):
 
     # Other questions (one size, two counts): a new plan_version, every spec answered again; the
     # rows of the old plan are kept, and the view reads the new ones only.
-    other = Questions((24,), (1, 2), "other")
+    other = Questions((24,), ("NVIDIA L4",), (1, 2), "other")
     night = replace(store_runs.make_run("night-3", [item], day=3, new=()),
                     **plan_rows(other, store_runs.grid(), load_states(), load_accelerators()))  # fmt: skip
     publish(db, night)

@@ -143,7 +143,7 @@ def make_run(
         state_sharding=state_sharding_rows(load_states()),
         switch_ops=switch_op_rows(records(), load_costs(records())),
         accelerators=accelerator_rows(load_accelerators()),
-        **flag_rows(load_flags(tuple(records().switches))[0], records().switches),
+        **flag_rows(load_flags(tuple(records().switches))[0], records()),
         **(plan_rows(load_questions(), grid(), load_states(), load_accelerators()) if fits_on else {}),
         failures=list(failures),
     )
