@@ -24,6 +24,7 @@ from speccat.catalogue.records import layouts
 from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.points import check_prices, price_ends, price_points
 from speccat.catalogue.records.cost import load_costs, op_costs
+from speccat.catalogue.records.opsplit import op_prices
 from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.pricing import price_spec
 from speccat.catalogue.records.oprecords import load_records
@@ -86,7 +87,8 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
     (catalogue/records/layouts.py); the price at each setting the census measured at
     (catalogue/records/points.py), checked against what it measured (points.check_prices); the
     ends' prices at every setting priced (catalogue/records/ends.py); each op's recompute cost
-    there (catalogue/records/cost.py).
+    there (catalogue/records/cost.py); each op's share of the bytes at the settings of the memory
+    curve where every kind can be laid out (catalogue/records/opsplit.py).
 
     With `spec_json` (a spec the catalogue already holds, under records it has not been
     priced with) the census is skipped and the spec is only priced. A census refusal raises
@@ -105,16 +107,18 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
         skip = frozenset(row["setting_id"] for row in infeasible)
         end_rows = end_prices(spec, records, grid, ends, skip)
         ops = op_costs(spec, records, grid, costs).rows(skip)
+        shares = op_prices(spec, records, grid)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return Outcome(spec, refusal=err)
-    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": end_rows, "op_costs": ops}
+    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": end_rows, "op_costs": ops,
+              "op_prices": shares}
     return Outcome(spec, priced=priced)
 
 
 def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
     """What a census child returns for one config (census_priced): {"spec": JSON text,
     "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows, "op_costs":
-    rows}. A census refusal raises SpecError (its reason is kept by the parent); a pricing
+    rows, "op_prices": rows}. A census refusal raises SpecError (its reason is kept by the parent); a pricing
     refusal returns the spec with {"price_error": (reason, message)} instead of prices, so the
     spec is stored and the failure is a `price` failures row.
     """

@@ -236,6 +236,7 @@ def night_data(
 ):
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, switch_op_rows
+    from speccat.catalogue.records.opsplit import switch_kept_rows
     from speccat.catalogue.records.fits_on import load_questions, plan_rows
     from speccat.catalogue.records.flags import flag_rows, load_flags
     from speccat.catalogue.records.oprecords import load_records
@@ -273,6 +274,7 @@ def night_data(
     point_prices = {h: list(a.point_prices) for h, a in night.analyses.items() if a.prices is not None and a.point_prices}
     end_prices = {h: list(a.end_prices) for h, a in night.analyses.items() if a.prices is not None and a.end_prices}
     op_costs = {h: list(a.op_costs) for h, a in night.analyses.items() if a.prices is not None and a.op_costs}
+    op_prices = {h: list(a.op_prices) for h, a in night.analyses.items() if a.prices is not None and a.op_prices}
     return NightData(
         run_id=run_id,
         started=started,
@@ -280,7 +282,7 @@ def night_data(
         status=status,
         source=source,
         versions=versions,
-        settings=grid.settings,
+        settings=grid.stored,
         setting_defaults=dict(grid.setting({})),
         switches=records.switches,
         repos=repos,
@@ -291,8 +293,10 @@ def night_data(
         point_prices=point_prices,
         end_prices=end_prices,
         op_costs=op_costs,
+        op_prices=op_prices,
         state_sharding=state_sharding_rows(load_states()),
         switch_ops=switch_op_rows(records, load_costs(records)),
+        switch_kept=switch_kept_rows(records),
         accelerators=accelerator_rows(load_accelerators()),
         **flag_rows(load_flags(tuple(records.switches))[0], records),
         **plan_rows(load_questions(), grid, load_states(), load_accelerators()),

@@ -84,6 +84,7 @@ class Analysis:
     point_prices: tuple = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
     end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/ends.py rows)
     op_costs: tuple = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
+    op_prices: tuple = ()  # each op's share of the bytes at the memory curve's settings (catalogue/records/opsplit.py rows)
 
 
 class AnalysisError(ReasonError):
@@ -199,4 +200,4 @@ def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: flo
         reason, message = value["price_error"]
         return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
     return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]), point_prices=tuple(value["point_prices"]),
-                    end_prices=tuple(value["end_prices"]), op_costs=tuple(value["op_costs"]))
+                    end_prices=tuple(value["end_prices"]), op_costs=tuple(value["op_costs"]), op_prices=tuple(value["op_prices"]))

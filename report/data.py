@@ -39,15 +39,17 @@ class Catalogue:
     models: list[dict[str, Any]]
     refusals: list[dict[str, Any]]
     frontier: dict[str, dict[str, list[dict]]]  # stack -> repo -> rows at the stack's default setting
+    classes: dict[str, list[dict]]  # repo -> every class of switch sets at the transformers default setting
     parts: dict[str, list[dict]]  # repo -> rows at the transformers default setting
-    memory: dict[str, list[dict]]  # repo -> rows at every setting of the grid at cp 1
+    ops: dict[str, list[dict]]  # repo -> rows at the transformers default setting, op by op
+    memory: dict[str, list[dict]]  # repo -> rows at every setting of the memory curve
     fits: dict[str, list[dict]]  # repo -> repo_fits_on rows on the default stack
     whole: dict[str, list[dict]]  # repo -> rank_fits rows at the index's layouts, no recompute, the default length
     memory_sizes: list[dict[str, Any]]  # fits_on_sizes
     measured: dict[str, list[dict]]
     changes: list[dict[str, Any]]
     tolerance: float = 0.0
-    seq_lengths: list[int] = field(default_factory=list)
+    seq_lengths: list[int] = field(default_factory=list)  # the lengths the table fits_on answers at
 
 
 def rows(con, name: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -87,10 +89,10 @@ def load(con) -> Catalogue:
     con.register("report_sets", pa.table({"repo_id": [r for r, _ in drawn], "mask": pa.array([m for _, m in drawn], pa.int16())}))
     try:
         parts = by_repo(rows(con, "parts", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {}
+        ops = by_repo(rows(con, "ops", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {}
         memory_rows = []
-        for setting in grid:
-            if setting["tp"] in (1, 8):
-                memory_rows += rows(con, "memory", {"setting_id": setting["setting_id"]})
+        for setting in rows(con, "curve"):
+            memory_rows += rows(con, "memory", {"setting_id": setting["setting_id"]})
     finally:
         con.unregister("report_sets")
     whole_rows = []
@@ -101,19 +103,22 @@ def load(con) -> Catalogue:
             setting_id = at.get((default["seq_length"], lay["tp"]))
             if setting_id is not None:
                 whole_rows += rows(con, "whole", {"setting_id": setting_id, "mask": 0, "dp": lay["dp"], "pp": lay["pp"], "zero": lay["zero"]})
+    fits = rows(con, "fits")
     return Catalogue(
         run=run,
         defaults=defaults,
         models=rows(con, "models"),
         refusals=rows(con, "refusals"),
         frontier=frontier,
+        classes=by_repo(rows(con, "classes", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {},
         parts=parts,
+        ops=ops,
         memory=by_repo(memory_rows),
-        fits=by_repo(rows(con, "fits")),
+        fits=by_repo(fits),
         whole=by_repo(whole_rows),
         memory_sizes=rows(con, "sizes"),
         measured=by_repo(rows(con, "measured")),
         changes=rows(con, "changes"),
         tolerance=load_records().tolerance,
-        seq_lengths=sorted({s["seq_length"] for s in grid}),
+        seq_lengths=sorted({r["seq_length"] for r in fits}),
     )

@@ -54,22 +54,25 @@ def memory_vs_seq(rows: list[dict], title: str) -> dict:
     return {"data": data, "layout": layout}
 
 
-def parts(rows: list[dict], setting_label: str) -> dict:
-    """Where one layer's bytes go, by part, per kind: no recompute, each frontier set and full
-    recompute (rows of the query parts)."""
-    categories = [f"{r['kind']}<br>{r['switch_set']}" for r in rows]
-    full = {}
-    for r in rows:
-        full.setdefault(r["kind"], r["full_recompute_bytes"])
+def ops(rows: list[dict], setting_label: str) -> dict:
+    """Where one layer's bytes go, op by op, per kind: no recompute, each frontier set and full
+    recompute (rows of the query ops); a trace per (part, op) that keeps bytes under some set."""
+    bars = list(dict.fromkeys((r["kind"], r["mask"], r["switch_set"]) for r in rows))
+    bars.sort(key=lambda b: (b[0], -sum(r["kept_bytes"] for r in rows if (r["kind"], r["mask"]) == b[:2])))
+    kept = {(r["kind"], r["mask"], r["part"], r["op"]): r["kept_bytes"] for r in rows}
+    shares = [pair for pair in dict.fromkeys((r["part"], r["op"]) for r in rows) if any(kept[(k, m, *pair)] for k, m, _ in bars)]
+    categories = [f"{kind}<br>{name}" for kind, _, name in bars]
     data = [
-        {"type": "bar", "name": part, "x": categories, "y": [r[f"{part}_bytes"] / MIB for r in rows],
-         "marker": {"color": colour}, "hovertemplate": f"{part}: %{{y:.2f}} MiB<extra>%{{x}}</extra>"}
-        for part, colour in (("attention", PALETTE[0]), ("ffn", PALETTE[1]), ("norm", PALETTE[2]))
+        {"type": "bar", "name": f"{part} · {op}", "x": categories, "y": [kept[(kind, mask, part, op)] / MIB for kind, mask, _ in bars],
+         "marker": {"color": PALETTE[i % len(PALETTE)]}, "meta": {"part": part, "op": op},
+         "hovertemplate": f"{part} · {op}: %{{y:.2f}} MiB<extra>%{{x}}</extra>"}
+        for i, (part, op) in enumerate(shares)
     ]  # fmt: skip
+    full = {r["kind"]: r["full_recompute_bytes"] for r in rows}
     data.append({"type": "bar", "name": "full recompute (the layer's input)", "x": [f"{k}<br>full" for k in full],
-                 "y": [v / MIB for v in full.values()], "marker": {"color": PALETTE[7]},
+                 "y": [v / MIB for v in full.values()], "marker": {"color": "#444"}, "meta": {"part": "full", "op": "input"},
                  "hovertemplate": "full recompute: %{y:.2f} MiB<extra>%{x}</extra>"})  # fmt: skip
-    layout = _layout(f"Where one layer's bytes go, per rank ({setting_label})", barmode="stack", height=460,
+    layout = _layout(f"Where one layer's bytes go, op by op, per rank ({setting_label})", barmode="stack", height=480,
                      yaxis={"title": {"text": "one layer, per rank (MiB)"}}, xaxis={"title": {"text": "kind and switch set"}})  # fmt: skip
     return {"data": data, "layout": layout}
 
@@ -81,29 +84,48 @@ def flags(row: dict) -> str:
     return "<br>".join(f"{f['framework']}: {f['command']}" for f in row["flags"])
 
 
-def frontier(rows: list[dict], setting_label: str) -> dict:
-    """Bytes saved against recompute overhead, one point per class of the frontier, joined, per
-    kind (rows of the query frontier)."""
+def frontier(rows: list[dict], classes: list[dict], setting_label: str) -> dict:
+    """Bytes saved against recompute overhead per kind: one point per class of the frontier,
+    joined (rows of the query frontier), and one per class off it (rows of the query classes)."""
     per_kind: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         per_kind[r["kind"]].append(r)
+    off: dict[str, list[dict]] = defaultdict(list)
+    for r in classes:
+        if not r["on_frontier"]:
+            off[r["kind"]].append(r)
     data = []
     for i, (kind, points) in enumerate(sorted(per_kind.items())):
         points = sorted(points, key=lambda r: (r["overhead_pct"] or 0, -(r["saved_bytes"] or 0)))
+        colour = PALETTE[i % len(PALETTE)]
         data.append({
             "type": "scatter", "mode": "lines+markers", "name": f"{kind} ({points[0]['layers_count']} layers)",
             "x": [p["overhead_pct"] for p in points], "y": [p["saved_bytes"] / MIB for p in points],
-            "customdata": [[p["switch_set"], ", ".join(p["equivalents"][:6]) + (" …" if len(p["equivalents"]) > 6 else ""),
-                            p["n_equivalent_count"], p["saved_pct"], readable.nbytes(p["kept_bytes"]), flags(p)] for p in points],
+            "customdata": [[p["switch_set"], _equivalents(p), p["n_equivalent_count"], p["saved_pct"], readable.nbytes(p["kept_bytes"]), flags(p)] for p in points],
             "hovertemplate": "<b>%{customdata[0]}</b><br>saves %{y:.1f} MiB (%{customdata[3]:.1f}%), keeps %{customdata[4]}"
                              "<br>overhead %{x:.2f}% of the step<br>%{customdata[2]} equivalent sets: %{customdata[1]}"
                              "<br>%{customdata[5]}<extra></extra>",
-            "line": {"color": PALETTE[i % len(PALETTE)]},
+            "line": {"color": colour}, "meta": {"kind": kind, "on_frontier": True},
         })  # fmt: skip
-    layout = _layout(f"The frontier: bytes saved against recompute overhead, one layer per rank ({setting_label})", height=460,
+        beaten = off.get(kind, [])
+        data.append({
+            "type": "scatter", "mode": "markers", "name": f"{kind}: sets off the frontier", "legendgroup": kind,
+            "x": [p["overhead_pct"] for p in beaten], "y": [p["saved_bytes"] / MIB for p in beaten],
+            "marker": {"color": colour, "symbol": "circle-open", "size": 6, "opacity": 0.6},
+            "customdata": [[p["switch_set"], _equivalents(p), p["n_equivalent_count"], p["saved_pct"], readable.nbytes(p["kept_bytes"])] for p in beaten],
+            "hovertemplate": "<b>%{customdata[0]}</b> (off the frontier)<br>saves %{y:.1f} MiB (%{customdata[3]:.1f}%), keeps %{customdata[4]}"
+                             "<br>overhead %{x:.2f}% of the step<br>%{customdata[2]} equivalent sets: %{customdata[1]}<extra></extra>",
+            "meta": {"kind": kind, "on_frontier": False},
+        })  # fmt: skip
+    layout = _layout(f"Switch sets: bytes saved against recompute overhead, one layer per rank ({setting_label})", height=480,
                      xaxis={"title": {"text": "recompute overhead (% of the layer's forward + backward FLOPs)"}},
                      yaxis={"title": {"text": "saved against no recompute, one layer (MiB)"}})  # fmt: skip
     return {"data": data, "layout": layout}
+
+
+def _equivalents(row: dict) -> str:
+    """A class's sets, the first six named."""
+    return ", ".join(row["equivalents"][:6]) + (" …" if len(row["equivalents"]) > 6 else "")
 
 
 def fits(rows: list[dict], memory_sizes: list[dict], seq_lengths: list[int]) -> dict:

@@ -120,16 +120,19 @@ Click a column to sort; type to filter.</p>
             parts.append("<h2>Memory against sequence length</h2>")
             parts.append(_figure("memory", figures.memory_vs_seq(memory, f"{repo}: the layer stack per rank, one micro-batch"),
                                  "One line per switch set on the frontier at a stack's default setting, and full recompute; solid: transformers, "
-                                 "dashed: megatron. The grid's sequence lengths (view <code>repo_prices</code>)."))  # fmt: skip
-        if cat.parts.get(repo):
+                                 "dashed: megatron. Every length of the memory curve, the grid's and beyond (view <code>repo_curve</code>)."))  # fmt: skip
+        if cat.ops.get(repo):
             parts.append("<h2>Where the bytes go</h2>")
-            parts.append(_figure("parts", figures.parts(cat.parts[repo], self.default_label),
-                                 "One layer of each kind by part, for no recompute, each frontier set and full recompute (view <code>planner_layer_prices</code>)."))
+            parts.append(_figure("ops", figures.ops(cat.ops[repo], self.default_label),
+                                 "One layer of each kind op by op (the records' ops and parts, each in its part of the layer), for no recompute, "
+                                 "each frontier set and full recompute (view <code>repo_op_prices</code>)."))
         front = cat.frontier.get("transformers", {}).get(repo)
         if front:
             parts.append("<h2>The frontier</h2>")
-            parts.append(_figure("frontier", figures.frontier(front, self.default_label),
-                                 "Each point a class of equivalent switch sets no other set beats on both bytes and recompute cost; the hover names its sets and the framework flags that give it (view <code>frontier_flags</code>)."))
+            parts.append(_figure("frontier", figures.frontier(front, cat.classes.get(repo, []), self.default_label),
+                                 "Each point a class of equivalent switch sets (same bytes, same recompute cost). Joined: the frontier, the classes "
+                                 "no other beats on both bytes and recompute cost, the hover naming its sets and the framework flags that give it "
+                                 "(view <code>frontier_flags</code>); open circles: every other class (view <code>switch_classes</code>)."))
         if cat.fits.get(repo) and cat.memory_sizes:
             parts.append("<h2>What fits</h2>")
             parts.append(_figure("fits", figures.fits(cat.fits[repo], cat.memory_sizes, cat.seq_lengths),
@@ -152,7 +155,7 @@ Click a column to sort; type to filter.</p>
         picker = "\n".join(f'<label><input type="checkbox" value="{_esc(r)}"{" checked" if i < 3 else ""}> {_esc(r)}</label><br>' for i, r in enumerate(order))
         spec = {"title": "The layer stack per rank: no recompute (solid) and full recompute (dotted), tp 1, transformers", "models": models}
         text = json.dumps(spec, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
-        body = f"""<p class="note">Choose up to six models; each is drawn from the view <code>repo_prices</code> at the grid's sequence lengths, tp 1, cp 1, the transformers stack.</p>
+        body = f"""<p class="note">Choose up to six models; each is drawn from the view <code>repo_curve</code> at the memory curve's sequence lengths, tp 1, the transformers stack.</p>
 <div class="picker">{picker}</div>
 <div class="plot" id="compare"></div>
 <script type="application/json" id="compare-data">{text}</script>"""

@@ -108,6 +108,7 @@ class Grid:
     dtype_bytes: Mapping[str, int]
     schema: Mapping[str, Field]  # each field's type, bounds and values
     fixed: Mapping[str, Field] = dataclass_field(default_factory=lambda: MappingProxyType({}))  # the fixed settings: one value each
+    curve: tuple[Mapping[str, Any], ...] = ()  # the settings the memory curve is priced at (the file's `curve`)
 
     def setting(self, overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
         """One setting: each field's default, with `overrides` (validated) on top. A fixed
@@ -125,6 +126,12 @@ class Grid:
             if name in overrides and (value := field.check(overrides[name], f"setting {name}")) != field.default:
                 values[name] = value
         return _freeze(values)
+
+    @property
+    def stored(self) -> tuple[Mapping[str, Any], ...]:
+        """Every setting the catalogue holds prices at: the grid's, then the curve's it lacks."""
+        ids = {s["setting_id"] for s in self.settings}
+        return self.settings + tuple(s for s in self.curve if s["setting_id"] not in ids)
 
     def with_settings(self, settings: Iterable[Mapping[str, Any]]) -> Grid:
         """A grid holding just `settings` (each as built by `setting`)."""
@@ -170,7 +177,7 @@ class _Loader(Loader):
         return replace(field, values=checked)
 
     def load(self, data: Any) -> Grid:
-        data = self.mapping("", data, ("dtypes", "fields", "fixed"), ("dtypes", "fields"))
+        data = self.mapping("", data, ("dtypes", "fields", "fixed", "curve"), ("dtypes", "fields"))
         dtypes = self.dtypes(data["dtypes"])
         raw = self.mapping("fields", data["fields"], FIELDS, FIELDS, what="field", unknown="unknown_field")
         fields = {name: self.field(name, body, dtypes) for name, body in raw.items()}
@@ -183,7 +190,20 @@ class _Loader(Loader):
         settings = tuple(
             _freeze(dict(zip(names, combo))) for combo in itertools.product(*(f.values for f in fields.values()))
         )
-        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields), MappingProxyType(fixed))
+        curve = self.curve(data.get("curve", {}), fields)
+        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields), MappingProxyType(fixed), curve)
+
+    def curve(self, data: Any, fields: Mapping[str, Field]) -> tuple[Mapping[str, Any], ...]:
+        """Every combination of the values `curve` lists (each checked as its field's), every other
+        field at its default, in the grid's field order."""
+        raw = self.mapping("curve", data, tuple(fields), what="field", unknown="unknown_field")
+        listed = {}
+        for name, values in raw.items():
+            if not isinstance(values, list) or not values:
+                raise self.fail("bad_value", f"curve.{name}", "must be a non-empty list")
+            listed[name] = tuple(fields[name].check(v, f"{self.source}: curve.{name}[{i}]") for i, v in enumerate(values))
+        axes = [listed.get(name, (field.default,)) for name, field in fields.items()]
+        return tuple(_freeze(dict(zip(fields, combo))) for combo in itertools.product(*axes)) if listed else ()
 
 
 def parse_settings(data: Any, source: str = "<settings>") -> Grid:

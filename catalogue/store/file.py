@@ -62,15 +62,16 @@ TABLES: tuple[str, ...] = (
     "point_prices",
     "end_prices",
     "op_costs",
+    "op_prices",
     "fits_on",
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
 # (filled before the schema runs), the grid's default setting, states.yaml's sharding, the ops
-# each switch set re-runs, accelerators.yaml, the frameworks' flags (flags.yaml) and the questions
+# each switch set re-runs and keeps, accelerators.yaml, the frameworks' flags (flags.yaml) and the questions
 # the table fits_on answers (sql/schema/).
 REFERENCE_TABLES: tuple[str, ...] = (
-    "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "accelerators", "framework_flags", "flag_sets",
+    "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "switch_kept", "accelerators", "framework_flags", "flag_sets",
     "fits_on_sizes", "fits_on_layouts",
 )
 # The columns that, beside census_version, say which libraries measured a spec (part of the key

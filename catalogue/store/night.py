@@ -50,6 +50,7 @@ INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token", "forward_flops")
 END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
 OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops", "recompute_bytes")
+OP_PRICE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "part", "op", "kept_bytes", "full_bytes")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
 SWITCH_COST_COLUMNS: tuple[str, ...] = (
@@ -87,7 +88,8 @@ class NightData:
     """One night of the pipeline, as the store ingests it (one row of `runs` and what it adds).
 
     versions: {speccat, transformers, torch, census, records, profiles, settings} -> str.
-    settings: the grid rows (catalogue/records/settings.py `Grid.settings`), each with setting_id.
+    settings: the setting rows (catalogue/records/settings.py `Grid.stored`: the grid's and the
+        memory curve's), each with setting_id.
     setting_defaults: the grid's default setting (`Grid.setting({})`, with its setting_id), which
         the catalogue's views use for a field a query leaves unchosen.
     switches: the records' switch names in mask-bit order (`Records.switches`).
@@ -108,8 +110,11 @@ class NightData:
         each setting it is priced at (catalogue/records/ends.py `end_prices`).
     op_costs: config_hash -> rows with OP_COST_FIELDS: each op's recompute cost per kind at each
         setting it is priced at (catalogue/records/cost.py `OpCosts.rows`).
+    op_prices: config_hash -> rows with OP_PRICE_FIELDS: each op's share of a layer's bytes per
+        kind at each setting of the memory curve (catalogue/records/opsplit.py `op_prices`).
     state_sharding: states.yaml as rows (catalogue/records/states.py `state_sharding_rows`).
     switch_ops: (mask, op) rows, the ops each switch set recomputes (cost.py `switch_op_rows`).
+    switch_kept: (mask, op) rows, the ops each switch set keeps (opsplit.py `switch_kept_rows`).
     accelerators: accelerators.yaml as rows (cost.py `accelerator_rows`).
     framework_flags, flag_sets: flags.yaml as rows (catalogue/records/flags.py `flag_rows`).
     fits_on_sizes, fits_on_layouts: the questions the table fits_on answers, as rows
@@ -138,8 +143,10 @@ class NightData:
     point_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     end_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     op_costs: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    op_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     state_sharding: Sequence[Mapping[str, Any]] = ()
     switch_ops: Sequence[Mapping[str, Any]] = ()
+    switch_kept: Sequence[Mapping[str, Any]] = ()
     accelerators: Sequence[Mapping[str, Any]] = ()
     framework_flags: Sequence[Mapping[str, Any]] = ()
     flag_sets: Sequence[Mapping[str, Any]] = ()
@@ -216,6 +223,7 @@ class NightData:
         return (
             ("infeasible_settings", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
             ("end_prices", self.end_prices, END_PRICE_FIELDS), ("op_costs", self.op_costs, OP_COST_FIELDS),
+            ("op_prices", self.op_prices, OP_PRICE_FIELDS),
         )  # fmt: skip
 
     def arrow_tables(self) -> dict[str, pa.Table]:
@@ -276,7 +284,7 @@ class NightData:
                 ],
                 ("config_hash", *self.spec_key, "records_version") + fields,
             )
-        for name in ("state_sharding", "switch_ops", "accelerators", "framework_flags", "flag_sets", "fits_on_sizes", "fits_on_layouts"):
+        for name in ("state_sharding", "switch_ops", "switch_kept", "accelerators", "framework_flags", "flag_sets", "fits_on_sizes", "fits_on_layouts"):
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
@@ -312,6 +320,7 @@ class NightData:
             priced_at = set(zip(parts["full_prices"]["kind"].to_pylist(), parts["full_prices"]["setting_id"].to_pylist()))
             if costs and (len(set(costs)) != len(costs) or {c[:2] for c in costs} != priced_at):
                 _bad(f"op_costs[{config_hash!r}]", "must cost each op once for each kind and setting the config is priced at")
+            _check_op_prices(f"op_prices[{config_hash!r}]", self.op_prices.get(config_hash, ()), {k for k, _ in priced_at}, setting_ids)
             for part, _ in _PRICE_PARTS:
                 table, n = parts[part], parts[part].num_rows
                 keys = {
@@ -323,6 +332,26 @@ class NightData:
                 columns = [keys[f.name] if f.name in keys else table.column(f.name).cast(f.type) for f in schema]
                 out[part].append(pa.table(columns, schema=schema))
         return tuple(_concat(out[part], STAGED_PRICES[part]) for part, _ in _PRICE_PARTS)
+
+
+def _check_op_prices(where: str, rows: Sequence[Mapping[str, Any]], kinds: set[str], setting_ids: set[str]) -> None:
+    """Each op's share once per kind priced and setting of the run, every kind at every setting
+    where any is, the bytes finite and not negative."""
+    keys = [(r["kind"], r["setting_id"], r["part"], r["op"]) for r in rows]
+    if not keys:
+        return
+    if len(set(keys)) != len(keys):
+        _bad(where, "must state each (kind, setting, part, op) once")
+    if {k[0] for k in keys} != kinds:
+        _bad(where, f"must state the kinds priced, {sorted(kinds)}")
+    unknown = sorted({k[1] for k in keys} - setting_ids)
+    if unknown:
+        _bad(where, f"setting_id(s) {unknown[:3]} are not among the run's settings")
+    per_setting = {(k[1], k[2], k[3]) for k in keys}
+    if len(keys) != len(per_setting) * len(kinds):
+        _bad(where, "must state every kind at every setting and op it states any at")
+    if not all(math.isfinite(r[f]) and r[f] >= 0 for r in rows for f in ("kept_bytes", "full_bytes")):
+        _bad(where, "bytes must be finite and not negative")
 
 
 def switch_set_rows(switches: Sequence[str]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
--- Report query grid: the settings the report draws memory against sequence length at: every
--- setting of the settings table at cp 1 whose other fields are the grid's defaults
--- (setting_defaults), per stack, sequence length and tensor-parallel size. A setting that left
+-- Report query grid: the settings the index's whole-rank memory is read at: every setting of
+-- the settings table at cp 1 whose other fields are the grid's defaults (setting_defaults), per
+-- stack, sequence length and tensor-parallel size. A setting that left
 -- the grid has no prices at the latest versions, so the views return nothing for it.
 -- Grain: one row per (stack, seq_length, tp).
 -- Columns:

@@ -1,6 +1,6 @@
--- Report query memory: the whole layer stack's bytes per rank at the variable setting_id for
--- the switch sets the report draws (the relation report_sets: repo_id and mask, the frontier's
--- sets; mask -1 is full recompute), from the view repo_prices.
+-- Report query memory: the whole layer stack's bytes per rank at the variable setting_id (a
+-- setting of the memory curve) for the switch sets the report draws (the relation report_sets:
+-- repo_id and mask, the frontier's sets; mask -1 is full recompute), from the view repo_curve.
 -- Grain: one row per (repo_id, switch set) of report_sets at the setting.
 -- Columns:
 --   repo_id     id      the Hub repo
@@ -11,8 +11,9 @@
 --   mask        id      the switch set; -1 for full recompute
 --   switch_set  code    its name (full for full recompute)
 --   total       bytes   kept by the whole layer stack, per rank, one micro-batch
-SELECT p.repo_id, p.stack, p.seq_length, p.tp, p.cp, coalesce(p.mask, -1) AS mask, p.switch_set, p.total
-FROM repo_prices AS p
-SEMI JOIN report_sets AS w ON w.repo_id = p.repo_id AND w.mask = coalesce(p.mask, -1)
-WHERE p.setting_id = getvariable('setting_id')
-ORDER BY p.repo_id, p.total DESC;
+SELECT c.repo_id, c.stack, c.seq_length_tokens AS seq_length, c.tp_ranks AS tp, c.cp_ranks AS cp, coalesce(c.mask, -1) AS mask,
+       c.switch_set, c.total_bytes AS total
+FROM repo_curve AS c
+SEMI JOIN report_sets AS w ON w.repo_id = c.repo_id AND w.mask = coalesce(c.mask, -1)
+WHERE c.setting_id = getvariable('setting_id')
+ORDER BY c.repo_id, c.total_bytes DESC;

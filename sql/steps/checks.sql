@@ -68,6 +68,14 @@ LEFT JOIN (SELECT config_hash, census_version, transformers_version, torch_versi
            FROM full_prices GROUP BY ALL) AS p USING (config_hash, census_version, transformers_version, torch_version, records_version)
 WHERE d IS DISTINCT FROM f OR c <> d * o
 UNION ALL
+SELECT 'op_prices: every (part, op) once per kind and setting',
+       format('{} @ {} / {}: {} rows, {} kinds x {} settings x {} (part, op)', config_hash, census_version, records_version, c, k, t, o)
+FROM (SELECT config_hash, census_version, transformers_version, torch_version, records_version, count(*) AS c,
+             count(DISTINCT kind) AS k, count(DISTINCT setting_id) AS t, count(DISTINCT (part, op)) AS o,
+             count(DISTINCT (kind, setting_id, part, op)) AS u
+      FROM op_prices GROUP BY ALL)
+WHERE c <> k * t * o OR u <> c
+UNION ALL
 SELECT 'switch_sets complete',
        format('{} masks for {} switches', count(*), any_value(len(switches)))
 FROM switch_sets

@@ -141,6 +141,14 @@ WHERE NOT EXISTS (SELECT 1 FROM op_costs AS o WHERE o.config_hash = n.config_has
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, kind, setting_id, op;
 
+-- Each op's share at each setting of the memory curve, added as the op costs are.
+INSERT INTO op_prices BY NAME
+SELECT * FROM incoming.op_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM op_prices AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id)
+ORDER BY config_hash, kind, setting_id, part, op;
+
 -- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
 -- earlier night stored (a new description, a new default). Only rows that differ are touched.
 
@@ -167,6 +175,13 @@ WHERE EXISTS (SELECT 1 FROM incoming.switch_ops)
   AND (mask, op) NOT IN (SELECT (mask, op) FROM incoming.switch_ops);
 INSERT INTO switch_ops BY NAME
 SELECT * FROM (SELECT * FROM incoming.switch_ops EXCEPT SELECT * FROM switch_ops)
+ORDER BY mask, op;
+
+DELETE FROM switch_kept
+WHERE EXISTS (SELECT 1 FROM incoming.switch_kept)
+  AND (mask, op) NOT IN (SELECT (mask, op) FROM incoming.switch_kept);
+INSERT INTO switch_kept BY NAME
+SELECT * FROM (SELECT * FROM incoming.switch_kept EXCEPT SELECT * FROM switch_kept)
 ORDER BY mask, op;
 
 DELETE FROM accelerators

@@ -8,8 +8,9 @@
 -- is priced at the grid when all of the grid's settings appear among its rows; one priced under
 -- an older grid that lacks some of them is not, and the flow prices its stored spec again. A
 -- setting the config cannot be laid out at (infeasible_settings) counts as priced: it has no prices.
--- A price without its switch_costs row or its op_costs rows (stored before the catalogue had
--- them) is not priced: the flow prices it again and the store adds them (sql/steps/merge.sql).
+-- A price without its switch_costs row or its op_costs rows, or a config without op_prices rows
+-- (stored before the catalogue had them), is not priced: the flow prices it again and the store
+-- adds them (sql/steps/merge.sql).
 SELECT 'spec' AS held, config_hash FROM specs
 WHERE census_version = $census
   AND ($transformers IS NULL OR transformers_version = $transformers) AND ($torch IS NULL OR torch_version = $torch)
@@ -28,5 +29,8 @@ FROM (SELECT config_hash, census_version, transformers_version, torch_version, r
       SELECT config_hash, census_version, transformers_version, torch_version, records_version, setting_id FROM infeasible_settings)
 WHERE census_version = $census AND records_version = $records AND list_contains($grid::VARCHAR[], setting_id)
   AND ($transformers IS NULL OR transformers_version = $transformers) AND ($torch IS NULL OR torch_version = $torch)
+  AND config_hash IN (SELECT config_hash FROM op_prices
+                      WHERE census_version = $census AND records_version = $records
+                        AND ($transformers IS NULL OR transformers_version = $transformers) AND ($torch IS NULL OR torch_version = $torch))
 GROUP BY config_hash
 HAVING count(DISTINCT setting_id) = len($grid::VARCHAR[]);

@@ -16,6 +16,7 @@ import pytest
 from support import store_runs
 from support.browser import chromium, console_errors, executables, open_page
 
+from speccat.catalogue.records.settings import load_settings
 from speccat.flows.cli import main
 from speccat.report.site import model_file
 
@@ -128,24 +129,54 @@ def test_index_lists_every_model_refusal_and_sorts_and_filters(site, browser):
 def test_a_model_page_carries_the_catalogue_rows(site, browser, repo):
     db, out = site
     seen = visit(browser, out, model_file(repo), "model" if repo == THREE[0] else f"model-{repo.replace('/', '__')}")
-    assert set(seen["plots"]) == {"memory", "parts", "frontier", "fits", "measured"}
+    assert set(seen["plots"]) == {"memory", "ops", "frontier", "fits", "measured"}
     (config_hash,) = catalogue_rows(db, "SELECT config_hash FROM latest_specs WHERE repo_id = ?", [repo])[0]
-    # memory against sequence length: every point a repo_prices row (cp 1), in GiB
+    # memory against sequence length: every point a repo_curve row, in GiB, at every length of the
+    # curve (settings.yaml's, beyond the grid's); where the grid prices the same setting, the
+    # grid's price (repo_prices, the layer prices of every switch set) is the same number
+    lengths = load_settings().curve
     for trace in plot_data(browser, "memory"):
         meta = trace["meta"]
-        rows = dict(catalogue_rows(db, """SELECT seq_length, total FROM repo_prices WHERE config_hash = ? AND stack = ? AND tp = ? AND cp = 1
-                                          AND micro_batch = 1 AND coalesce(mask, -1) = ?""", [config_hash, meta["stack"], meta["tp"], meta["mask"]]))  # fmt: skip
-        assert trace["x"] == sorted(rows) and len(rows) >= 3
+        rows = dict(catalogue_rows(db, """SELECT seq_length_tokens, total_bytes FROM repo_curve WHERE config_hash = ? AND stack = ? AND tp_ranks = ?
+                                          AND coalesce(mask, -1) = ?""", [config_hash, meta["stack"], meta["tp"], meta["mask"]]))  # fmt: skip
+        assert trace["x"] == sorted(rows) == sorted({c["seq_length"] for c in lengths})
         assert all(math.isclose(y * GIB, rows[x], rel_tol=1e-12) for x, y in zip(trace["x"], trace["y"]))
+        grid = dict(catalogue_rows(db, """SELECT seq_length, total FROM repo_prices WHERE config_hash = ? AND stack = ? AND tp = ? AND cp = 1
+                                          AND micro_batch = 1 AND coalesce(mask, -1) = ?""", [config_hash, meta["stack"], meta["tp"], meta["mask"]]))  # fmt: skip
+        assert len(grid) >= 3 and all(math.isclose(rows[x], grid[x], rel_tol=1e-12) for x in grid)
+    # where the bytes go: each bar's stack of ops adds up to the layer's price (planner_layer_prices)
+    # at the default setting, each segment a repo_op_prices row
+    bars = plot_data(browser, "ops")
+    stacked: dict[str, float] = {}
+    for t in bars:
+        for x, y in zip(t["x"], t["y"]):
+            stacked[x] = stacked.get(x, 0.0) + y * MIB
+    priced = {f"{k}<br>{n}": (total, full) for k, n, total, full in catalogue_rows(db, """
+        SELECT p.kind, p.switch_set, p.total_bytes, p.full_recompute_bytes FROM planner_layer_prices AS p, chosen_settings AS s
+        WHERE p.setting_id = s.setting_id AND p.repo_id = ?""", [repo])}  # fmt: skip
+    full = {f"{k.split('<br>')[0]}<br>full": f for k, (_, f) in priced.items()}
+    assert len(stacked) > len(full) >= 1
+    for x, value in stacked.items():
+        assert math.isclose(value, priced[x][0] if x in priced else full[x], rel_tol=1e-9), x
+    ops = {(t["meta"]["part"], t["meta"]["op"]) for t in bars}
+    assert ("ffn", "ffMM") in ops and ("norm", "normOp") in ops and ("full", "input") in ops
     # the frontier: each kind's points are the view's rows at the default setting
     frontier = catalogue_rows(db, """SELECT f.kind, f.overhead_pct, f.saved_bytes FROM frontier AS f, chosen_settings AS s
                                      WHERE f.setting_id = s.setting_id AND f.repo_id = ?""", [repo])  # fmt: skip
-    carried = sorted((t["name"].split(" (")[0], x, y * MIB) for t in plot_data(browser, "frontier") for x, y in zip(t["x"], t["y"]))
+    traces = plot_data(browser, "frontier")
+    carried = sorted((t["meta"]["kind"], x, y * MIB) for t in traces if t["meta"]["on_frontier"] for x, y in zip(t["x"], t["y"]))
     assert len(carried) == len(frontier) > 2
     for (k1, x1, y1), (k2, x2, y2) in zip(carried, sorted(frontier)):
         assert k1 == k2 and math.isclose(x1, x2, rel_tol=1e-12, abs_tol=1e-12) and math.isclose(y1, y2, rel_tol=1e-12, abs_tol=1e-6)
+    # every other class a point too: with the frontier's, one per distinct representative of switch_costs
+    off = sorted((t["meta"]["kind"], x, y * MIB) for t in traces if not t["meta"]["on_frontier"] for x, y in zip(t["x"], t["y"]))
+    (distinct,) = catalogue_rows(db, """SELECT count(DISTINCT (c.kind, c.representative)) FROM switch_costs AS c, chosen_settings AS s, latest_run AS v
+                                        WHERE c.setting_id = s.setting_id AND c.config_hash = ? AND c.records_version = v.records_version
+                                          AND c.census_version = v.census_version AND c.torch_version = v.torch_version
+                                          AND c.transformers_version = v.transformers_version""", [config_hash])[0]  # fmt: skip
+    assert len(off) + len(carried) == distinct and len(off) > 0
     # the frontier's hover names the flags that give each point: full recompute is transformers' gradient checkpointing
-    hovers = {c[0]: c[5] for t in plot_data(browser, "frontier") for c in t["customdata"]}
+    hovers = {c[0]: c[5] for t in traces if t["meta"]["on_frontier"] for c in t["customdata"]}
     assert "transformers: model.gradient_checkpointing_enable()" in hovers["full"] and "torchtitan: --activation_checkpoint.mode full" in hovers["full"]
     assert any(h.startswith("no framework's flags give it") for h in hovers.values())
     # priced against measured: every point of the view at the latest versions
@@ -171,7 +202,7 @@ def test_a_model_page_carries_the_catalogue_rows(site, browser, repo):
     assert 0 < cells < len(answers)  # some questions answered, some not (nothing fits one GPU of 24 GiB at 32k)
 
 
-def test_compare_draws_the_chosen_models_from_repo_prices(site, browser):
+def test_compare_draws_the_chosen_models_from_repo_curve(site, browser):
     db, out = site
     visit(browser, out, "compare.html", "compare")
     boxes = browser.find_elements("css selector", ".picker input")
@@ -184,8 +215,8 @@ def test_compare_draws_the_chosen_models_from_repo_prices(site, browser):
     traces = plot_data(browser, "compare")
     assert {t["meta"]["repo"] for t in traces} == set(THREE) and len(traces) == 6
     for t in traces:
-        rows = dict(catalogue_rows(db, """SELECT seq_length, total FROM repo_prices WHERE repo_id = ? AND stack = 'transformers' AND tp = 1
-                                          AND cp = 1 AND micro_batch = 1 AND switch_set = ?""", [t["meta"]["repo"], t["meta"]["switch_set"]]))  # fmt: skip
+        rows = dict(catalogue_rows(db, """SELECT seq_length_tokens, total_bytes FROM repo_curve WHERE repo_id = ? AND stack = 'transformers'
+                                          AND tp_ranks = 1 AND switch_set = ?""", [t["meta"]["repo"], t["meta"]["switch_set"]]))  # fmt: skip
         assert t["x"] == sorted(rows) and all(math.isclose(y * GIB, rows[x], rel_tol=1e-12) for x, y in zip(t["x"], t["y"]))
     # at most six: a seventh box is disabled
     for box in boxes[:8]:

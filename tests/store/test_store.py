@@ -169,13 +169,13 @@ def test_a_catalogue_stored_before_switch_costs_gains_them(tmp_path, night1):
         before = sorted(con.execute("SELECT * FROM switch_costs").fetchall())
         con.execute("DROP TABLE switch_costs")
     run = runs.first_run()
-    held = stored(path, run.census_version, run.records_version, setting_ids(run.settings))
+    held = stored(path, run.census_version, run.records_version, setting_ids(runs.grid().settings))
     assert held.specs == frozenset(run.specs) and held.priced == frozenset()
     published = publish(path, run)
     assert published.rebuilt
     with contextlib.closing(open_readonly(path)) as con:
         assert sorted(con.execute("SELECT * FROM switch_costs").fetchall()) == before
-    assert stored(path, run.census_version, run.records_version, setting_ids(run.settings)).priced == frozenset(run.specs)
+    assert stored(path, run.census_version, run.records_version, setting_ids(runs.grid().settings)).priced == frozenset(run.specs)
 
 
 def test_switch_sets_and_settings(night1):
@@ -262,7 +262,7 @@ def setting_ids(settings) -> list[str]:
 
 def test_stored_tells_the_flow_what_to_skip(night1):
     run = runs.first_run()
-    grid = setting_ids(run.settings)
+    grid = setting_ids(runs.grid().settings)
     known = stored(night1[0], run.census_version, run.records_version, grid)
     assert known.specs == known.priced == frozenset(run.specs)
     assert stored(night1[0], "another-census", run.records_version, grid).specs == frozenset()
@@ -272,12 +272,12 @@ def test_stored_tells_the_flow_what_to_skip(night1):
 
 
 def rows_at(run, settings) -> dict:
-    """A run's end_prices and op_costs cut down to some settings, as at_settings cuts its prices
+    """A run's end_prices, op_costs and op_prices cut down to some settings, as at_settings cuts its prices
     (keyword arguments of dataclasses.replace)."""
     ids = set(setting_ids(settings))
     return {
         name: {h: [row for row in rows if row["setting_id"] in ids] for h, rows in getattr(run, name).items()}
-        for name in ("end_prices", "op_costs")
+        for name in ("end_prices", "op_costs", "op_prices")
     }
 
 

@@ -106,7 +106,7 @@ def test_a_lake_tells_what_it_holds_as_the_file_does(tmp_path):
     """lake.stored / lake.load_specs answer the flow's plan stage as store.stored / load_specs
     do for a file with the same runs; a lake not created yet holds nothing and is not created."""
     run = runs.first_run()
-    grid = [s["setting_id"] for s in run.settings]
+    grid = [s["setting_id"] for s in runs.grid().settings]
     cv, rv = run.census_version, run.records_version
     catalog = tmp_path / "catalog.ducklake"
     lake = Lake(str(catalog), str(tmp_path / "data") + "/")

@@ -50,8 +50,9 @@ def biggest_op(spec: dict) -> tuple[str, str, float]:
     return kind, op, value
 
 
-def grid(run) -> list[str]:
-    return [s["setting_id"] for s in run.settings]
+def grid_ids() -> list[str]:
+    """The grid's settings (the run's also hold the memory curve's, which the flow never asks about)."""
+    return [s["setting_id"] for s in runs.grid().settings]
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def test_a_spec_is_stored_with_the_libraries_that_measured_it_beside_the_old_one
 def test_stored_holds_a_spec_only_for_the_libraries_that_measured_it(upgraded):
     path, item, *_, first, second = upgraded
     at = lambda transformers, torch: stored(  # noqa: E731
-        path, second.census_version, second.records_version, grid(second), libraries={"transformers": transformers, "torch": torch}
+        path, second.census_version, second.records_version, grid_ids(), libraries={"transformers": transformers, "torch": torch}
     )
     for libraries in (("5.24.0", "2.13.0"), ("5.25.0", "2.13.1")):
         held = at(*libraries)
@@ -160,7 +161,7 @@ def test_two_nights_on_the_same_libraries_keep_one_spec_and_report_no_bytes(tmp_
     first = runs.make_run("night-1", [item], day=1, transformers="5.25.0", torch="2.13.1")
     second = runs.make_run("night-2", [item], day=2, new=(), transformers="5.25.0", torch="2.13.1")
     publish(path, first)
-    held = stored(path, first.census_version, first.records_version, grid(first), libraries={"transformers": "5.25.0", "torch": "2.13.1"})
+    held = stored(path, first.census_version, first.records_version, grid_ids(), libraries={"transformers": "5.25.0", "torch": "2.13.1"})
     assert held.specs == held.priced == frozenset({item.config_hash})  # the flow carries it, no census
     publish(path, second)  # a night that carries the spec stores nothing new
     with contextlib.closing(open_readonly(path)) as con:
@@ -183,7 +184,7 @@ def test_a_catalogue_stored_before_specs_had_libraries_is_carried_with_each_nigh
             con.execute(f"CREATE TABLE old_{table} AS SELECT * EXCLUDE (transformers_version, torch_version) FROM {table}")
             con.execute(f"DROP TABLE {table}")
             con.execute(f"ALTER TABLE old_{table} RENAME TO {table}")
-    held = stored(path, first.census_version, first.records_version, grid(first), libraries={"transformers": "5.24.0", "torch": "2.13.0"})
+    held = stored(path, first.census_version, first.records_version, grid_ids(), libraries={"transformers": "5.24.0", "torch": "2.13.0"})
     assert held.specs == frozenset()  # the old file cannot say: the flow censuses again
     # the same library's night: the re-censused spec lands on the carried row, unchanged
     second = runs.make_run("night-2", [item], day=2, transformers="5.24.0", torch="2.13.0")

@@ -21,6 +21,7 @@ from typing import Any
 from conftest import load_shipped
 
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
+from speccat.catalogue.records.opsplit import op_prices, switch_kept_rows
 from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.fits_on import load_questions, plan_rows
 from speccat.catalogue.records.flags import flag_rows, load_flags
@@ -54,6 +55,7 @@ class Censused:
     point_prices: tuple = ()  # the records' price at each point the census measured
     end_prices: tuple = ()  # the ends' price at every setting of the grid
     op_costs: tuple = ()  # each op's recompute cost at every setting of the grid
+    op_prices: tuple = ()  # each op's share of the bytes at every setting of the memory curve
 
 
 @cache
@@ -83,7 +85,8 @@ def censused(repo_id: str) -> Censused:
     points = tuple(price_points(spec, records(), grid()))
     ends = tuple(end_prices(spec, records(), grid(), load_ends(records())))
     costs = tuple(op_costs(spec, records(), grid(), load_costs(records())).rows())
-    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, costs)
+    shares = tuple(op_prices(spec, records(), grid()))
+    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, costs, shares)
 
 
 def versions(**overrides: str) -> dict[str, str]:
@@ -130,7 +133,7 @@ def make_run(
         status=status or ("partial" if failures else "completed"),
         source=source,
         versions=versions(**version_overrides),
-        settings=[dict(s) for s in grid().settings],
+        settings=[dict(s) for s in grid().stored],
         setting_defaults=dict(grid().setting({})),
         switches=records().switches,
         repos=list(repos) if repos is not None else [repo_row(i) for i in items],
@@ -140,8 +143,10 @@ def make_run(
         point_prices={h: list(by_hash[h].point_prices) for h in sorted(fresh)},
         end_prices={h: list(by_hash[h].end_prices) for h in sorted(fresh)},
         op_costs={h: list(by_hash[h].op_costs) for h in sorted(fresh)},
+        op_prices={h: list(by_hash[h].op_prices) for h in sorted(fresh)},
         state_sharding=state_sharding_rows(load_states()),
         switch_ops=switch_op_rows(records(), load_costs(records())),
+        switch_kept=switch_kept_rows(records()),
         accelerators=accelerator_rows(load_accelerators()),
         **flag_rows(load_flags(tuple(records().switches))[0], records()),
         **(plan_rows(load_questions(), grid(), load_states(), load_accelerators()) if fits_on else {}),
@@ -167,6 +172,7 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
                     point_prices=item.point_prices,
                     end_prices=item.end_prices,
                     op_costs=item.op_costs,
+                    op_prices=item.op_prices,
                 )
             )
     return out
