@@ -86,13 +86,14 @@ def load(con) -> Catalogue:
     drawn = {(r["repo_id"], r["mask"]) for per_repo in frontier.values() for rs in per_repo.values() for r in rs}
     drawn |= {(repo, mask) for repo, _ in list(drawn) for mask in (0, FULL)}
     drawn = sorted(drawn)
+    masks = sorted({m for _, m in drawn})
     con.register("report_sets", pa.table({"repo_id": [r for r, _ in drawn], "mask": pa.array([m for _, m in drawn], pa.int16())}))
     try:
         parts = by_repo(rows(con, "parts", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {}
-        ops = by_repo(rows(con, "ops", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {}
+        ops = by_repo(rows(con, "ops", {"setting_id": defaults["transformers"]["setting_id"], "masks": masks})) if "transformers" in defaults else {}
         memory_rows = []
         for setting in rows(con, "curve"):
-            memory_rows += rows(con, "memory", {"setting_id": setting["setting_id"]})
+            memory_rows += rows(con, "memory", {"setting_id": setting["setting_id"], "masks": masks})
     finally:
         con.unregister("report_sets")
     whole_rows = []

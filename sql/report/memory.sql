@@ -1,6 +1,8 @@
 -- Report query memory: the whole layer stack's bytes per rank at the variable setting_id (a
 -- setting of the memory curve) for the switch sets the report draws (the relation report_sets:
 -- repo_id and mask, the frontier's sets; mask -1 is full recompute), from the view repo_curve.
+-- The variable masks lists every mask report_sets holds: a filter on the view's mask, unlike
+-- the semi join, reaches the view's scan of switch_sets, so only those sets are added up.
 -- Grain: one row per (repo_id, switch set) of report_sets at the setting.
 -- Columns:
 --   repo_id     id      the Hub repo
@@ -15,5 +17,5 @@ SELECT c.repo_id, c.stack, c.seq_length_tokens AS seq_length, c.tp_ranks AS tp, 
        c.switch_set, c.total_bytes AS total
 FROM repo_curve AS c
 SEMI JOIN report_sets AS w ON w.repo_id = c.repo_id AND w.mask = coalesce(c.mask, -1)
-WHERE c.setting_id = getvariable('setting_id')
+WHERE c.setting_id = getvariable('setting_id') AND list_contains(getvariable('masks'), coalesce(c.mask, -1))
 ORDER BY c.repo_id, c.total_bytes DESC;
