@@ -347,9 +347,9 @@ def _check_op_prices(where: str, rows: Sequence[Mapping[str, Any]], kinds: set[s
     unknown = sorted({k[1] for k in keys} - setting_ids)
     if unknown:
         _bad(where, f"setting_id(s) {unknown[:3]} are not among the run's settings")
-    per_setting = {(k[1], k[2], k[3]) for k in keys}
-    if len(keys) != len(per_setting) * len(kinds):
-        _bad(where, "must state every kind at every setting and op it states any at")
+    settings, shares = {k[1] for k in keys}, {k[2:] for k in keys}
+    if len(keys) != len(kinds) * len(settings) * len(shares):
+        _bad(where, "must state every kind at every setting and (part, op) it states any at")
     if not all(math.isfinite(r[f]) and r[f] >= 0 for r in rows for f in ("kept_bytes", "full_bytes")):
         _bad(where, "bytes must be finite and not negative")
 
