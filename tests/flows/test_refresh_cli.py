@@ -13,6 +13,7 @@ import pytest
 import yaml
 from support.refresh_runs import copy_snapshot, rows
 
+from speccat.catalogue.records.settings import load_settings
 from speccat.flows import cli, progress
 from speccat.flows.cli_refresh import load_deployment, serve_options
 
@@ -72,8 +73,11 @@ def test_refresh_publishes_into_a_lake(prefect_api, tmp_path, capsys):
     with open_lake(Lake(catalog, data)) as con:
         assert con.execute("SELECT count(*), count(DISTINCT status) FROM runs").fetchone() == (2, 1)
         assert con.execute("SELECT name FROM specs").fetchall() == [("Qwen/Qwen3-0.6B",)]
-        prices = con.execute("SELECT count(*) FROM full_prices").fetchone()[0]
-        assert prices == con.execute("SELECT count(*) FROM settings").fetchone()[0]  # one kind
+        # one kind, priced at every setting of the grid and, op by op, at every setting of the curve
+        grid = load_settings()
+        assert con.execute("SELECT count(*) FROM full_prices").fetchone()[0] == len(grid.settings)
+        assert con.execute("SELECT count(DISTINCT setting_id) FROM op_prices").fetchone()[0] == len(grid.curve)
+        assert con.execute("SELECT count(*) FROM settings").fetchone()[0] == len(grid.stored)
 
 
 @pytest.mark.slow
