@@ -79,6 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         fit.add_argument(f"--{name}", type=count(1), help=f"hold the {what}-parallel size at this value")
     fit.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="hold the ZeRO stage (default: try 0 to 3)")
     fit.add_argument("--vpp", type=count(1), default=1, help="virtual pipeline stages per rank (interleaved 1F1B; default 1)")
+    fit.add_argument("--schedule", help="the pipeline schedule, a name of catalogue/records/schedules.yaml "
+                     "(default: the file's default for --vpp: 1F1B, or interleaved above 1)")
     fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=count(0), default=20, help="rows to print (default 20; 0: all)")
@@ -103,7 +105,7 @@ def fitter(args: argparse.Namespace, spec: dict, name: str):
     def run(seq: int, micro_batch: int, gpus: int) -> list:
         return fits(
             spec, name, args.accelerator, gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros,
-            recipe=args.recipe, setting=args.setting,
+            recipe=args.recipe, setting=args.setting, schedule=args.schedule,
         )  # fmt: skip
 
     return run, budget
@@ -183,6 +185,7 @@ def check_inputs(args: argparse.Namespace) -> None:
     """Read --stack, --set and --recipe before any census: `args.setting` (the setting fields
     over the grid's defaults, checked by the grid) and `args.recipe` (the states file's name)."""
     from speccat.catalogue.errors import InputError
+    from speccat.catalogue.records.schedules import load_schedules
     from speccat.flows.fit_engine import planning_data
 
     check_question(args)
@@ -206,11 +209,22 @@ def check_inputs(args: argparse.Namespace) -> None:
     accelerators = data["accelerators"]
     if args.accelerator is not None and args.accelerator not in accelerators:
         raise InputError("bad_argument", f"--accelerator {args.accelerator}: known: {', '.join(accelerators)}")
+    schedules = load_schedules()
+    args.schedule = args.schedule or schedules.default(args.vpp).name
+    schedule = schedules.by_name.get(args.schedule)
+    if schedule is None:
+        raise InputError("bad_argument", f"--schedule {args.schedule}: known: {', '.join(schedules.by_name)}")
+    if not schedule.takes(args.vpp):
+        needs = "--vpp above 1" if schedule.interleaved else "--vpp 1"
+        raise InputError("bad_argument", f"--schedule {args.schedule} runs with {needs}, not --vpp {args.vpp}")
+    if args.pp is not None and args.pp < schedule.min_pp:
+        raise InputError("bad_argument", f"--schedule {args.schedule} needs --pp {schedule.min_pp} or more, not --pp {args.pp}")
 
 
 def described(args: argparse.Namespace) -> dict:
     """What the answer assumed, named: the stack and setting fields, the recipe and its source,
     the accelerator."""
+    from speccat.catalogue.records.schedules import load_schedules
     from speccat.flows.fit_engine import planning_data
 
     data = planning_data()
@@ -224,6 +238,7 @@ def described(args: argparse.Namespace) -> dict:
         "setting": setting,
         "recipe": {"name": args.recipe, "bytes_per_param": {**per_param, "total": sum(per_param.values())}, "source": states.sources[args.recipe]},
         "accelerator": args.accelerator,
+        "schedule": {"name": args.schedule, "source": load_schedules().by_name[args.schedule].source},
     }
 
 
@@ -262,7 +277,8 @@ def fit_command(args: argparse.Namespace) -> int:
     recipe = about["recipe"]
     fields = " ".join(f"{k}={v}" for k, v in about["setting"].items())
     print(f"spec: {origin}; stack {about['stack']} ({fields}); recipe {recipe['name']} "
-          f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}")  # fmt: skip
+          f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}; "
+          f"schedule {about['schedule']['name']}")  # fmt: skip
     columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%", "ms_per_seq")
     columns += ("note",) if note else ()
     body = []

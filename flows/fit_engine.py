@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from speccat import sql
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
+from speccat.catalogue.records.schedules import load_schedules
 from speccat.catalogue.records.candidates import Layout, layouts
 from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.layouts import LayoutError, infeasible
@@ -50,7 +51,7 @@ def planning_data() -> dict:
             "accelerators": accelerators, "versions": current_versions(),
             # the rows of states.yaml, the switch sets' ops and accelerators.yaml every night of fit's holds
             "night_rows": {"state_sharding": state_sharding_rows(states), "switch_ops": switch_op_rows(records, costs),
-                           "accelerators": accelerator_rows(accelerators)}}  # fmt: skip
+                           "accelerators": accelerator_rows(accelerators), "schedules": load_schedules().rows()}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,14 @@ class Fit:
 def fits(
     spec: Mapping, name: str, accelerator: str, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
-    setting: Mapping | None = None,
+    setting: Mapping | None = None, schedule: str | None = None,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) of `gpus` ranks whose fullest stage fits `budget` bytes, of
     each layout only the sets on its frontier, ranked by estimated recompute seconds per
     sequence, then total bytes (the macro fitting_sets). `setting` holds the other setting
     fields (the stack, flash attention, the dtype, ...) over the grid's defaults; `fixed` the
-    layout fields held. LayoutError "infeasible" when the held fields leave no layout, or only
+    layout fields held; `schedule` the pipeline schedule (schedules.yaml; None: each layout's
+    default), which a layout it cannot run on (its vpp, its pp) leaves out. LayoutError "infeasible" when the held fields leave no layout, or only
     ones layouts.yaml refuses at this sequence length."""
     data = planning_data()
     records, grid = data["records"], data["grid"]
@@ -128,10 +130,12 @@ def fits(
     rows = layout_rows(candidates, {key: s["setting_id"] for key, s in at.items()}, recipe or data["states"].default_recipe, budget, accelerator)
     con.register(LAYOUTS_TABLE, rows)
     try:
+        con.execute(sql.render("steps/set_variable", name="schedule"), {"value": schedule})
         cursor = con.execute(sql.render("steps/fitting_sets", layouts=LAYOUTS_TABLE))
         columns = [d[0] for d in cursor.description]
         return [Fit.from_row(dict(zip(columns, row))) for row in cursor.fetchall()]
     finally:
+        con.execute(sql.render("steps/set_variable", name="schedule"), {"value": None})
         con.unregister(LAYOUTS_TABLE)
 
 

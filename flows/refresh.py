@@ -237,6 +237,7 @@ def night_data(
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, switch_op_rows
     from speccat.catalogue.records.opsplit import switch_kept_rows
+    from speccat.catalogue.records.schedules import load_schedules
     from speccat.catalogue.records.fits_on import load_questions, plan_rows
     from speccat.catalogue.records.flags import flag_rows, load_flags
     from speccat.catalogue.records.oprecords import load_records
@@ -298,8 +299,9 @@ def night_data(
         switch_ops=switch_op_rows(records, load_costs(records)),
         switch_kept=switch_kept_rows(records),
         accelerators=accelerator_rows(load_accelerators()),
+        schedules=load_schedules().rows(),
         **flag_rows(load_flags(tuple(records.switches))[0], records),
-        **plan_rows(load_questions(), grid, load_states(), load_accelerators()),
+        **plan_rows(load_questions(), grid, load_states(), load_accelerators(), load_schedules()),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         reason=reason,
         message=message,

@@ -14,6 +14,7 @@ from pathlib import Path
 from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.records.candidates import leading
 from speccat.catalogue.records.cost import Accelerator, accelerator_rows
+from speccat.catalogue.records.schedules import Schedules
 from speccat.catalogue.records.settings import Grid
 from speccat.catalogue.records.states import States, StatesError
 
@@ -55,17 +56,19 @@ def load_questions(path: Path = FITS_ON_PATH) -> Questions:
     return Questions(loader.counts("gpu_mem_gib", sizes), tuple(names), loader.counts("gpus", top["gpus"]), version_of(data))
 
 
-def plan_rows(questions: Questions, grid: Grid, states: States, accelerators: Mapping[str, Accelerator]) -> dict[str, Sequence[Mapping]]:
+def plan_rows(
+    questions: Questions, grid: Grid, states: States, accelerators: Mapping[str, Accelerator], schedules: Schedules
+) -> dict[str, Sequence[Mapping]]:
     """The reference rows the night hands the store for the table fits_on: `fits_on_sizes` (one
     per memory size) and `fits_on_layouts` (per GPU count, each layout that can rank first,
     candidates.py `leading`, numbered in the order `speccat fit` numbers its layouts, at the grid
     setting of its tp and cp for each stack and sequence length: micro-batch 1, one in flight,
     every other field the grid's default, as fit prices). Both carry `plan_version`, a hash of
-    everything the answers read beside the prices: this file, the grid, the recipes and the
-    accelerators. A (tp, cp) the grid does not price is left out, as the night holds no price."""
+    everything the answers read beside the prices: this file, the grid, the recipes, the
+    accelerators and the pipeline schedules (each layout runs its default). A (tp, cp) the grid does not price is left out, as the night holds no price."""
     default = next(name for name, a in accelerators.items() if a.default)
     plan = version_of({"questions": questions.version, "settings": grid.version, "states": states.version,
-                       "accelerators": accelerator_rows(accelerators)})  # fmt: skip
+                       "accelerators": accelerator_rows(accelerators), "schedules": schedules.version})  # fmt: skip
     priced = {s["setting_id"] for s in grid.settings}
     highest_zero = max(states.zero)
     pairs = [(stack, seq) for stack in grid.schema["stack"].values for seq in grid.schema["seq_length"].values]

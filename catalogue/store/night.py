@@ -116,6 +116,7 @@ class NightData:
     switch_ops: (mask, op) rows, the ops each switch set recomputes (cost.py `switch_op_rows`).
     switch_kept: (mask, op) rows, the ops each switch set keeps (opsplit.py `switch_kept_rows`).
     accelerators: accelerators.yaml as rows (cost.py `accelerator_rows`).
+    schedules: schedules.yaml as rows (catalogue/records/schedules.py `Schedules.rows`).
     framework_flags, flag_sets: flags.yaml as rows (catalogue/records/flags.py `flag_rows`).
     fits_on_sizes, fits_on_layouts: the questions the table fits_on answers, as rows
         (catalogue/records/fits_on.py `plan_rows`); a night that states none builds no fits_on rows.
@@ -148,6 +149,7 @@ class NightData:
     switch_ops: Sequence[Mapping[str, Any]] = ()
     switch_kept: Sequence[Mapping[str, Any]] = ()
     accelerators: Sequence[Mapping[str, Any]] = ()
+    schedules: Sequence[Mapping[str, Any]] = ()
     framework_flags: Sequence[Mapping[str, Any]] = ()
     flag_sets: Sequence[Mapping[str, Any]] = ()
     fits_on_sizes: Sequence[Mapping[str, Any]] = ()
@@ -284,7 +286,7 @@ class NightData:
                 ],
                 ("config_hash", *self.spec_key, "records_version") + fields,
             )
-        for name in ("state_sharding", "switch_ops", "switch_kept", "accelerators", "framework_flags", "flag_sets", "fits_on_sizes", "fits_on_layouts"):
+        for name in ("state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "framework_flags", "flag_sets", "fits_on_sizes", "fits_on_layouts"):
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])

@@ -16,14 +16,18 @@
 -- recompute seconds on the layout's accelerator by, a set before it in fitting_sets' order).
 -- `speccat fit` and the table fits_on ask for that (they read only what fits, and most of a
 -- large GPU count's layouts fit nowhere); rank_fits_layout does not.
--- A rank of stage i of pp holds its layers' activations and its ends' (the embedding on the
--- first stage, the final norm and the logits on the last), each for the micro-batches in
--- flight: pp - i in 1F1B, times 1 + (pp - 1)/(pp vpp) with vpp > 1 virtual stages (Korthikanti
--- et al. 2022, section 4.2.3); and its weights, gradients and optimizer states (state_sharding:
--- each parameter group divided among the model-parallel ranks, a state the ZeRO stage
--- partitions divided again over the data group). Its layers are the stack in order, split as
--- evenly as it goes (earlier stages one more); the last stage of pp > 1 holds a copy of a tied
--- word embedding. The recompute a switch set costs is the first stage's (the pipeline's
+-- A rank of stage i of pp holds its layers' activations and its ends' (the embedding where it
+-- holds the stack's first piece, the final norm and the logits where it holds the last), each
+-- for the micro-batches in flight of the pipeline schedule it runs (the table schedules: the
+-- variable schedule, or the default for the layout's vpp: 1F1B's pp - i, interleaved's times
+-- 1 + (pp - 1)/(pp vpp), ...; the head's for the schedule's head_flight where it states one);
+-- and its weights, gradients and optimizer states (state_sharding: each parameter group divided
+-- among the model-parallel ranks, a state the ZeRO stage partitions divided again over the data
+-- group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
+-- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
+-- schedule folds, piece chunks * pp - 1 - i); a rank holding the last piece but not the first
+-- holds a copy of a tied word embedding. A schedule the layout cannot run (interleaved needs
+-- vpp > 1, the others vpp = 1; its min_pp) leaves the layout without rows. The recompute a switch set costs is the first stage's (the pipeline's
 -- critical path; the same on every stage's row), per micro-batch: its layers' ops the set
 -- re-runs (switch_ops, op_costs), each estimated on the accelerator as max(FLOPs / peak, bytes
 -- / bandwidth); per sequence it is that over dp · the micro-batch, as the dp pipelines run
@@ -37,10 +41,16 @@
 -- first) for fullest_stage and, after it, `fullest`: whether this stage's rank holds the most
 -- of its layout's stages under the set (of stages holding as much, the first).
 CREATE OR REPLACE MACRO rank_stages(layouts) AS TABLE
-WITH layout AS MATERIALIZED (
-    SELECT layout, dp, pp, ep, zero, vpp, etp, setting_id, recipe, budget_bytes, accelerator, only_fitting,
-           CASE WHEN only_fitting THEN accelerator END AS outclassed_on  -- the accelerator outclassed points are left out on
-    FROM query_table(layouts)
+WITH layout AS MATERIALIZED (  -- each layout with the pipeline schedule it runs (schedules): the variable schedule, or its default
+    SELECT q.layout, q.dp, q.pp, q.ep, q.zero, q.vpp, q.etp, q.setting_id, q.recipe, q.budget_bytes, q.accelerator, q.only_fitting,
+           CASE WHEN q.only_fitting THEN q.accelerator END AS outclassed_on,  -- the accelerator outclassed points are left out on
+           q.schedule, s.flight_pp, s.flight_stage, s.flight_constant, s.interleaved, s.chunks, s.folded, s.head_flight
+    FROM (SELECT *, coalesce(getvariable('schedule')::VARCHAR,
+                             CASE WHEN vpp > 1 THEN (SELECT schedule FROM schedules WHERE default_for = 'virtual')
+                                  ELSE (SELECT schedule FROM schedules WHERE default_for = 'single') END) AS schedule
+          FROM query_table(layouts)) AS q
+    JOIN schedules AS s ON s.schedule = q.schedule
+    WHERE s.interleaved = (q.vpp > 1) AND q.pp >= s.min_pp
 ),
 latest AS MATERIALIZED (  -- the latest specs of the repos asked for
     SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers,
@@ -55,23 +65,36 @@ latest AS MATERIALIZED (  -- the latest specs of the repos asked for
 model AS MATERIALIZED (  -- each spec at each layout that applies to it
     SELECT l.layout, l.pp, l.vpp, m.*
     FROM latest AS m, layout AS l
-    WHERE l.pp <= m.n_layers AND coalesce(m.num_experts, 1) % l.ep = 0
+    WHERE l.pp * l.chunks <= m.n_layers AND coalesce(m.num_experts, 1) % l.ep = 0
 ),
 runs AS MATERIALIZED (  -- each run of the stack: its kind and the layers [first, stop) it covers
     SELECT t.config_hash, t.kind, sum(t.count) OVER w - t.count AS first, sum(t.count) OVER w AS stop
     FROM stack AS t JOIN latest AS m USING (config_hash, census_version, transformers_version, torch_version)
     WINDOW w AS (PARTITION BY t.config_hash ORDER BY t.position)
 ),
-stages AS MATERIALIZED (  -- each stage's layers [lo, hi) and the micro-batches in flight on it
-    SELECT layout, config_hash, stage,
-           stage * (n_layers // pp) + least(stage, n_layers % pp) AS lo,
-           (stage + 1) * (n_layers // pp) + least(stage + 1, n_layers % pp) AS hi,
-           (pp - stage) * CASE WHEN vpp > 1 THEN 1 + (pp - 1) / (pp * vpp) ELSE 1 END AS flight
-    FROM (SELECT layout, config_hash, n_layers, pp, vpp, unnest(range(pp)) AS stage FROM model)
+pieces AS MATERIALIZED (  -- the pieces of the stack each stage's rank holds: the stack cut into chunks * pp pieces [lo, hi),
+                          -- as evenly as it goes (earlier ones a layer more); rank i holds piece i, and piece
+                          -- chunks * pp - 1 - i too where the schedule folds
+    SELECT layout, config_hash, stage, piece, n_pieces,
+           piece * (n_layers // n_pieces) + least(piece, n_layers % n_pieces) AS lo,
+           (piece + 1) * (n_layers // n_pieces) + least(piece + 1, n_layers % n_pieces) AS hi
+    FROM (SELECT layout, config_hash, n_layers, n_pieces, stage,
+                 unnest(CASE WHEN folded THEN list_distinct([stage, n_pieces - 1 - stage]) ELSE [stage] END) AS piece
+          FROM (SELECT m.layout, m.config_hash, m.n_layers, m.pp * l.chunks AS n_pieces, l.folded, unnest(range(m.pp)) AS stage
+                FROM model AS m JOIN layout AS l USING (layout)))
+),
+stages AS MATERIALIZED (  -- each stage's micro-batches in flight (the schedule's), and whether its rank holds the
+                          -- stack's first piece (and the embedding) and its last (the final norm and the head)
+    SELECT p.layout, p.config_hash, p.stage,
+           (l.flight_pp * l.pp + l.flight_stage * p.stage + l.flight_constant)
+           * CASE WHEN l.interleaved THEN 1 + (l.pp - 1) / (l.pp * l.vpp) ELSE 1 END AS flight,
+           bool_or(p.piece = 0) AS first_piece, bool_or(p.piece = p.n_pieces - 1) AS last_piece
+    FROM pieces AS p JOIN layout AS l USING (layout)
+    GROUP BY ALL
 ),
 stage_kinds AS MATERIALIZED (
     SELECT s.layout, s.config_hash, s.stage, r.kind, sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) AS layers
-    FROM stages AS s JOIN runs AS r USING (config_hash)
+    FROM pieces AS s JOIN runs AS r USING (config_hash)
     GROUP BY ALL HAVING sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) > 0
 ),
 kind_params AS MATERIALIZED (
@@ -86,15 +109,17 @@ stage_params AS MATERIALIZED (  -- parameters per group on each stage, before mo
                          AND p.torch_version = m.torch_version AND p.kind = k.kind
     GROUP BY ALL
     UNION ALL
-    SELECT m.layout, m.config_hash, 0, 'embedding', m.embedding_params FROM model AS m
+    SELECT m.layout, m.config_hash, s.stage, 'embedding', m.embedding_params
+    FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.first_piece
     UNION ALL
-    SELECT m.layout, m.config_hash, m.pp - 1, 'final_norm', m.final_norm_params FROM model AS m
+    SELECT m.layout, m.config_hash, s.stage, 'final_norm', m.final_norm_params
+    FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.last_piece
     UNION ALL
-    SELECT m.layout, m.config_hash, m.pp - 1, 'output',
-           CASE WHEN m.pp > 1 AND coalesce(m.output_params, 0) = 0 AND m.tie_word_embeddings
-                THEN m.vocab_size::DOUBLE * m.hidden_size  -- the last stage's copy of the tied word embedding
+    SELECT m.layout, m.config_hash, s.stage, 'output',
+           CASE WHEN NOT s.first_piece AND coalesce(m.output_params, 0) = 0 AND m.tie_word_embeddings
+                THEN m.vocab_size::DOUBLE * m.hidden_size  -- a copy of the tied word embedding where the rank lacks it
                 ELSE m.output_params END
-    FROM model AS m
+    FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.last_piece
 ),
 priced AS MATERIALIZED (  -- the settings each spec is priced at, per layout (micro-batches in flight: the stages')
     SELECT DISTINCT m.layout, f.config_hash, f.setting_id, g.tp, g.cp
@@ -195,8 +220,8 @@ priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layou
 ),
 stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends' and its model states
     SELECT t.layout, t.config_hash, t.setting_id, t.stage, s.flight,
-           (CASE WHEN t.stage = 0 THEN e.embedding ELSE 0 END
-            + CASE WHEN t.stage = l.pp - 1 THEN e.final_norm + e.logits ELSE 0 END) * s.flight AS ends,
+           CASE WHEN s.first_piece THEN e.embedding * s.flight ELSE 0 END
+           + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(l.head_flight, s.flight) ELSE 0 END AS ends,
            t.weight, t.grad, t.optimizer
     FROM stage_states AS t
     JOIN stages AS s USING (layout, config_hash, stage)
@@ -255,7 +280,7 @@ first_costs AS (  -- the first stage's layers, per micro-batch: each point's rec
 )
 SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length AS seq_length_tokens,
        g.micro_batch AS micro_batch_count, g.tp AS tp_ranks, g.cp AS cp_ranks, l.dp AS dp_ranks, l.pp AS pp_ranks,
-       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, l.recipe, l.dp * g.tp * l.pp * g.cp AS gpus_count,
+       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, l.schedule, l.recipe, l.dp * g.tp * l.pp * g.cp AS gpus_count,
        x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.weight AS weight_bytes,
        x.grad AS grad_bytes, x.optimizer AS optimizer_bytes,

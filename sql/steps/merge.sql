@@ -191,6 +191,13 @@ INSERT INTO accelerators BY NAME
 SELECT * FROM (SELECT * FROM incoming.accelerators EXCEPT SELECT * FROM accelerators)
 ORDER BY accelerator;
 
+DELETE FROM schedules
+WHERE EXISTS (SELECT 1 FROM incoming.schedules)
+  AND schedule IN (SELECT schedule FROM (SELECT * FROM schedules EXCEPT SELECT * FROM incoming.schedules));
+INSERT INTO schedules BY NAME
+SELECT * FROM (SELECT * FROM incoming.schedules EXCEPT SELECT * FROM schedules)
+ORDER BY schedule;
+
 -- The frameworks' flags: tonight's rows replace the ones that differ.
 DELETE FROM framework_flags
 WHERE EXISTS (SELECT 1 FROM incoming.framework_flags)

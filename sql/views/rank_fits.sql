@@ -2,8 +2,9 @@
 -- setting and switch set (full recompute included), what the fullest pipeline stage's rank
 -- holds, against a budget. The layout is set by variables, each with its default: dp [1],
 -- pp [1], ep [1], zero [0] (the ZeRO stage), vpp [1] (virtual stages per rank), etp [the
--- setting's tp], recipe [states.yaml's default], budget_gib [80] and accelerator [the
--- accelerators table's default] (SET VARIABLE pp = 4); tp, cp, the sequence length and the
+-- setting's tp], recipe [states.yaml's default], budget_gib [80], accelerator [the
+-- accelerators table's default] and schedule [the schedules table's default for vpp: 1f1b,
+-- or interleaved with vpp > 1] (SET VARIABLE pp = 4); tp, cp, the sequence length and the
 -- micro-batch are the setting's.
 -- What a rank holds and what a set's recompute costs are the macro rank_layouts' rules (its
 -- header says them), the one home `speccat fit` reads too (docs/planning.md): this view is
@@ -29,6 +30,7 @@
 --   ep_ranks               count    expert-parallel ranks (variable ep)
 --   zero_stage             code     the ZeRO stage (variable zero)
 --   vpp_count              count    virtual stages per rank (variable vpp)
+--   schedule               code     the pipeline schedule (schedules; variable schedule, default 1f1b, interleaved with vpp > 1)
 --   recipe                 code     the training recipe's bytes per parameter (state_sharding)
 --   gpus_count             count    dp · tp · pp · cp
 --   mask                   id       the switch set (switch_sets); -1 for full recompute

@@ -7,6 +7,7 @@ from __future__ import annotations
 from speccat.catalogue.records.candidates import arrangements, layouts, leading
 from speccat.catalogue.records.cost import load_accelerators
 from speccat.catalogue.records.fits_on import load_questions, plan_rows
+from speccat.catalogue.records.schedules import load_schedules
 from speccat.catalogue.records.settings import load_settings
 from speccat.catalogue.records.states import load_states
 
@@ -16,7 +17,7 @@ def test_the_plan_tries_every_leading_layout_at_every_stack_and_length():
     questions = load_questions()
     node = accelerators["H100-SXM"].node
     assert accelerators["H100-SXM"].default and node == 8
-    plan = plan_rows(questions, grid, states, accelerators)
+    plan = plan_rows(questions, grid, states, accelerators, load_schedules())
     assert [r["gpu_mem_gib"] for r in plan["fits_on_sizes"]] == [24, 40, 48, 80, 96, 141, 192]
     assert {r["recipe"] for r in plan["fits_on_sizes"]} == {"megatron_bf16_adam"}
     assert questions.gpus == tuple(2**k for k in range(11))

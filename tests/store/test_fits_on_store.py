@@ -11,6 +11,7 @@ from support import store_runs
 
 from speccat.catalogue.records.cost import load_accelerators
 from speccat.catalogue.records.fits_on import Questions, load_questions, plan_rows
+from speccat.catalogue.records.schedules import load_schedules
 from speccat.catalogue.records.states import load_states
 from speccat.catalogue.store.file import publish
 
@@ -39,7 +40,7 @@ def test_fits_on_is_built_once_per_spec_and_plan(tmp_path):
     # rows of the old plan are kept, and the view reads the new ones only.
     other = Questions((24,), ("NVIDIA L4",), (1, 2), "other")
     night = replace(store_runs.make_run("night-3", [item], day=3, new=()),
-                    **plan_rows(other, store_runs.grid(), load_states(), load_accelerators()))  # fmt: skip
+                    **plan_rows(other, store_runs.grid(), load_states(), load_accelerators(), load_schedules()))  # fmt: skip
     publish(db, night)
     plans = rows(db, "SELECT plan_version, count(*) FROM fits_on GROUP BY 1 ORDER BY 2")
     assert [n for _, n in plans] == [2 * 3 * 2 * 1, len(first)]

@@ -22,6 +22,7 @@ from conftest import load_shipped
 
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
 from speccat.catalogue.records.opsplit import op_prices, switch_kept_rows
+from speccat.catalogue.records.schedules import load_schedules
 from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.fits_on import load_questions, plan_rows
 from speccat.catalogue.records.flags import flag_rows, load_flags
@@ -148,8 +149,9 @@ def make_run(
         switch_ops=switch_op_rows(records(), load_costs(records())),
         switch_kept=switch_kept_rows(records()),
         accelerators=accelerator_rows(load_accelerators()),
+        schedules=load_schedules().rows(),
         **flag_rows(load_flags(tuple(records().switches))[0], records()),
-        **(plan_rows(load_questions(), grid(), load_states(), load_accelerators()) if fits_on else {}),
+        **(plan_rows(load_questions(), grid(), load_states(), load_accelerators(), load_schedules()) if fits_on else {}),
         failures=list(failures),
     )
 
