@@ -41,16 +41,19 @@
 -- first) for fullest_stage and, after it, `fullest`: whether this stage's rank holds the most
 -- of its layout's stages under the set (of stages holding as much, the first).
 CREATE OR REPLACE MACRO rank_stages(layouts) AS TABLE
-WITH layout AS MATERIALIZED (  -- each layout with the pipeline schedule it runs (schedules): the variable schedule, or its default
-    SELECT q.layout, q.dp, q.pp, q.ep, q.zero, q.vpp, q.etp, q.setting_id, q.recipe, q.budget_bytes, q.accelerator, q.only_fitting,
-           CASE WHEN q.only_fitting THEN q.accelerator END AS outclassed_on,  -- the accelerator outclassed points are left out on
-           q.schedule, s.flight_pp, s.flight_stage, s.flight_constant, s.interleaved, s.chunks, s.folded, s.head_flight
-    FROM (SELECT *, coalesce(getvariable('schedule')::VARCHAR,
-                             CASE WHEN vpp > 1 THEN (SELECT schedule FROM schedules WHERE default_for = 'virtual')
-                                  ELSE (SELECT schedule FROM schedules WHERE default_for = 'single') END) AS schedule
-          FROM query_table(layouts)) AS q
-    JOIN schedules AS s ON s.schedule = q.schedule
-    WHERE s.interleaved = (q.vpp > 1) AND q.pp >= s.min_pp
+WITH layout AS MATERIALIZED (
+    SELECT layout, dp, pp, ep, zero, vpp, etp, setting_id, recipe, budget_bytes, accelerator, only_fitting,
+           CASE WHEN only_fitting THEN accelerator END AS outclassed_on  -- the accelerator outclassed points are left out on
+    FROM query_table(layouts)
+),
+chosen AS MATERIALIZED (  -- the pipeline schedule a layout runs (schedules), by whether it has virtual stages: the variable
+                          -- schedule where it can run it (interleaved with vpp > 1, the others with vpp = 1), else the default
+    SELECT v.virtual, s.*
+    FROM (VALUES (false), (true)) AS v(virtual)
+    JOIN schedules AS s ON s.schedule = coalesce(getvariable('schedule')::VARCHAR,
+                                                 (SELECT d.schedule FROM schedules AS d
+                                                  WHERE d.default_for = CASE WHEN v.virtual THEN 'virtual' ELSE 'single' END))
+    WHERE s.interleaved = v.virtual
 ),
 latest AS MATERIALIZED (  -- the latest specs of the repos asked for
     SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers,
@@ -63,9 +66,9 @@ latest AS MATERIALIZED (  -- the latest specs of the repos asked for
       AND (getvariable('config_hashes') IS NULL OR list_contains(getvariable('config_hashes'), s.config_hash))
 ),
 model AS MATERIALIZED (  -- each spec at each layout that applies to it
-    SELECT l.layout, l.pp, l.vpp, m.*
-    FROM latest AS m, layout AS l
-    WHERE l.pp * l.chunks <= m.n_layers AND coalesce(m.num_experts, 1) % l.ep = 0
+    SELECT l.layout, l.pp, l.vpp, c.chunks, c.folded, m.*
+    FROM latest AS m, layout AS l JOIN chosen AS c ON c.virtual = (l.vpp > 1)
+    WHERE l.pp >= c.min_pp AND l.pp * c.chunks <= m.n_layers AND coalesce(m.num_experts, 1) % l.ep = 0
 ),
 runs AS MATERIALIZED (  -- each run of the stack: its kind and the layers [first, stop) it covers
     SELECT t.config_hash, t.kind, sum(t.count) OVER w - t.count AS first, sum(t.count) OVER w AS stop
@@ -80,16 +83,15 @@ pieces AS MATERIALIZED (  -- the pieces of the stack each stage's rank holds: th
            (piece + 1) * (n_layers // n_pieces) + least(piece + 1, n_layers % n_pieces) AS hi
     FROM (SELECT layout, config_hash, n_layers, n_pieces, stage,
                  unnest(CASE WHEN folded THEN list_distinct([stage, n_pieces - 1 - stage]) ELSE [stage] END) AS piece
-          FROM (SELECT m.layout, m.config_hash, m.n_layers, m.pp * l.chunks AS n_pieces, l.folded, unnest(range(m.pp)) AS stage
-                FROM model AS m JOIN layout AS l USING (layout)))
+          FROM (SELECT layout, config_hash, n_layers, pp * chunks AS n_pieces, folded, unnest(range(pp)) AS stage FROM model))
 ),
 stages AS MATERIALIZED (  -- each stage's micro-batches in flight (the schedule's), and whether its rank holds the
                           -- stack's first piece (and the embedding) and its last (the final norm and the head)
     SELECT p.layout, p.config_hash, p.stage,
-           (l.flight_pp * l.pp + l.flight_stage * p.stage + l.flight_constant)
-           * CASE WHEN l.interleaved THEN 1 + (l.pp - 1) / (l.pp * l.vpp) ELSE 1 END AS flight,
+           (c.flight_pp * l.pp + c.flight_stage * p.stage + c.flight_constant)
+           * CASE WHEN c.interleaved THEN 1 + (l.pp - 1) / (l.pp * l.vpp) ELSE 1 END AS flight,
            bool_or(p.piece = 0) AS first_piece, bool_or(p.piece = p.n_pieces - 1) AS last_piece
-    FROM pieces AS p JOIN layout AS l USING (layout)
+    FROM pieces AS p JOIN layout AS l USING (layout) JOIN chosen AS c ON c.virtual = (l.vpp > 1)
     GROUP BY ALL
 ),
 stage_kinds AS MATERIALIZED (
@@ -221,12 +223,13 @@ priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layou
 stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends' and its model states
     SELECT t.layout, t.config_hash, t.setting_id, t.stage, s.flight,
            CASE WHEN s.first_piece THEN e.embedding * s.flight ELSE 0 END
-           + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(l.head_flight, s.flight) ELSE 0 END AS ends,
+           + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(c.head_flight, s.flight) ELSE 0 END AS ends,
            t.weight, t.grad, t.optimizer
     FROM stage_states AS t
     JOIN stages AS s USING (layout, config_hash, stage)
     JOIN priced_ends AS e USING (layout, config_hash, setting_id)
     JOIN layout AS l ON l.layout = t.layout
+    JOIN chosen AS c ON c.virtual = (l.vpp > 1)
 ),
 possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: all, but of a layout asking only_fitting those under
                             -- which some set could fit, no stage's floor over its budget (each kind's fewest bytes under any set)
@@ -280,7 +283,7 @@ first_costs AS (  -- the first stage's layers, per micro-batch: each point's rec
 )
 SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length AS seq_length_tokens,
        g.micro_batch AS micro_batch_count, g.tp AS tp_ranks, g.cp AS cp_ranks, l.dp AS dp_ranks, l.pp AS pp_ranks,
-       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, l.schedule, l.recipe, l.dp * g.tp * l.pp * g.cp AS gpus_count,
+       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, c.schedule, l.recipe, l.dp * g.tp * l.pp * g.cp AS gpus_count,
        x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.weight AS weight_bytes,
        x.grad AS grad_bytes, x.optimizer AS optimizer_bytes,
@@ -293,6 +296,7 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq
 FROM stage_totals AS x
 JOIN layout AS l ON l.layout = x.layout
+JOIN chosen AS c ON c.virtual = (l.vpp > 1)
 JOIN repos AS r ON r.config_hash = x.config_hash
 JOIN settings AS g ON g.setting_id = x.setting_id
 LEFT JOIN switch_sets AS w ON w.mask = x.mask
