@@ -22,16 +22,16 @@ import duckdb
 import pyarrow as pa
 
 from speccat import sql
-from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
-from speccat.catalogue.records.schedules import load_schedules
+from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs
 from speccat.catalogue.records.candidates import Layout, layouts
 from speccat.catalogue.records.ends import end_prices, load_ends
 from speccat.catalogue.records.layouts import LayoutError, infeasible
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pins import no_layout
 from speccat.catalogue.records.pricing import price_spec
+from speccat.catalogue.records.reference import reference_rows
 from speccat.catalogue.records.settings import load_settings
-from speccat.catalogue.records.states import load_states, state_sharding_rows
+from speccat.catalogue.records.states import load_states
 from speccat.catalogue.store.memory import MemoryCatalogue
 from speccat.catalogue.store.night import NightData
 from speccat.flows.versions import current_versions
@@ -45,13 +45,11 @@ def planning_data() -> dict:
     """The records, the settings grid, the recompute costs, the recipes (states.yaml), the
     ends' prices, the accelerators, the versions a night records and the data files' rows it
     stores, read once per process."""
-    records, states, accelerators = load_records(), load_states(), load_accelerators()
-    costs = load_costs(records)
-    return {"records": records, "grid": load_settings(), "costs": costs, "states": states, "ends": load_ends(records),
-            "accelerators": accelerators, "versions": current_versions(),
-            # the rows of states.yaml, the switch sets' ops and accelerators.yaml every night of fit's holds
-            "night_rows": {"state_sharding": state_sharding_rows(states), "switch_ops": switch_op_rows(records, costs),
-                           "accelerators": accelerator_rows(accelerators), "schedules": load_schedules().rows()}}  # fmt: skip
+    records, grid = load_records(), load_settings()
+    return {"records": records, "grid": grid, "costs": load_costs(records), "states": load_states(), "ends": load_ends(records),
+            "accelerators": load_accelerators(), "versions": current_versions(),
+            # the data files' rows every night of fit's holds (it builds no table fits_on)
+            "night_rows": reference_rows(records, grid, questions=False)}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -235,13 +235,8 @@ def night_data(
     reason: str | None = None, message: str | None = None,
 ):
     """The night as the store ingests it: only tonight's new specs and prices."""
-    from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, switch_op_rows
-    from speccat.catalogue.records.opsplit import switch_kept_rows
-    from speccat.catalogue.records.schedules import load_schedules
-    from speccat.catalogue.records.fits_on import load_questions, plan_rows
-    from speccat.catalogue.records.flags import flag_rows, load_flags
     from speccat.catalogue.records.oprecords import load_records
-    from speccat.catalogue.records.states import load_states, state_sharding_rows
+    from speccat.catalogue.records.reference import reference_rows
     from speccat.catalogue.store.night import NightData
     from speccat.catalogue.records.settings import load_settings
 
@@ -295,13 +290,7 @@ def night_data(
         end_prices=end_prices,
         op_costs=op_costs,
         op_prices=op_prices,
-        state_sharding=state_sharding_rows(load_states()),
-        switch_ops=switch_op_rows(records, load_costs(records)),
-        switch_kept=switch_kept_rows(records),
-        accelerators=accelerator_rows(load_accelerators()),
-        schedules=load_schedules().rows(),
-        **flag_rows(load_flags(tuple(records.switches))[0], records),
-        **plan_rows(load_questions(), grid, load_states(), load_accelerators(), load_schedules()),
+        **reference_rows(records, grid, questions=True),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         reason=reason,
         message=message,

@@ -20,16 +20,13 @@ from typing import Any
 
 from conftest import load_shipped
 
-from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, op_costs, switch_op_rows
-from speccat.catalogue.records.opsplit import op_prices, switch_kept_rows
-from speccat.catalogue.records.schedules import load_schedules
+from speccat.catalogue.records.cost import load_costs, op_costs
+from speccat.catalogue.records.opsplit import op_prices
 from speccat.catalogue.records.ends import end_prices, load_ends
-from speccat.catalogue.records.fits_on import load_questions, plan_rows
-from speccat.catalogue.records.flags import flag_rows, load_flags
-from speccat.catalogue.records.states import load_states, state_sharding_rows
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.reference import reference_rows
 from speccat.catalogue.store.night import NightData
 from speccat.catalogue.records.settings import load_settings
 from speccat.census.structure.family import profiles_version
@@ -145,13 +142,7 @@ def make_run(
         end_prices={h: list(by_hash[h].end_prices) for h in sorted(fresh)},
         op_costs={h: list(by_hash[h].op_costs) for h in sorted(fresh)},
         op_prices={h: list(by_hash[h].op_prices) for h in sorted(fresh)},
-        state_sharding=state_sharding_rows(load_states()),
-        switch_ops=switch_op_rows(records(), load_costs(records())),
-        switch_kept=switch_kept_rows(records()),
-        accelerators=accelerator_rows(load_accelerators()),
-        schedules=load_schedules().rows(),
-        **flag_rows(load_flags(tuple(records().switches))[0], records()),
-        **(plan_rows(load_questions(), grid(), load_states(), load_accelerators(), load_schedules()) if fits_on else {}),
+        **reference_rows(records(), grid(), questions=fits_on),
         failures=list(failures),
     )
 
