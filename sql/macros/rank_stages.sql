@@ -27,11 +27,11 @@
 -- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
 -- schedule folds, piece chunks * pp - 1 - i); a rank holding the last piece but not the first
 -- holds a copy of a tied word embedding. A schedule the layout cannot run (interleaved needs
--- vpp > 1, the others vpp = 1; its min_pp) leaves the layout without rows. The recompute a switch set costs is the first stage's (the pipeline's
--- critical path; the same on every stage's row), per micro-batch: its layers' ops the set
--- re-runs (switch_ops, op_costs), each estimated on the accelerator as max(FLOPs / peak, bytes
--- / bandwidth); per sequence it is that over dp · the micro-batch, as the dp pipelines run
--- side by side.
+-- vpp > 1, the others vpp = 1; its min_pp) leaves the layout without rows. The recompute a
+-- switch set costs is the first stage's (the pipeline's critical path; the same on every
+-- stage's row), per micro-batch: its layers' ops the set re-runs (switch_ops, op_costs), each
+-- estimated on the accelerator as max(FLOPs / peak, bytes / bandwidth); per sequence it is
+-- that over dp · the micro-batch, as the dp pipelines run side by side.
 -- A layout with pp beyond a model's layers, or ep not dividing both its routed experts and
 -- dp·cp, has no rows for it. SET VARIABLE repo_id reads that repo's rows only, and
 -- config_hashes (a list) those specs' only (sql/steps/fits_on.sql sets it).
@@ -85,11 +85,12 @@ pieces AS MATERIALIZED (  -- the pieces of the stack each stage's rank holds: th
                  unnest(CASE WHEN folded THEN list_distinct([stage, n_pieces - 1 - stage]) ELSE [stage] END) AS piece
           FROM (SELECT layout, config_hash, n_layers, pp * chunks AS n_pieces, folded, unnest(range(pp)) AS stage FROM model))
 ),
-stages AS MATERIALIZED (  -- each stage's micro-batches in flight (the schedule's), and whether its rank holds the
-                          -- stack's first piece (and the embedding) and its last (the final norm and the head)
+stages AS MATERIALIZED (  -- each stage's micro-batches in flight (the schedule's, and the head's where it states them),
+                          -- and whether its rank holds the stack's first piece (and the embedding) and its last (the
+                          -- final norm and the head)
     SELECT p.layout, p.config_hash, p.stage,
            (c.flight_pp * l.pp + c.flight_stage * p.stage + c.flight_constant)
-           * CASE WHEN c.interleaved THEN 1 + (l.pp - 1) / (l.pp * l.vpp) ELSE 1 END AS flight,
+           * CASE WHEN c.interleaved THEN 1 + (l.pp - 1) / (l.pp * l.vpp) ELSE 1 END AS flight, c.head_flight,
            bool_or(p.piece = 0) AS first_piece, bool_or(p.piece = p.n_pieces - 1) AS last_piece
     FROM pieces AS p JOIN layout AS l USING (layout) JOIN chosen AS c ON c.virtual = (l.vpp > 1)
     GROUP BY ALL
@@ -223,13 +224,11 @@ priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layou
 stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends' and its model states
     SELECT t.layout, t.config_hash, t.setting_id, t.stage, s.flight,
            CASE WHEN s.first_piece THEN e.embedding * s.flight ELSE 0 END
-           + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(c.head_flight, s.flight) ELSE 0 END AS ends,
+           + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(s.head_flight, s.flight) ELSE 0 END AS ends,
            t.weight, t.grad, t.optimizer
     FROM stage_states AS t
     JOIN stages AS s USING (layout, config_hash, stage)
     JOIN priced_ends AS e USING (layout, config_hash, setting_id)
-    JOIN layout AS l ON l.layout = t.layout
-    JOIN chosen AS c ON c.virtual = (l.vpp > 1)
 ),
 possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: all, but of a layout asking only_fitting those under
                             -- which some set could fit, no stage's floor over its budget (each kind's fewest bytes under any set)
