@@ -103,6 +103,7 @@ def load_schedules(path: str | Path | None = None) -> Schedules:
     for want in DEFAULTS:
         if sum(s.default == want for s in by_name.values()) != 1:
             raise loader.fail("bad_value", "schedules", f"exactly one schedule must be the {want} default")
-    if not by_name[next(n for n, s in by_name.items() if s.default == "virtual")].interleaved:
-        raise loader.fail("bad_value", "schedules", "the virtual default must be interleaved")
-    return Schedules(version_of(data), by_name)
+    schedules = Schedules(version_of(data), by_name)
+    if schedules.default(1).interleaved or not schedules.default(2).interleaved:
+        raise loader.fail("bad_value", "schedules", "the virtual default must be interleaved and the single one not")
+    return schedules
