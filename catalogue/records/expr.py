@@ -1,7 +1,9 @@
 """The closed expression language of the op records (docs/pricing.md).
 
 An expression is Python arithmetic over numbers and names: `+ - * / // % **`, unary `+ - not`,
-comparisons, `and`/`or`, conditional expressions and calls of `max` and `min`. Anything else
+comparisons, `and`/`or`, conditional expressions and calls of `max`, `min` (two arguments or
+more) and `log2` (one; a power of two's is exact, so `2 ** -(-log2(x) // 1)` is the least power
+of two at or above x). Anything else
 (attributes, subscripts, strings, lambdas, comprehensions, other calls, keywords, starred
 arguments, names starting with `_`) is refused when the text is parsed, with an ExprError
 that names the construct.
@@ -32,7 +34,8 @@ MAX_DEPTH = 64  # nesting depth of the syntax tree
 MAX_LITERAL = 2**1024  # number literals must be smaller (the float range)
 MAX_POW_BITS = 4096  # the largest |a ** b| an integer power may build, in bits
 
-FUNCTIONS = ("max", "min")
+FUNCTIONS = ("max", "min", "log2")
+_ARITY = {"max": (2, None), "min": (2, None), "log2": (1, 1)}  # the fewest and most arguments
 
 
 class ExprError(ReasonError):
@@ -137,16 +140,18 @@ def _check_node(node: ast.AST, parent: ast.AST | None) -> None:
     elif isinstance(node, ast.Call):
         func = node.func
         if not isinstance(func, ast.Name):
-            raise ExprError("forbidden", f"call of {_describe(func)} is not allowed; only max and min may be called")
+            raise ExprError("forbidden", f"call of {_describe(func)} is not allowed; only {', '.join(FUNCTIONS)} may be called")
         _check_name(func.id)
         if func.id not in FUNCTIONS:
-            raise ExprError("forbidden", f"call of {func.id!r} is not allowed; only max and min may be called")
+            raise ExprError("forbidden", f"call of {func.id!r} is not allowed; only {', '.join(FUNCTIONS)} may be called")
         if node.keywords:
             raise ExprError("forbidden", f"keyword argument in {func.id}() is not allowed")
         if any(isinstance(arg, ast.Starred) for arg in node.args):
             raise ExprError("forbidden", f"starred argument in {func.id}() is not allowed")
-        if len(node.args) < 2:
-            raise ExprError("forbidden", f"{func.id}() needs at least two arguments, got {len(node.args)}")
+        fewest, most = _ARITY[func.id]
+        if len(node.args) < fewest or (most is not None and len(node.args) > most):
+            wanted = f"at least {fewest}" if most is None else f"exactly {fewest}"
+            raise ExprError("forbidden", f"{func.id}() needs {wanted} argument(s), got {len(node.args)}")
 
 
 def _validate(tree: ast.Expression) -> frozenset[str]:
@@ -199,9 +204,18 @@ def _fold(greater: bool):
     return pick
 
 
-# The only globals an expression sees: no builtins, the two functions, the guarded power.
-_GLOBALS: dict[str, Any] = {"__builtins__": {}, "max": max, "min": min, "_pow": _safe_pow}
-_ARRAY_GLOBALS: dict[str, Any] = {"__builtins__": {}, "max": _fold(True), "min": _fold(False), "_pow": _safe_pow}
+def _log2(value: Any) -> Any:
+    """log2 of a positive number (math.log2: exact at powers of two), or elementwise of an array."""
+    if isinstance(value, np.ndarray):
+        return np.log2(value)
+    if value <= 0:
+        raise ExprError("domain", f"log2({value}): not a positive number")
+    return math.log2(value)
+
+
+# The only globals an expression sees: no builtins, the functions, the guarded power.
+_GLOBALS: dict[str, Any] = {"__builtins__": {}, "max": max, "min": min, "log2": _log2, "_pow": _safe_pow}
+_ARRAY_GLOBALS: dict[str, Any] = {"__builtins__": {}, "max": _fold(True), "min": _fold(False), "log2": _log2, "_pow": _safe_pow}
 
 # numpy's float floor_divide follows CPython's float floor division step for step (fmod, then
 # the same sign correction and rounding), so `//` is exact element for element too.
@@ -224,8 +238,8 @@ def _elementwise(node: ast.AST, arrays: frozenset[str]) -> tuple[bool, bool]:
         return True, exact and isinstance(node.op, _ELEMENTWISE_BINOPS)
     if isinstance(node, ast.UnaryOp):
         return True, exact and isinstance(node.op, (ast.UAdd, ast.USub))
-    if isinstance(node, ast.Call):
-        return True, exact and all(d for d, _ in children)
+    if isinstance(node, ast.Call):  # numpy's log2 need not round as math.log2 does
+        return True, exact and node.func.id in ("max", "min") and all(d for d, _ in children)
     return True, False
 
 

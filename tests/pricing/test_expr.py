@@ -96,7 +96,9 @@ REFUSED = [
     ("eval('1')", "call of 'eval'"),
     ("max(h, key=a)", "keyword argument"),
     ("max(*h)", "starred argument"),
-    ("max(h)", "at least two arguments"),
+    ("max(h)", "at least 2 argument"),
+    ("log2(h, w)", "exactly 1 argument"),
+    ("log2", "may only be called"),
     ("__import__('os')", "dunder name '__import__'"),
     ("__builtins__", "dunder name '__builtins__'"),
     ("_pow(2, 3)", "name starting with '_'"),
@@ -118,6 +120,17 @@ REFUSED = [
     ("1j", "imaginary number"),
     ("...", "the constant Ellipsis"),
 ]
+
+
+def test_log2_gives_the_least_power_of_two_at_or_above():
+    """The idiom ends.yaml prices Liger's chunk with: exact at powers of two, up elsewhere."""
+    pow2 = Expr("2 ** -(-log2(q) // 1)")
+    assert [pow2({"q": q}) for q in (1, 2, 3, 4, 5, 255, 256, 257, 1000)] == [1, 2, 4, 4, 8, 256, 256, 512, 1024]
+    with pytest.raises(ExprError) as err:
+        Expr("log2(q)")({"q": 0})
+    assert err.value.reason == "domain"
+    assert not Expr("log2(q)").elementwise(frozenset({"q"}))  # numpy's log2 need not round as math's
+    assert Expr("max(q, w)").elementwise(frozenset({"q", "w"}))
 
 
 @pytest.mark.parametrize("source, construct", REFUSED)
