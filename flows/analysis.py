@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel 
 
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records import layouts
-from speccat.catalogue.records.ends import end_prices, load_ends
+from speccat.catalogue.records.ends import end_prices, load_ends, loss_prices
 from speccat.catalogue.records.points import check_prices, price_ends, price_points
 from speccat.catalogue.records.cost import load_costs, op_costs
 from speccat.catalogue.records.opsplit import op_prices
@@ -106,19 +106,20 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
         points = checked_points(spec, records, grid, costs, ends)
         skip = frozenset(row["setting_id"] for row in infeasible)
         end_rows = end_prices(spec, records, grid, ends, skip)
+        loss_rows = loss_prices(spec, records, grid, ends, skip)
         ops = op_costs(spec, records, grid, costs).rows(skip)
         shares = op_prices(spec, records, grid)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return Outcome(spec, refusal=err)
-    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": end_rows, "op_costs": ops,
-              "op_prices": shares}
+    priced = {"prices": layouts.split(prices, infeasible), "infeasible": infeasible, "point_prices": points, "end_prices": end_rows,
+              "loss_prices": loss_rows, "op_costs": ops, "op_prices": shares}
     return Outcome(spec, priced=priced)
 
 
 def analyse(config: dict, name: str, seq_length: int, spec_json: str | None = None) -> dict:
     """What a census child returns for one config (census_priced): {"spec": JSON text,
-    "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows, "op_costs":
-    rows, "op_prices": rows}. A census refusal raises SpecError (its reason is kept by the parent); a pricing
+    "prices": tables, "infeasible": rows, "point_prices": rows, "end_prices": rows, "loss_prices":
+    rows, "op_costs": rows, "op_prices": rows}. A census refusal raises SpecError (its reason is kept by the parent); a pricing
     refusal returns the spec with {"price_error": (reason, message)} instead of prices, so the
     spec is stored and the failure is a `price` failures row.
     """

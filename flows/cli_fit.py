@@ -81,6 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--vpp", type=count(1), default=1, help="virtual pipeline stages per rank (interleaved 1F1B; default 1)")
     fit.add_argument("--schedule", help="the pipeline schedule, a name of catalogue/records/schedules.yaml "
                      "(default: the file's default for --vpp: 1F1B, or interleaved above 1)")
+    fit.add_argument("--loss", help="the loss kernel after the head, a name of catalogue/records/ends.yaml's losses: eager, chunked, "
+                     "fused-linear (default: the model's own, eager)")
     fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=count(0), default=20, help="rows to print (default 20; 0: all)")
@@ -105,7 +107,7 @@ def fitter(args: argparse.Namespace, spec: dict, name: str):
     def run(seq: int, micro_batch: int, gpus: int) -> list:
         return fits(
             spec, name, args.accelerator, gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros,
-            recipe=args.recipe, setting=args.setting, schedule=args.schedule,
+            recipe=args.recipe, setting=args.setting, schedule=args.schedule, loss=args.loss,
         )  # fmt: skip
 
     return run, budget
@@ -219,6 +221,10 @@ def check_inputs(args: argparse.Namespace) -> None:
         raise InputError("bad_argument", f"--schedule {args.schedule} runs with {needs}, not --vpp {args.vpp}")
     if args.pp is not None and args.pp < schedule.min_pp:
         raise InputError("bad_argument", f"--schedule {args.schedule} needs --pp {schedule.min_pp} or more, not --pp {args.pp}")
+    ends = data["ends"]
+    args.loss = args.loss or ends.default_loss
+    if args.loss not in ends.losses:
+        raise InputError("bad_argument", f"--loss {args.loss}: known: {', '.join(ends.losses)}")
 
 
 def described(args: argparse.Namespace) -> dict:
@@ -239,6 +245,7 @@ def described(args: argparse.Namespace) -> dict:
         "recipe": {"name": args.recipe, "bytes_per_param": {**per_param, "total": sum(per_param.values())}, "source": states.sources[args.recipe]},
         "accelerator": args.accelerator,
         "schedule": {"name": args.schedule, "source": load_schedules().by_name[args.schedule].source},
+        "loss": {"name": args.loss, "chunk_tokens": data["ends"].losses[args.loss].chunk, "source": data["ends"].losses[args.loss].source},
     }
 
 
@@ -278,13 +285,14 @@ def fit_command(args: argparse.Namespace) -> int:
     fields = " ".join(f"{k}={v}" for k, v in about["setting"].items())
     print(f"spec: {origin}; stack {about['stack']} ({fields}); recipe {recipe['name']} "
           f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}; "
-          f"schedule {about['schedule']['name']}")  # fmt: skip
-    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "weight", "grad", "optimizer", "recompute_ms", "overhead_%", "ms_per_seq")
+          f"schedule {about['schedule']['name']}; loss {about['loss']['name']}")  # fmt: skip
+    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "loss_working", "weight", "grad", "optimizer",
+               "recompute_ms", "overhead_%", "ms_per_seq")
     columns += ("note",) if note else ()
     body = []
     for r in shown:
         d = r.as_dict()
-        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [format_bytes(d[c], args.units) for c in columns[7:13]]
+        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [format_bytes(d[c], args.units) for c in columns[7:14]]
                     + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}", f"{d['recompute_s_per_seq'] * 1e3:.2f}"]
                     + (["beyond positions"] if note else []))  # fmt: skip
     print(table(columns, body))

@@ -24,7 +24,7 @@ import pyarrow as pa
 from speccat import sql
 from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs
 from speccat.catalogue.records.candidates import Layout, layouts
-from speccat.catalogue.records.ends import end_prices, load_ends
+from speccat.catalogue.records.ends import end_prices, load_ends, loss_prices
 from speccat.catalogue.records.layouts import LayoutError, infeasible
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pins import no_layout
@@ -36,7 +36,7 @@ from speccat.catalogue.store.memory import MemoryCatalogue
 from speccat.catalogue.store.night import NightData
 from speccat.flows.versions import current_versions
 
-BYTE_FIELDS = frozenset({"activations", "ends", "weight", "grad", "optimizer", "total"})
+BYTE_FIELDS = frozenset({"activations", "ends", "loss_working", "weight", "grad", "optimizer", "total"})
 LAYOUTS_TABLE = "fit_layouts"
 
 
@@ -65,6 +65,7 @@ class Fit:
     in_flight: float
     activations: float  # bytes: the stage's layers × in-flight micro-batches
     ends: float  # bytes: embedding / final norm and logits × in-flight micro-batches
+    loss_working: float  # bytes: the loss kernel's working set where the stage holds the head, else 0
     weight: float
     grad: float
     optimizer: float
@@ -82,7 +83,7 @@ class Fit:
                         zero=row["zero_stage"], vpp=row["vpp_count"])  # fmt: skip
         return cls(
             layout, row["micro_batch_count"], row["mask"], row["switch_set"], row["fullest_stage"], row["in_flight_count"],
-            row["activation_bytes"], row["ends_bytes"], row["weight_bytes"], row["grad_bytes"], row["optimizer_bytes"],
+            row["activation_bytes"], row["ends_bytes"], row["loss_working_bytes"], row["weight_bytes"], row["grad_bytes"], row["optimizer_bytes"],
             row["total_bytes"], row["recompute_flops"], row["recompute_bytes"], row["recompute_s"], row["overhead_pct"] / 100,
             row["recompute_s_per_seq"],
         )  # fmt: skip
@@ -98,15 +99,16 @@ class Fit:
 def fits(
     spec: Mapping, name: str, accelerator: str, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
-    setting: Mapping | None = None, schedule: str | None = None,
+    setting: Mapping | None = None, schedule: str | None = None, loss: str | None = None,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) of `gpus` ranks whose fullest stage fits `budget` bytes, of
     each layout only the sets on its frontier, ranked by estimated recompute seconds per
     sequence, then total bytes (the macro fitting_sets). `setting` holds the other setting
     fields (the stack, flash attention, the dtype, ...) over the grid's defaults; `fixed` the
     layout fields held; `schedule` the pipeline schedule (schedules.yaml; None: each layout's
-    default), which a layout it cannot run on (its vpp, its pp) leaves out. LayoutError "infeasible" when the held fields leave no layout, or only
-    ones layouts.yaml refuses at this sequence length."""
+    default), which a layout it cannot run on (its vpp, its pp) leaves out; `loss` the loss kernel
+    after the head (ends.yaml; None: the model's own). LayoutError "infeasible" when the held
+    fields leave no layout, or only ones layouts.yaml refuses at this sequence length."""
     data = planning_data()
     records, grid = data["records"], data["grid"]
     node = data["accelerators"][accelerator].node
@@ -127,13 +129,16 @@ def fits(
     con = held(spec, name, list(at.values()))
     rows = layout_rows(candidates, {key: s["setting_id"] for key, s in at.items()}, recipe or data["states"].default_recipe, budget, accelerator)
     con.register(LAYOUTS_TABLE, rows)
+    asked = {"schedule": schedule, "loss": loss}
     try:
-        con.execute(sql.render("steps/set_variable", name="schedule"), {"value": schedule})
+        for variable, value in asked.items():
+            con.execute(sql.render("steps/set_variable", name=variable), {"value": value})
         cursor = con.execute(sql.render("steps/fitting_sets", layouts=LAYOUTS_TABLE))
         columns = [d[0] for d in cursor.description]
         return [Fit.from_row(dict(zip(columns, row))) for row in cursor.fetchall()]
     finally:
-        con.execute(sql.render("steps/set_variable", name="schedule"), {"value": None})
+        for variable in asked:
+            con.execute(sql.render("steps/set_variable", name=variable), {"value": None})
         con.unregister(LAYOUTS_TABLE)
 
 
@@ -179,6 +184,7 @@ def priced_night(spec: Mapping, config_hash: str, name: str, grid) -> NightData:
         repos=[{"repo_id": name, "config_hash": config_hash}], configs={config_hash: {"model_type": spec.get("model_type")}},
         specs={config_hash: spec}, prices={config_hash: price_spec(spec, records, grid, costs=costs)},
         end_prices={config_hash: end_prices(spec, records, grid, data["ends"])},
+        loss_prices={config_hash: loss_prices(spec, records, grid, data["ends"])},
         op_costs={config_hash: op_costs(spec, records, grid, costs).rows(frozenset())}, **data["night_rows"],
     )  # fmt: skip
 

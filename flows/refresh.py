@@ -269,6 +269,7 @@ def night_data(
     infeasible = {h: list(a.infeasible) for h, a in night.analyses.items() if a.prices is not None and a.infeasible}
     point_prices = {h: list(a.point_prices) for h, a in night.analyses.items() if a.prices is not None and a.point_prices}
     end_prices = {h: list(a.end_prices) for h, a in night.analyses.items() if a.prices is not None and a.end_prices}
+    loss_prices = {h: list(a.loss_prices) for h, a in night.analyses.items() if a.prices is not None and a.loss_prices}
     op_costs = {h: list(a.op_costs) for h, a in night.analyses.items() if a.prices is not None and a.op_costs}
     op_prices = {h: list(a.op_prices) for h, a in night.analyses.items() if a.prices is not None and a.op_prices}
     return NightData(
@@ -288,6 +289,7 @@ def night_data(
         infeasible=infeasible,
         point_prices=point_prices,
         end_prices=end_prices,
+        loss_prices=loss_prices,
         op_costs=op_costs,
         op_prices=op_prices,
         **reference_rows(records, grid, questions=True),

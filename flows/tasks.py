@@ -83,6 +83,7 @@ class Analysis:
     infeasible: tuple = ()
     point_prices: tuple = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
     end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/ends.py rows)
+    loss_prices: tuple = ()  # the logits end under each loss kernel at each setting priced (ends.py rows)
     op_costs: tuple = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
     op_prices: tuple = ()  # each op's share of the bytes at the memory curve's settings (catalogue/records/opsplit.py rows)
 
@@ -200,4 +201,4 @@ def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: flo
         reason, message = value["price_error"]
         return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
     return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]), point_prices=tuple(value["point_prices"]),
-                    end_prices=tuple(value["end_prices"]), op_costs=tuple(value["op_costs"]), op_prices=tuple(value["op_prices"]))
+                    end_prices=tuple(value["end_prices"]), loss_prices=tuple(value["loss_prices"]), op_costs=tuple(value["op_costs"]), op_prices=tuple(value["op_prices"]))

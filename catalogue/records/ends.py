@@ -1,5 +1,6 @@
-"""Pricing the model's ends: the embedding output, the final norm, the logits with the loss's
-fp32 upcast (`catalogue/records/ends.yaml`, docs/planning.md)."""
+"""Pricing the model's ends: the embedding output, the final norm, and the logits with the loss
+kernel a run puts after the head (eager, chunked, fused linear), what each keeps and the most
+it holds at once beyond that (`catalogue/records/ends.yaml`, docs/planning.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from speccat.catalogue.records.priced import stack_counts
 from speccat.catalogue.vocabulary import END_PARTS, LOGIT_FACTS
 
 ENDS_PATH = Path(__file__).with_name("ends.yaml")
+LOSS_PART = "logits"  # the end a loss kernel prices: the head's input, the logits and the loss
+BODY_PARTS = tuple(part for part in END_PARTS if part != LOSS_PART)  # the ends priced whatever the loss
+LOSS_FIELDS = ("source", "chunk", "keeps", "working")
 
 
 class EndsError(ReasonError):
@@ -25,12 +29,30 @@ class EndsError(ReasonError):
 
 
 @dataclass(frozen=True)
-class Ends:
-    """`ends.yaml` read: one price expression per end."""
+class Loss:
+    """One loss kernel of `ends.yaml`: what it keeps (the `logits` end) and its working set."""
 
-    parts: Mapping[str, Expr]
+    name: str
+    keeps: Expr
+    working: Expr
+    chunk: float | None  # tokens per chunk, a name its expressions read; None: it states none
+    source: str
+
+
+@dataclass(frozen=True)
+class Ends:
+    """`ends.yaml` read: one price expression per end but the loss's, and the loss kernels."""
+
+    parts: Mapping[str, Expr]  # BODY_PARTS
+    losses: Mapping[str, Loss]
+    default_loss: str  # the model's own loss, which the census measures
     unmeasured: Mapping[str, float]  # the logit facts of a spec that states no ends
     version: str
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The catalogue's `losses` rows (docs/catalogue.md)."""
+        return [{"loss": loss.name, "chunk_tokens": loss.chunk, "is_default": loss.name == self.default_loss, "source": loss.source}
+                for loss in self.losses.values()]
 
 
 def load_ends(records: Records, path: str | Path | None = None) -> Ends:
@@ -39,22 +61,39 @@ def load_ends(records: Records, path: str | Path | None = None) -> Ends:
     loader = ExprLoader(path.name)
     loader.error = EndsError
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
-    top = loader.mapping("", data, ("parts", "unmeasured"), ("parts", "unmeasured"))
+    fields = ("parts", "unmeasured", "default_loss", "losses")
+    top = loader.mapping("", data, fields, fields)
     unmeasured = loader.mapping("unmeasured", top["unmeasured"], LOGIT_FACTS, LOGIT_FACTS)
     for fact, value in unmeasured.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise loader.fail("bad_value", f"unmeasured.{fact}", f"must be a non-negative integer, got {value!r}")
-    body = loader.mapping("parts", top["parts"], END_PARTS, END_PARTS)
+    body = loader.mapping("parts", top["parts"], BODY_PARTS, BODY_PARTS)
     known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V", *LOGIT_FACTS}
-    parts = {}
-    for name in END_PARTS:
-        parts[name] = loader.expr(f"parts.{name}", body[name], known)
-    return Ends(parts, {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
+    parts = {name: loader.expr(f"parts.{name}", body[name], known) for name in BODY_PARTS}
+    losses = {}
+    if not isinstance(top["losses"], Mapping) or not top["losses"]:
+        raise loader.fail("bad_value", "losses", "must map each loss kernel's name to its fields")
+    for name, entry in top["losses"].items():
+        where = f"losses.{name}"
+        entry = loader.mapping(where, entry, LOSS_FIELDS, ("source", "keeps", "working"))
+        chunk = entry.get("chunk")
+        if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
+            raise loader.fail("bad_value", f"{where}.chunk", f"must be a whole number of tokens, got {chunk!r}")
+        if not isinstance(entry["source"], str) or not entry["source"].strip():
+            raise loader.fail("bad_value", f"{where}.source", "must say where the kernel's behaviour is documented")
+        names = known | ({"chunk"} if chunk is not None else set())
+        losses[name] = Loss(str(name), loader.expr(f"{where}.keeps", entry["keeps"], names),
+                            loader.expr(f"{where}.working", entry["working"], names),
+                            None if chunk is None else float(chunk), entry["source"])
+    if top["default_loss"] not in losses:
+        raise loader.fail("bad_value", "default_loss", f"{top['default_loss']!r} is none of the losses {sorted(losses)}")
+    return Ends(parts, losses, top["default_loss"], {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
 
 
 def end_prices(spec: Mapping, records: Records, grid, ends: Ends, skip: frozenset[str] = frozenset()) -> list[dict]:
     """The catalogue's `end_prices` rows of `spec`: per setting of `grid` (but those in `skip`,
-    where the model cannot be laid out), the bytes each end keeps (one rank, one micro-batch)."""
+    where the model cannot be laid out), the bytes each end keeps (one rank, one micro-batch),
+    the logits under the model's own loss."""
     kv = _first_kind(spec)
     return [
         {"setting_id": setting["setting_id"], **_priced(spec, kv, records, setting, grid.dtype_bytes, ends)}
@@ -63,8 +102,25 @@ def end_prices(spec: Mapping, records: Records, grid, ends: Ends, skip: frozense
     ]
 
 
+def loss_prices(spec: Mapping, records: Records, grid, ends: Ends, skip: frozenset[str] = frozenset()) -> list[dict]:
+    """The catalogue's `loss_prices` rows of `spec`: per setting of `grid` (but those in `skip`)
+    and loss kernel, what the logits end keeps under it and its working set (one rank, one
+    micro-batch)."""
+    kv = _first_kind(spec)
+    rows = []
+    for setting in grid.settings:
+        if setting["setting_id"] in skip:
+            continue
+        names = _names(spec, kv, records, setting, grid.dtype_bytes, ends)
+        for loss in ends.losses.values():
+            kept, working = _losses(loss, names)
+            rows.append({"setting_id": setting["setting_id"], "loss": loss.name, "kept_bytes": kept, "working_bytes": working})
+    return rows
+
+
 def price_ends_at(spec: Mapping, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], ends: Ends) -> dict[str, float]:
-    """Bytes each end keeps at `setting` (one rank, one micro-batch), read with the first kind's names."""
+    """Bytes each end keeps at `setting` (one rank, one micro-batch), read with the first kind's
+    names, the logits under the model's own loss (what the census measures)."""
     return _priced(spec, _first_kind(spec), records, setting, dtype_bytes, ends)
 
 
@@ -72,12 +128,31 @@ def _first_kind(spec: Mapping) -> KindValues:
     return kind_values(spec, next(iter(stack_counts(spec))))
 
 
-def _priced(spec: Mapping, kv: KindValues, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], ends: Ends) -> dict[str, float]:
+def _names(spec: Mapping, kv: KindValues, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], ends: Ends) -> Any:
     names: Any = bind(kv, setting, dtype_bytes, records)
     names["V"] = float(spec["vocab_size"])
     measured = spec.get("ends")
     names.update({fact: float(measured[fact]) for fact in LOGIT_FACTS} if measured else ends.unmeasured)
+    return names
+
+
+def _losses(loss: Loss, names: Any) -> tuple[float, float]:
+    """(what `loss` keeps, its working set) with `names` bound."""
+    if loss.chunk is not None:
+        names["chunk"] = loss.chunk
     try:
-        return {name: float(expr(names)) for name, expr in ends.parts.items()}
+        return float(loss.keeps(names)), float(loss.working(names))
+    except ExprError as err:
+        raise EndsError("bad_value", f"ends: losses.{loss.name}: {err}") from None
+    finally:
+        names.pop("chunk", None)
+
+
+def _priced(spec: Mapping, kv: KindValues, records: Records, setting: Mapping, dtype_bytes: Mapping[str, int], ends: Ends) -> dict[str, float]:
+    names = _names(spec, kv, records, setting, dtype_bytes, ends)
+    try:
+        body = {name: float(expr(names)) for name, expr in ends.parts.items()}
     except ExprError as err:
         raise EndsError("bad_value", f"ends: {err}") from None
+    body[LOSS_PART] = _losses(ends.losses[ends.default_loss], names)[0]
+    return {part: body[part] for part in END_PARTS}

@@ -1,6 +1,6 @@
 """The data files' rows every night hands the store beside its specs and prices, as the
 catalogue's reference tables hold them: the recipes' sharding (states.yaml), the ops each switch
-set re-runs and keeps, the accelerators, the pipeline schedules, the frameworks' flags and, for
+set re-runs and keeps, the accelerators, the pipeline schedules, the loss kernels, the frameworks' flags and, for
 a night that builds the table fits_on, the questions it answers."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from speccat.catalogue.records.cost import accelerator_rows, load_accelerators, load_costs, switch_op_rows
+from speccat.catalogue.records.ends import load_ends
 from speccat.catalogue.records.fits_on import load_questions, plan_rows
 from speccat.catalogue.records.flags import flag_rows, load_flags
 from speccat.catalogue.records.oprecords import Records
@@ -27,6 +28,7 @@ def reference_rows(records: Records, grid: Grid, questions: bool) -> dict[str, S
         "switch_kept": switch_kept_rows(records),
         "accelerators": accelerator_rows(accelerators),
         "schedules": schedules.rows(),
+        "losses": load_ends(records).rows(),
         **flag_rows(load_flags(tuple(records.switches))[0], records),
     }
     if questions:

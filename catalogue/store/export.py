@@ -29,7 +29,8 @@ PARTITIONED: tuple[str, ...] = ("layer_prices", "full_prices", "switch_costs", "
 # One file each: what a planner joins the prices with.
 WHOLE: tuple[str, ...] = (
     "settings", "switch_sets", "specs", "kinds", "stack", "repos", "configs", "runs", "infeasible_settings", "measured", "point_prices",
-    "end_prices", "op_costs", "op_prices", "fits_on", "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "framework_flags", "flag_sets", "fits_on_sizes",
+    "end_prices", "loss_prices", "op_costs", "op_prices", "fits_on", "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules",
+    "losses", "framework_flags", "flag_sets", "fits_on_sizes",
     "failures",
 )
 # The planners' wide views (one SELECT, no join), partitioned by readable names

@@ -61,6 +61,7 @@ TABLES: tuple[str, ...] = (
     "infeasible_settings",
     "point_prices",
     "end_prices",
+    "loss_prices",
     "op_costs",
     "op_prices",
     "fits_on",
@@ -68,11 +69,11 @@ TABLES: tuple[str, ...] = (
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
 # (filled before the schema runs), the grid's default setting, states.yaml's sharding, the ops
-# each switch set re-runs and keeps, accelerators.yaml, schedules.yaml, the frameworks' flags (flags.yaml) and the questions
+# each switch set re-runs and keeps, accelerators.yaml, schedules.yaml, ends.yaml's loss kernels, the frameworks' flags (flags.yaml) and the questions
 # the table fits_on answers (sql/schema/).
 REFERENCE_TABLES: tuple[str, ...] = (
-    "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "framework_flags", "flag_sets",
-    "fits_on_sizes", "fits_on_layouts",
+    "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags",
+    "flag_sets", "fits_on_sizes", "fits_on_layouts",
 )
 # The columns that, beside census_version, say which libraries measured a spec (part of the key
 # of every spec and price table).

@@ -15,7 +15,7 @@ from speccat.catalogue.store.file import create_schema, ingest, store_night
 from speccat.catalogue.store.night import NightData, StoreError
 
 # What a later night adds: the settings it prices and every price at them.
-PER_SETTING = ("settings", "layer_prices", "full_prices", "switch_costs", "end_prices", "op_costs", "infeasible_settings", "point_prices")
+PER_SETTING = ("settings", "layer_prices", "full_prices", "switch_costs", "end_prices", "loss_prices", "op_costs", "infeasible_settings", "point_prices")
 
 
 class MemoryCatalogue:

@@ -49,6 +49,7 @@ FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token", "forward_flops")
 END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
+LOSS_PRICE_FIELDS: tuple[str, ...] = ("setting_id", "loss", "kept_bytes", "working_bytes")
 OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops", "recompute_bytes")
 OP_PRICE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "part", "op", "kept_bytes", "full_bytes")
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
@@ -108,6 +109,8 @@ class NightData:
         setting its spec was measured at (catalogue/records/points.py).
     end_prices: config_hash -> rows with END_PRICE_FIELDS: the bytes the model's ends keep at
         each setting it is priced at (catalogue/records/ends.py `end_prices`).
+    loss_prices: config_hash -> rows with LOSS_PRICE_FIELDS: the logits end under each loss
+        kernel of `losses`, once at each setting the config is priced at (ends.py `loss_prices`).
     op_costs: config_hash -> rows with OP_COST_FIELDS: each op's recompute cost per kind at each
         setting it is priced at (catalogue/records/cost.py `OpCosts.rows`).
     op_prices: config_hash -> rows with OP_PRICE_FIELDS: each op's share of a layer's bytes per
@@ -117,6 +120,7 @@ class NightData:
     switch_kept: (mask, op) rows, the ops each switch set keeps (opsplit.py `switch_kept_rows`).
     accelerators: accelerators.yaml as rows (cost.py `accelerator_rows`).
     schedules: schedules.yaml as rows (catalogue/records/schedules.py `Schedules.rows`).
+    losses: ends.yaml's loss kernels as rows (catalogue/records/ends.py `Ends.rows`).
     framework_flags, flag_sets: flags.yaml as rows (catalogue/records/flags.py `flag_rows`).
     fits_on_sizes, fits_on_layouts: the questions the table fits_on answers, as rows
         (catalogue/records/fits_on.py `plan_rows`); a night that states none builds no fits_on rows.
@@ -143,6 +147,7 @@ class NightData:
     infeasible: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     point_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     end_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    loss_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     op_costs: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     op_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     state_sharding: Sequence[Mapping[str, Any]] = ()
@@ -150,6 +155,7 @@ class NightData:
     switch_kept: Sequence[Mapping[str, Any]] = ()
     accelerators: Sequence[Mapping[str, Any]] = ()
     schedules: Sequence[Mapping[str, Any]] = ()
+    losses: Sequence[Mapping[str, Any]] = ()
     framework_flags: Sequence[Mapping[str, Any]] = ()
     flag_sets: Sequence[Mapping[str, Any]] = ()
     fits_on_sizes: Sequence[Mapping[str, Any]] = ()
@@ -224,8 +230,8 @@ class NightData:
         """(table, config_hash -> rows, fields) of the tables whose rows the night states per config."""
         return (
             ("infeasible_settings", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
-            ("end_prices", self.end_prices, END_PRICE_FIELDS), ("op_costs", self.op_costs, OP_COST_FIELDS),
-            ("op_prices", self.op_prices, OP_PRICE_FIELDS),
+            ("end_prices", self.end_prices, END_PRICE_FIELDS), ("loss_prices", self.loss_prices, LOSS_PRICE_FIELDS),
+            ("op_costs", self.op_costs, OP_COST_FIELDS), ("op_prices", self.op_prices, OP_PRICE_FIELDS),
         )  # fmt: skip
 
     def arrow_tables(self) -> dict[str, pa.Table]:
@@ -286,7 +292,8 @@ class NightData:
                 ],
                 ("config_hash", *self.spec_key, "records_version") + fields,
             )
-        for name in ("state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "framework_flags", "flag_sets", "fits_on_sizes", "fits_on_layouts"):
+        for name in ("state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags", "flag_sets",
+                     "fits_on_sizes", "fits_on_layouts"):
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
@@ -316,8 +323,11 @@ class NightData:
             _check_prices(f"prices[{config_hash!r}]", parts["layer_prices"], parts["full_prices"], setting_ids, n_masks)
             _check_costs(f"prices[{config_hash!r}].switch_costs", parts["switch_costs"], parts["full_prices"], n_masks)
             ends = [row["setting_id"] for row in self.end_prices.get(config_hash, ())]
-            if ends and sorted(ends) != sorted(set(parts["full_prices"]["setting_id"].to_pylist())):
+            settings_priced = sorted(set(parts["full_prices"]["setting_id"].to_pylist()))
+            if ends and sorted(ends) != settings_priced:
                 _bad(f"end_prices[{config_hash!r}]", "must price the ends once at each setting the config is priced at")
+            _check_loss_prices(f"loss_prices[{config_hash!r}]", self.loss_prices.get(config_hash, ()), settings_priced,
+                               {row["loss"] for row in self.losses})
             costs = [(row["kind"], row["setting_id"], row["op"]) for row in self.op_costs.get(config_hash, ())]
             priced_at = set(zip(parts["full_prices"]["kind"].to_pylist(), parts["full_prices"]["setting_id"].to_pylist()))
             if costs and (len(set(costs)) != len(costs) or {c[:2] for c in costs} != priced_at):
@@ -353,6 +363,19 @@ def _check_op_prices(where: str, rows: Sequence[Mapping[str, Any]], kinds: set[s
     if len(keys) != len(kinds) * len(settings) * len(shares):
         _bad(where, "must state every kind at every setting and (part, op) it states any at")
     if not all(math.isfinite(r[f]) and r[f] >= 0 for r in rows for f in ("kept_bytes", "full_bytes")):
+        _bad(where, "bytes must be finite and not negative")
+
+
+def _check_loss_prices(where: str, rows: Sequence[Mapping[str, Any]], setting_ids: list[str], losses: set[str]) -> None:
+    """The logits end once per setting priced and loss kernel (those of the night's `losses`
+    where it states them), the bytes finite and not negative."""
+    keys = [(r["setting_id"], r["loss"]) for r in rows]
+    if not keys:
+        return
+    stated = losses or {k[1] for k in keys}
+    if len(set(keys)) != len(keys) or set(keys) != {(s, loss) for s in setting_ids for loss in stated}:
+        _bad(where, f"must price each loss kernel {sorted(stated)} once at each setting the config is priced at")
+    if not all(math.isfinite(r[f]) and r[f] >= 0 for r in rows for f in ("kept_bytes", "working_bytes")):
         _bad(where, "bytes must be finite and not negative")
 
 

@@ -20,8 +20,10 @@
 -- holds the stack's first piece, the final norm and the logits where it holds the last), each
 -- for the micro-batches in flight of the pipeline schedule it runs (the table schedules: the
 -- variable schedule, or the default for the layout's vpp: 1F1B's pp - i, interleaved's times
--- 1 + (pp - 1)/(pp vpp), ...; the head's for the schedule's head_flight where it states one);
--- and its weights, gradients and optimizer states (state_sharding: each parameter group divided
+-- 1 + (pp - 1)/(pp vpp), ...; the head's for the schedule's head_flight where it states one),
+-- the logits end under the loss kernel of the variable loss (else the losses table's default,
+-- the model's own; loss_prices) and, once, where it holds the last piece, that kernel's working
+-- set; and its weights, gradients and optimizer states (state_sharding: each parameter group divided
 -- among the model-parallel ranks, a state the ZeRO stage partitions divided again over the data
 -- group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
 -- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
@@ -54,6 +56,9 @@ chosen AS MATERIALIZED (  -- the pipeline schedule a layout runs (schedules), by
                                                  (SELECT d.schedule FROM schedules AS d
                                                   WHERE d.default_for = CASE WHEN v.virtual THEN 'virtual' ELSE 'single' END))
     WHERE s.interleaved = v.virtual
+),
+chosen_loss AS MATERIALIZED (  -- the loss kernel after the head (losses): the variable loss, else the model's own
+    SELECT coalesce(getvariable('loss')::VARCHAR, (SELECT loss FROM losses WHERE is_default)) AS loss
 ),
 latest AS MATERIALIZED (  -- the latest specs of the repos asked for
     SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers,
@@ -215,16 +220,22 @@ read_points AS NOT MATERIALIZED (  -- the points a layout reads: every one (outc
     UNION ALL
     SELECT * FROM listed
 ),
-priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layout, spec, setting) priced
-    SELECT p.layout, p.config_hash, p.setting_id, e.embedding, e.final_norm, e.logits
+priced_ends AS MATERIALIZED (  -- the ends' bytes per micro-batch at each (layout, spec, setting) priced, the logits under the
+                               -- loss kernel asked for (the variable loss, else the model's own), with its working set
+    SELECT p.layout, p.config_hash, p.setting_id, e.embedding, e.final_norm, x.kept_bytes AS logits, x.working_bytes AS loss_working
     FROM priced AS p JOIN latest AS m USING (config_hash)
     JOIN end_prices AS e ON e.config_hash = m.config_hash AND e.census_version = m.census_version AND e.transformers_version = m.transformers_version
                         AND e.torch_version = m.torch_version AND e.records_version = m.records_version AND e.setting_id = p.setting_id
+    JOIN loss_prices AS x ON x.config_hash = m.config_hash AND x.census_version = m.census_version AND x.transformers_version = m.transformers_version
+                         AND x.torch_version = m.torch_version AND x.records_version = m.records_version AND x.setting_id = p.setting_id
+                         AND x.loss = (SELECT loss FROM chosen_loss)
 ),
-stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends' and its model states
+stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers' activations: its ends', the loss's working set
+                              -- where it holds the head (one micro-batch's at a time), and its model states
     SELECT t.layout, t.config_hash, t.setting_id, t.stage, s.flight,
            CASE WHEN s.first_piece THEN e.embedding * s.flight ELSE 0 END
            + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(s.head_flight, s.flight) ELSE 0 END AS ends,
+           CASE WHEN s.last_piece THEN e.loss_working ELSE 0 END AS transient,
            t.weight, t.grad, t.optimizer
     FROM stage_states AS t
     JOIN stages AS s USING (layout, config_hash, stage)
@@ -242,11 +253,11 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
       ON a.layout = h.layout AND a.config_hash = h.config_hash AND a.setting_id = h.setting_id AND a.stage = h.stage
     GROUP BY h.layout, h.config_hash, h.setting_id
     HAVING NOT bool_or(l.only_fitting)
-           OR max(coalesce(a.activations, 0) * h.flight + h.ends + h.weight + h.grad + h.optimizer) <= min(l.budget_bytes)
+           OR max(coalesce(a.activations, 0) * h.flight + h.ends + h.transient + h.weight + h.grad + h.optimizer) <= min(l.budget_bytes)
 ),
 stage_totals AS (
     SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
-           h.weight, h.grad, h.optimizer
+           h.transient, h.weight, h.grad, h.optimizer
     FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum(k.layers * p.kept) AS activations
           FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
           JOIN layout AS l ON l.layout = k.layout
@@ -256,7 +267,7 @@ stage_totals AS (
     JOIN stage_held AS h USING (layout, config_hash, setting_id, stage)
 ),
 fullest AS (  -- per layout, spec, setting and set, the stage whose rank holds the most (of equals, the first)
-    SELECT layout, config_hash, setting_id, mask, arg_max(stage, (activations + ends + weight + grad + optimizer, -stage)) AS stage
+    SELECT layout, config_hash, setting_id, mask, arg_max(stage, (activations + ends + transient + weight + grad + optimizer, -stage)) AS stage
     FROM stage_totals GROUP BY ALL
 ),
 step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
@@ -282,14 +293,15 @@ first_costs AS (  -- the first stage's layers, per micro-batch: each point's rec
 )
 SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length AS seq_length_tokens,
        g.micro_batch AS micro_batch_count, g.tp AS tp_ranks, g.cp AS cp_ranks, l.dp AS dp_ranks, l.pp AS pp_ranks,
-       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, c.schedule, l.recipe, l.dp * g.tp * l.pp * g.cp AS gpus_count,
+       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, c.schedule, (SELECT loss FROM chosen_loss) AS loss, l.recipe,
+       l.dp * g.tp * l.pp * g.cp AS gpus_count,
        x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
-       x.activations AS activation_bytes, x.ends AS ends_bytes, x.weight AS weight_bytes,
+       x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.weight AS weight_bytes,
        x.grad AS grad_bytes, x.optimizer AS optimizer_bytes,
-       x.activations + x.ends + x.weight + x.grad + x.optimizer AS total_bytes,
+       x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer AS total_bytes,
        l.budget_bytes,
-       x.activations + x.ends + x.weight + x.grad + x.optimizer <= l.budget_bytes AS fits,
-       l.budget_bytes - (x.activations + x.ends + x.weight + x.grad + x.optimizer) AS headroom_bytes,
+       x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer <= l.budget_bytes AS fits,
+       l.budget_bytes - (x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer) AS headroom_bytes,
        l.accelerator, c.flops AS recompute_flops, c.moved AS recompute_bytes, c.seconds AS recompute_s,
        100 * c.seconds / nullif(c.step_seconds, 0) AS overhead_pct,
        c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq

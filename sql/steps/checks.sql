@@ -58,6 +58,16 @@ LEFT JOIN (SELECT config_hash, census_version, transformers_version, torch_versi
            FROM full_prices GROUP BY ALL) AS p USING (config_hash, census_version, transformers_version, torch_version, records_version)
 WHERE e IS DISTINCT FROM f OR d IS DISTINCT FROM f
 UNION ALL
+-- (nor the loss kernels: prices stored before the catalogue kept them have none)
+SELECT 'loss_prices: each loss kernel once per setting priced',
+       format('{} @ {} / {}: {} rows, {} settings x {} losses of {} settings priced', config_hash, census_version, records_version, c, d, l, f)
+FROM (SELECT config_hash, census_version, transformers_version, torch_version, records_version, count(*) AS c,
+             count(DISTINCT setting_id) AS d, count(DISTINCT loss) AS l, count(DISTINCT (setting_id, loss)) AS u
+      FROM loss_prices GROUP BY ALL) AS n
+LEFT JOIN (SELECT config_hash, census_version, transformers_version, torch_version, records_version, count(DISTINCT setting_id) AS f
+           FROM full_prices GROUP BY ALL) AS p USING (config_hash, census_version, transformers_version, torch_version, records_version)
+WHERE d IS DISTINCT FROM f OR c <> u OR c <> d * l
+UNION ALL
 -- (nor the op costs: a config priced before the catalogue kept them has none)
 SELECT 'op_costs: each op once per kind and setting priced',
        format('{} @ {} / {}: {} cost rows, {} (kind, setting) priced', config_hash, census_version, records_version, c, f)

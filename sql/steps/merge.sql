@@ -133,6 +133,14 @@ WHERE NOT EXISTS (SELECT 1 FROM end_prices AS o WHERE o.config_hash = n.config_h
                   AND o.setting_id = n.setting_id)
 ORDER BY config_hash, setting_id;
 
+-- The logits end under each loss kernel, added as the ends' prices are.
+INSERT INTO loss_prices BY NAME
+SELECT * FROM incoming.loss_prices AS n
+WHERE NOT EXISTS (SELECT 1 FROM loss_prices AS o WHERE o.config_hash = n.config_hash
+                  AND o.census_version = n.census_version AND o.transformers_version = n.transformers_version AND o.torch_version = n.torch_version AND o.records_version = n.records_version
+                  AND o.setting_id = n.setting_id)
+ORDER BY config_hash, setting_id, loss;
+
 -- Each op's recompute cost at each setting priced, added as the ends' prices are.
 INSERT INTO op_costs BY NAME
 SELECT * FROM incoming.op_costs AS n
@@ -197,6 +205,13 @@ WHERE EXISTS (SELECT 1 FROM incoming.schedules)
 INSERT INTO schedules BY NAME
 SELECT * FROM (SELECT * FROM incoming.schedules EXCEPT SELECT * FROM schedules)
 ORDER BY schedule;
+
+DELETE FROM losses
+WHERE EXISTS (SELECT 1 FROM incoming.losses)
+  AND loss IN (SELECT loss FROM (SELECT * FROM losses EXCEPT SELECT * FROM incoming.losses));
+INSERT INTO losses BY NAME
+SELECT * FROM (SELECT * FROM incoming.losses EXCEPT SELECT * FROM losses)
+ORDER BY loss;
 
 -- The frameworks' flags: tonight's rows replace the ones that differ.
 DELETE FROM framework_flags

@@ -92,7 +92,7 @@ def test_the_text_names_the_origin_the_stack_the_recipe_and_the_accelerator(caps
                  "--accelerator", "MI300X", "--top", "1"]) == 0  # fmt: skip
     second = capsys.readouterr().out.splitlines()[1]
     assert second.startswith(f"spec: censused now from {QWEN_SMALL} (not from the catalogue); stack megatron (")
-    assert "recipe adam_8bit (6.00391 B/param: Dettmers et al. 2022" in second and second.endswith("accelerator MI300X; schedule 1f1b")
+    assert "recipe adam_8bit (6.00391 B/param: Dettmers et al. 2022" in second and second.endswith("accelerator MI300X; schedule 1f1b; loss eager")
 
 
 @pytest.mark.parametrize(

@@ -195,7 +195,7 @@ def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(sn
     with duckdb.connect(str(db)) as con:
         newer = [r[0] for r in con.execute("SELECT setting_id FROM settings WHERE seq_length = 32768").fetchall()]
         assert newer and len(newer) < len(load_settings().settings)
-        for table in ("layer_prices", "full_prices", "switch_costs", "end_prices", "op_costs", "settings"):
+        for table in ("layer_prices", "full_prices", "switch_costs", "end_prices", "loss_prices", "op_costs", "settings"):
             con.execute(f"DELETE FROM {table} WHERE list_contains(?, setting_id)", [newer])
     state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
     assert state.is_completed()

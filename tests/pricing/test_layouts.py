@@ -47,6 +47,7 @@ def test_the_catalogue_holds_no_price_of_an_infeasible_setting_but_says_why(tmp_
     night = dataclasses.replace(
         night, prices={smol.config_hash: layouts.split(smol.prices, rows)}, infeasible={smol.config_hash: rows},
         end_prices={smol.config_hash: [r for r in smol.end_prices if r["setting_id"] not in bad]},
+        loss_prices={smol.config_hash: [r for r in smol.loss_prices if r["setting_id"] not in bad]},
         op_costs={smol.config_hash: [r for r in smol.op_costs if r["setting_id"] not in bad]},
     )
     path = tmp_path / "catalogue.duckdb"

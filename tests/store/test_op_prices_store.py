@@ -37,6 +37,7 @@ def as_the_flow_prices(repo_id: str) -> tuple[runs.Censused, list[dict]]:
         item,
         prices=split(item.prices, rows),
         end_prices=tuple(r for r in item.end_prices if r["setting_id"] not in skip),
+        loss_prices=tuple(r for r in item.loss_prices if r["setting_id"] not in skip),
         op_costs=tuple(r for r in item.op_costs if r["setting_id"] not in skip),
     ), rows
 

@@ -52,7 +52,9 @@ def split(spec, pp: int) -> list[dict[str, int]]:
 def by_hand(item, lay: dict, mask: int) -> list[dict]:
     """Each stage's activations and ends of `lay` at (SEQ, TP) for `mask`, from the per-layer
     prices: layers × their kind's price, and the ends where they sit, × micro-batches in flight
-    (pp − i in 1F1B, × 1 + (pp − 1)/(pp·vpp) interleaved)."""
+    (pp − i in 1F1B, × 1 + (pp − 1)/(pp·vpp) interleaved); and on the last stage the eager
+    loss's working set, once: the fp32 gradients of the log-probabilities and of the logits,
+    2 · s · V · 4 / tp (tests/pricing/test_loss_kernels.py measures it on a real head)."""
     spec, records, grid = item.spec, runs.records(), runs.grid()
     setting = grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})
     prices = price_layers(spec, records, grid.with_settings([setting]))
@@ -63,7 +65,8 @@ def by_hand(item, lay: dict, mask: int) -> list[dict]:
     for i, counts in enumerate(split(spec, pp)):
         flight = (pp - i) * (1 + (pp - 1) / (pp * vpp) if vpp > 1 else 1)
         end = (ends["embedding"] if i == 0 else 0) + (ends["final_norm"] + ends["logits"] if i == pp - 1 else 0)
-        out.append({"activations": sum(n * kept[k] for k, n in counts.items()) * flight, "ends": end * flight})
+        working = 2 * SEQ * spec["vocab_size"] * 4 / TP if i == pp - 1 else 0
+        out.append({"activations": sum(n * kept[k] for k, n in counts.items()) * flight, "ends": end * flight, "working": working})
     return out
 
 
@@ -73,11 +76,12 @@ def test_the_view_equals_the_figures_by_hand(con, lay):
         con.execute(f"SET VARIABLE {name} = {lay[name]}")
     where = "stack = 'transformers' AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1 AND mask IN ?"
     rows = con.execute(
-        f"SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, weight_bytes, grad_bytes, optimizer_bytes, total_bytes "
-        f"FROM rank_fits WHERE {where}", [SEQ, TP, list(MASKS)],
+        f"SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, loss_working_bytes, weight_bytes, grad_bytes, optimizer_bytes, "
+        f"total_bytes FROM rank_fits WHERE {where}", [SEQ, TP, list(MASKS)],
     ).fetchall()  # fmt: skip
     stages = con.execute(
-        f"SELECT repo_id, mask, stage, activation_bytes, ends_bytes, total_bytes FROM rank_stages('rank_fits_layout') WHERE {where} "
+        f"SELECT repo_id, mask, stage, activation_bytes, ends_bytes, loss_working_bytes, total_bytes FROM rank_stages('rank_fits_layout') "
+        f"WHERE {where} "
         f"ORDER BY stage", [SEQ, TP, list(MASKS)],
     ).fetchall()  # fmt: skip
     got = {(r[0], r[1]): r[2:] for r in rows}
@@ -88,12 +92,12 @@ def test_the_view_equals_the_figures_by_hand(con, lay):
             want = by_hand(runs.censused(repo), lay, mask)
             each = [s[2:] for s in stages if s[:2] == (repo, mask)]
             assert [s[0] for s in each] == list(range(lay["pp"])), (repo, mask)
-            for (_, act, ends, _), w in zip(each, want):
-                assert (act, ends) == pytest.approx((w["activations"], w["ends"]), rel=1e-9), (repo, mask)
-            fullest = max(range(len(each)), key=lambda i: (each[i][3], -i))  # the most held, the first of equals
-            stage, act, ends, weight, grad, optimizer, total = got[(repo, mask)]
-            assert (stage, act, ends, total) == (fullest, *each[fullest][1:]), (repo, mask)
-            assert total == pytest.approx(act + ends + weight + grad + optimizer, rel=1e-12)
+            for (_, act, ends, working, _), w in zip(each, want):
+                assert (act, ends, working) == pytest.approx((w["activations"], w["ends"], w["working"]), rel=1e-9), (repo, mask)
+            fullest = max(range(len(each)), key=lambda i: (each[i][4], -i))  # the most held, the first of equals
+            stage, act, ends, working, weight, grad, optimizer, total = got[(repo, mask)]
+            assert (stage, act, ends, working, total) == (fullest, *each[fullest][1:]), (repo, mask)
+            assert total == pytest.approx(act + ends + working + weight + grad + optimizer, rel=1e-12)
 
 
 def test_megatron_18_bytes_per_parameter_by_hand(con):

@@ -272,12 +272,12 @@ def test_stored_tells_the_flow_what_to_skip(night1):
 
 
 def rows_at(run, settings) -> dict:
-    """A run's end_prices, op_costs and op_prices cut down to some settings, as at_settings cuts its prices
+    """A run's end_prices, loss_prices, op_costs and op_prices cut down to some settings, as at_settings cuts its prices
     (keyword arguments of dataclasses.replace)."""
     ids = set(setting_ids(settings))
     return {
         name: {h: [row for row in rows if row["setting_id"] in ids] for h, rows in getattr(run, name).items()}
-        for name in ("end_prices", "op_costs", "op_prices")
+        for name in ("end_prices", "loss_prices", "op_costs", "op_prices")
     }
 
 

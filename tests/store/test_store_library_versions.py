@@ -177,7 +177,7 @@ def test_a_catalogue_stored_before_specs_had_libraries_is_carried_with_each_nigh
     first = runs.make_run("night-1", [item], day=1, transformers="5.24.0", torch="2.13.0")
     publish(path, first)
     spec_tables = ("specs", "kinds", "stack", "measured", "layer_prices", "full_prices", "switch_costs",
-                   "infeasible_settings", "point_prices", "end_prices", "op_costs")  # fmt: skip
+                   "infeasible_settings", "point_prices", "end_prices", "loss_prices", "op_costs")  # fmt: skip
     with contextlib.closing(duckdb.connect(str(path))) as con:
         before = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in spec_tables}
         for table in spec_tables:  # the schema before this change: no library columns

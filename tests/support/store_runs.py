@@ -22,7 +22,7 @@ from conftest import load_shipped
 
 from speccat.catalogue.records.cost import load_costs, op_costs
 from speccat.catalogue.records.opsplit import op_prices
-from speccat.catalogue.records.ends import end_prices, load_ends
+from speccat.catalogue.records.ends import end_prices, load_ends, loss_prices
 from speccat.catalogue.records.points import price_points
 from speccat.catalogue.records.pricing import PriceTables, price_spec
 from speccat.catalogue.records.oprecords import load_records
@@ -52,6 +52,7 @@ class Censused:
     prices: PriceTables
     point_prices: tuple = ()  # the records' price at each point the census measured
     end_prices: tuple = ()  # the ends' price at every setting of the grid
+    loss_prices: tuple = ()  # the logits end under each loss kernel at every setting of the grid
     op_costs: tuple = ()  # each op's recompute cost at every setting of the grid
     op_prices: tuple = ()  # each op's share of the bytes at every setting of the memory curve
 
@@ -82,9 +83,10 @@ def censused(repo_id: str) -> Censused:
     prices = price_spec(spec, records(), grid(), costs=load_costs(records()))
     points = tuple(price_points(spec, records(), grid()))
     ends = tuple(end_prices(spec, records(), grid(), load_ends(records())))
+    losses = tuple(loss_prices(spec, records(), grid(), load_ends(records())))
     costs = tuple(op_costs(spec, records(), grid(), load_costs(records())).rows())
     shares = tuple(op_prices(spec, records(), grid()))
-    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, costs, shares)
+    return Censused(repo_id, config, config_hash(config), spec, prices, points, ends, losses, costs, shares)
 
 
 def versions(**overrides: str) -> dict[str, str]:
@@ -140,6 +142,7 @@ def make_run(
         prices={h: by_hash[h].prices for h in sorted(fresh)},
         point_prices={h: list(by_hash[h].point_prices) for h in sorted(fresh)},
         end_prices={h: list(by_hash[h].end_prices) for h in sorted(fresh)},
+        loss_prices={h: list(by_hash[h].loss_prices) for h in sorted(fresh)},
         op_costs={h: list(by_hash[h].op_costs) for h in sorted(fresh)},
         op_prices={h: list(by_hash[h].op_prices) for h in sorted(fresh)},
         **reference_rows(records(), grid(), questions=fits_on),
@@ -164,6 +167,7 @@ def replicated(items: Sequence[Censused], copies: int) -> list[Censused]:
                     prices=item.prices,
                     point_prices=item.point_prices,
                     end_prices=item.end_prices,
+                    loss_prices=item.loss_prices,
                     op_costs=item.op_costs,
                     op_prices=item.op_prices,
                 )

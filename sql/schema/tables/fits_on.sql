@@ -2,7 +2,7 @@
 -- keyed by) and plan_version (fits_on_sizes), per stack, sequence length, GPU count and memory
 -- size: the layout and switch set `speccat fit` lists first for that question (the fewest
 -- estimated recompute seconds per sequence, then the fewest bytes on the fullest rank), with its
--- bytes and recompute overhead, or fits = false and NULLs where nothing fits. Built by
+-- bytes (under the model's own loss, losses.is_default) and recompute overhead, or fits = false and NULLs where nothing fits. Built by
 -- sql/steps/fits_on.sql from the stored prices for every latest spec that lacks rows at the
 -- latest night's plan_version; rows are kept like prices (nothing stored is lost). The view
 -- repo_fits_on reads it per repo.
@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS fits_on (
     fullest_stage        INTEGER,
     activation_bytes     DOUBLE,
     ends_bytes           DOUBLE,
+    loss_working_bytes   DOUBLE,             -- the model's own loss's working set on the rank holding the head (NULL: stored before it was priced)
     weight_bytes         DOUBLE,
     grad_bytes           DOUBLE,
     optimizer_bytes      DOUBLE,
