@@ -83,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "(default: the file's default for --vpp: 1F1B, or interleaved above 1)")
     fit.add_argument("--loss", help="the loss kernel after the head, a name of catalogue/records/ends.yaml's losses: eager, chunked, "
                      "fused-linear (default: the model's own, eager)")
+    fit.add_argument("--offload-layers", type=count(1), help="offload the activations of each rank's first N layers to host memory "
+                     "(reported as host bytes, and the copy's seconds over the accelerator's host link)")
     fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=count(0), default=20, help="rows to print (default 20; 0: all)")
@@ -107,7 +109,7 @@ def fitter(args: argparse.Namespace, spec: dict, name: str):
     def run(seq: int, micro_batch: int, gpus: int) -> list:
         return fits(
             spec, name, args.accelerator, gpus=gpus, seq=seq, budget=budget, micro_batch=micro_batch, fixed=fixed, zeros=zeros,
-            recipe=args.recipe, setting=args.setting, schedule=args.schedule, loss=args.loss,
+            recipe=args.recipe, setting=args.setting, schedule=args.schedule, loss=args.loss, offload_layers=args.offload_layers or 0,
         )  # fmt: skip
 
     return run, budget
@@ -246,6 +248,7 @@ def described(args: argparse.Namespace) -> dict:
         "accelerator": args.accelerator,
         "schedule": {"name": args.schedule, "source": load_schedules().by_name[args.schedule].source},
         "loss": {"name": args.loss, "chunk_tokens": data["ends"].losses[args.loss].chunk, "source": data["ends"].losses[args.loss].source},
+        "offload_layers": args.offload_layers or 0,
     }
 
 
@@ -285,15 +288,18 @@ def fit_command(args: argparse.Namespace) -> int:
     fields = " ".join(f"{k}={v}" for k, v in about["setting"].items())
     print(f"spec: {origin}; stack {about['stack']} ({fields}); recipe {recipe['name']} "
           f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}; "
-          f"schedule {about['schedule']['name']}; loss {about['loss']['name']}")  # fmt: skip
-    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", "total", "activations", "ends", "loss_working", "weight", "grad", "optimizer",
-               "recompute_ms", "overhead_%", "ms_per_seq")
+          f"schedule {about['schedule']['name']}; loss {about['loss']['name']}"
+          + (f"; the first {args.offload_layers} layers of each rank offloaded to host memory" if args.offload_layers else ""))  # fmt: skip
+    sizes = ("total", "activations", "ends", "loss_working", "weight", "grad", "optimizer") + (("host",) if args.offload_layers else ())
+    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", *sizes, "recompute_ms", "overhead_%", "ms_per_seq")
+    columns += ("offload_ms",) if args.offload_layers else ()
     columns += ("note",) if note else ()
     body = []
     for r in shown:
         d = r.as_dict()
-        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [format_bytes(d[c], args.units) for c in columns[7:14]]
+        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [format_bytes(d[c], args.units) for c in sizes]
                     + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}", f"{d['recompute_s_per_seq'] * 1e3:.2f}"]
+                    + ([f"{d['offload_s'] * 1e3:.2f}"] if args.offload_layers else [])
                     + (["beyond positions"] if note else []))  # fmt: skip
     print(table(columns, body))
     if not rows:

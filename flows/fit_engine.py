@@ -36,7 +36,7 @@ from speccat.catalogue.store.memory import MemoryCatalogue
 from speccat.catalogue.store.night import NightData
 from speccat.flows.versions import current_versions
 
-BYTE_FIELDS = frozenset({"activations", "ends", "loss_working", "weight", "grad", "optimizer", "total"})
+BYTE_FIELDS = frozenset({"activations", "ends", "loss_working", "weight", "grad", "optimizer", "host", "total"})
 LAYOUTS_TABLE = "fit_layouts"
 
 
@@ -69,6 +69,8 @@ class Fit:
     weight: float
     grad: float
     optimizer: float
+    host: float  # bytes: the offloaded layers' activations in host memory, all micro-batches in flight
+    offload_s: float  # their copy out and back per micro-batch over the host link
     total: float
     recompute_flops: float  # per micro-batch, the first stage's layers
     recompute_moved: float
@@ -84,7 +86,7 @@ class Fit:
         return cls(
             layout, row["micro_batch_count"], row["mask"], row["switch_set"], row["fullest_stage"], row["in_flight_count"],
             row["activation_bytes"], row["ends_bytes"], row["loss_working_bytes"], row["weight_bytes"], row["grad_bytes"], row["optimizer_bytes"],
-            row["total_bytes"], row["recompute_flops"], row["recompute_bytes"], row["recompute_s"], row["overhead_pct"] / 100,
+            row["host_bytes"], row["offload_s"], row["total_bytes"], row["recompute_flops"], row["recompute_bytes"], row["recompute_s"], row["overhead_pct"] / 100,
             row["recompute_s_per_seq"],
         )  # fmt: skip
 
@@ -99,7 +101,7 @@ class Fit:
 def fits(
     spec: Mapping, name: str, accelerator: str, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
-    setting: Mapping | None = None, schedule: str | None = None, loss: str | None = None,
+    setting: Mapping | None = None, schedule: str | None = None, loss: str | None = None, offload_layers: int = 0,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) of `gpus` ranks whose fullest stage fits `budget` bytes, of
     each layout only the sets on its frontier, ranked by estimated recompute seconds per
@@ -107,7 +109,8 @@ def fits(
     fields (the stack, flash attention, the dtype, ...) over the grid's defaults; `fixed` the
     layout fields held; `schedule` the pipeline schedule (schedules.yaml; None: each layout's
     default), which a layout it cannot run on (its vpp, its pp) leaves out; `loss` the loss kernel
-    after the head (ends.yaml; None: the model's own). LayoutError "infeasible" when the held
+    after the head (ends.yaml; None: the model's own); `offload_layers` the layers per rank whose
+    activations go to host memory (its first). LayoutError "infeasible" when the held
     fields leave no layout, or only ones layouts.yaml refuses at this sequence length."""
     data = planning_data()
     records, grid = data["records"], data["grid"]
@@ -129,7 +132,7 @@ def fits(
     con = held(spec, name, list(at.values()))
     rows = layout_rows(candidates, {key: s["setting_id"] for key, s in at.items()}, recipe or data["states"].default_recipe, budget, accelerator)
     con.register(LAYOUTS_TABLE, rows)
-    asked = {"schedule": schedule, "loss": loss}
+    asked = {"schedule": schedule, "loss": loss, "offload_layers": offload_layers or None}
     try:
         for variable, value in asked.items():
             con.execute(sql.render("steps/set_variable", name=variable), {"value": value})

@@ -52,6 +52,7 @@ class Accelerator:
     bandwidth: float
     memory: float
     node: int  # GPUs of one node
+    host_link: float  # bytes/s to or from host memory, one direction
     default: bool = False  # the one estimated on when none is named
 
     def seconds(self, flops: Any, moved: Any) -> Any:
@@ -101,12 +102,12 @@ def load_accelerators(path: str | Path | None = None) -> dict[str, Accelerator]:
         raise loader.fail("bad_value", "default", f"names no accelerator of the file: {top['default']!r}")
     out = {}
     for name, body in top["accelerators"].items():
-        fields = ("peak_flops", "bandwidth", "memory", "node")
+        fields = ("peak_flops", "bandwidth", "memory", "node", "host_link")
         body = loader.mapping(f"accelerators.{name}", body, fields, fields)
         values = [body[k] for k in fields]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values) or not isinstance(body["node"], int):
-            raise loader.fail("bad_value", f"accelerators.{name}", "peak_flops, bandwidth, memory must be > 0 and node a positive integer")
-        out[name] = Accelerator(name, float(values[0]), float(values[1]), float(values[2]), int(values[3]), name == top["default"])
+            raise loader.fail("bad_value", f"accelerators.{name}", "peak_flops, bandwidth, memory, host_link must be > 0 and node a positive integer")
+        out[name] = Accelerator(name, float(values[0]), float(values[1]), float(values[2]), int(values[3]), float(values[4]), name == top["default"])
     return out
 
 
@@ -114,7 +115,7 @@ def accelerator_rows(accelerators: Mapping[str, Accelerator]) -> list[dict[str, 
     """The catalogue's `accelerators` rows (docs/catalogue.md), one per named accelerator."""
     return [
         {"accelerator": a.name, "default_accelerator": a.default, "peak_flops_per_s": a.peak_flops,
-         "bandwidth_bytes_per_s": a.bandwidth, "memory_bytes": a.memory, "node_gpus": a.node}
+         "bandwidth_bytes_per_s": a.bandwidth, "memory_bytes": a.memory, "node_gpus": a.node, "host_link_bytes_per_s": a.host_link}
         for a in accelerators.values()
     ]  # fmt: skip
 

@@ -23,7 +23,9 @@
 -- 1 + (pp - 1)/(pp vpp), ...; the head's for the schedule's head_flight where it states one),
 -- the logits end under the loss kernel of the variable loss (else the losses table's default,
 -- the model's own; loss_prices) and, once, where it holds the last piece, that kernel's working
--- set; and its weights, gradients and optimizer states (state_sharding: each parameter group divided
+-- set; of the activations, those of the rank's first offload_layers layers (the variable, else
+-- none) are in host memory, not on the rank: host_bytes, copied out and back each micro-batch
+-- over the accelerator's host link (offload_s); and its weights, gradients and optimizer states (state_sharding: each parameter group divided
 -- among the model-parallel ranks, a state the ZeRO stage partitions divided again over the data
 -- group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
 -- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
@@ -56,6 +58,9 @@ chosen AS MATERIALIZED (  -- the pipeline schedule a layout runs (schedules), by
                                                  (SELECT d.schedule FROM schedules AS d
                                                   WHERE d.default_for = CASE WHEN v.virtual THEN 'virtual' ELSE 'single' END))
     WHERE s.interleaved = v.virtual
+),
+offload AS MATERIALIZED (  -- layers per rank whose saves go to host memory: the variable offload_layers, else none
+    SELECT coalesce(getvariable('offload_layers'), 0)::INTEGER AS layers
 ),
 chosen_loss AS MATERIALIZED (  -- the loss kernel after the head (losses): the variable loss, else the model's own
     SELECT coalesce(getvariable('loss')::VARCHAR, (SELECT loss FROM losses WHERE is_default)) AS loss
@@ -100,9 +105,16 @@ stages AS MATERIALIZED (  -- each stage's micro-batches in flight (the schedule'
     FROM pieces AS p JOIN layout AS l USING (layout) JOIN chosen AS c ON c.virtual = (l.vpp > 1)
     GROUP BY ALL
 ),
-stage_kinds AS MATERIALIZED (
-    SELECT s.layout, s.config_hash, s.stage, r.kind, sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) AS layers
-    FROM pieces AS s JOIN runs AS r USING (config_hash)
+offloading AS MATERIALIZED (  -- of each piece, the layers [lo, lo + offloaded) whose saves go to host memory: the rank's
+                              -- first offload_layers layers, in stack order
+    SELECT p.*, least(p.hi - p.lo, greatest(0, o.layers - coalesce(sum(p.hi - p.lo) OVER (
+               PARTITION BY p.layout, p.config_hash, p.stage ORDER BY p.lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))) AS offloaded
+    FROM pieces AS p, offload AS o
+),
+stage_kinds AS MATERIALIZED (  -- each stage's layers of each kind, and of those the offloaded
+    SELECT s.layout, s.config_hash, s.stage, r.kind, sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) AS layers,
+           sum(greatest(0, least(s.lo + s.offloaded, r.stop) - greatest(s.lo, r.first))) AS offloaded
+    FROM offloading AS s JOIN runs AS r USING (config_hash)
     GROUP BY ALL HAVING sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) > 0
 ),
 kind_params AS MATERIALIZED (
@@ -245,7 +257,7 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
                             -- which some set could fit, no stage's floor over its budget (each kind's fewest bytes under any set)
     SELECT h.layout, h.config_hash, h.setting_id
     FROM stage_held AS h JOIN layout AS l ON l.layout = h.layout
-    LEFT JOIN (SELECT k.layout, k.config_hash, q.setting_id, k.stage, sum(k.layers * f.kept) AS activations
+    LEFT JOIN (SELECT k.layout, k.config_hash, q.setting_id, k.stage, sum((k.layers - k.offloaded) * f.kept) AS activations
                FROM stage_kinds AS k JOIN priced AS q USING (layout, config_hash)
                JOIN (SELECT config_hash, kind, setting_id, min(kept) AS kept FROM points GROUP BY ALL) AS f
                  ON f.config_hash = k.config_hash AND f.kind = k.kind AND f.setting_id = q.setting_id
@@ -257,8 +269,9 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
 ),
 stage_totals AS (
     SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
-           h.transient, h.weight, h.grad, h.optimizer
-    FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum(k.layers * p.kept) AS activations
+           h.transient, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded
+    FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum((k.layers - k.offloaded) * p.kept) AS activations,
+                 sum(k.offloaded * p.kept) AS offloaded
           FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
           JOIN layout AS l ON l.layout = k.layout
           JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
@@ -293,11 +306,12 @@ first_costs AS (  -- the first stage's layers, per micro-batch: each point's rec
 )
 SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length AS seq_length_tokens,
        g.micro_batch AS micro_batch_count, g.tp AS tp_ranks, g.cp AS cp_ranks, l.dp AS dp_ranks, l.pp AS pp_ranks,
-       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, c.schedule, (SELECT loss FROM chosen_loss) AS loss, l.recipe,
+       l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, sch.schedule, (SELECT loss FROM chosen_loss) AS loss, l.recipe,
        l.dp * g.tp * l.pp * g.cp AS gpus_count,
        x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.weight AS weight_bytes,
-       x.grad AS grad_bytes, x.optimizer AS optimizer_bytes,
+       x.grad AS grad_bytes, x.optimizer AS optimizer_bytes, (SELECT layers FROM offload) AS offload_layers, x.host AS host_bytes,
+       2 * x.offloaded / a.host_link_bytes_per_s AS offload_s,
        x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer AS total_bytes,
        l.budget_bytes,
        x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer <= l.budget_bytes AS fits,
@@ -307,7 +321,8 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq
 FROM stage_totals AS x
 JOIN layout AS l ON l.layout = x.layout
-JOIN chosen AS c ON c.virtual = (l.vpp > 1)
+LEFT JOIN accelerators AS a ON a.accelerator = l.accelerator
+JOIN chosen AS sch ON sch.virtual = (l.vpp > 1)
 JOIN repos AS r ON r.config_hash = x.config_hash
 JOIN settings AS g ON g.setting_id = x.setting_id
 LEFT JOIN switch_sets AS w ON w.mask = x.mask

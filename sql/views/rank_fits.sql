@@ -4,8 +4,8 @@
 -- pp [1], ep [1], zero [0] (the ZeRO stage), vpp [1] (virtual stages per rank), etp [the
 -- setting's tp], recipe [states.yaml's default], budget_gib [80], accelerator [the
 -- accelerators table's default] and schedule [the schedules table's default for vpp: 1f1b,
--- or interleaved with vpp > 1] and loss [the losses table's default: the model's own] (SET
--- VARIABLE pp = 4); tp, cp, the sequence length and the micro-batch are the setting's.
+-- or interleaved with vpp > 1], loss [the losses table's default: the model's own] and
+-- offload_layers [0] (SET VARIABLE pp = 4); tp, cp, the sequence length and the micro-batch are the setting's.
 -- What a rank holds and what a set's recompute costs are the macro rank_layouts' rules (its
 -- header says them), the one home `speccat fit` reads too (docs/planning.md): this view is
 -- rank_layouts at the one layout of the view rank_fits_layout. ORDER BY recompute_s_per_seq,
@@ -38,12 +38,15 @@
 --   switch_set             code     its name: none, all, switches joined by commas, or full
 --   fullest_stage          id       the pipeline stage whose rank holds the most (0 first)
 --   in_flight_count        count    micro-batches in flight on that stage
---   activation_bytes       bytes    that rank's layers' activations, all micro-batches in flight
+--   activation_bytes       bytes    that rank's layers' activations on the rank, all micro-batches in flight
 --   ends_bytes             bytes    its ends' (embedding; final norm and logits), all micro-batches in flight
 --   loss_working_bytes     bytes    the loss's working set where the rank holds the head (one micro-batch's at a time), else 0
 --   weight_bytes           bytes    its weights
 --   grad_bytes             bytes    its gradients
 --   optimizer_bytes        bytes    its optimizer states
+--   offload_layers         count    layers per rank whose activations go to host memory (variable offload_layers, default 0)
+--   host_bytes             bytes    the activations of the rank's first offload_layers layers, all micro-batches in flight, in host memory
+--   offload_s              seconds  their copy out and back per micro-batch over the accelerator's host link (one direction's bandwidth each way)
 --   total_bytes            bytes    the sum: what the rank must hold at its peak
 --   budget_bytes           bytes    the budget: budget_gib GiB
 --   fits                   flag     total_bytes <= budget_bytes
