@@ -5,8 +5,11 @@ with the loss's fp32 upcast (docs/planning.md): the spec's `ends`.
 (census/build/model.py) to fake tensors, runs them as the causal LM's forward does (ids → embedding;
 the stack's output → final norm → head → the model's own loss function), and books every
 storage autograd saves, once, to the part that saved it, parameters left out, at its CUDA width
-(a LayerNorm's statistics are fp32 there, bf16 in the CPU kernel). The embedding's
-part also holds its output: the first layer's input, which the layers' prices leave out.
+(a LayerNorm's statistics are fp32 there, bf16 in the CPU kernel). The embedding's output is
+not its part: it is the first layer's input, which that layer's price holds where the layer
+keeps it (a LayerNorm's input; a checkpointed layer's) and which nothing keeps where it does not
+(an RMSNorm that keeps its fp32 copy instead); what the embedding keeps is the ids its backward
+reads (and Gemma's scale).
 
 The logits run through the causal LM's own forward, with its layer stack stood in for by the
 final norm's output, so what that forward does between the head and the loss is measured too,
@@ -119,7 +122,6 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     with fake, widths, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         ids = torch.zeros(1, seq_length, dtype=torch.long)
         embeds = built.embedding(ids)
-        booked["embedding"][embeds.untyped_storage()._cdata] = (embeds, embeds.untyped_storage().nbytes())  # the first layer's input
         hidden = torch.empty(1, seq_length, hidden_width, dtype=embeds.dtype, requires_grad=True)  # the stack's output
         part[0] = "final_norm"
         normed = norm(hidden)

@@ -50,7 +50,7 @@ def test_fit_lists_only_what_fits_by_the_catalogues_own_figures(snapshot_runs, c
             for i in range(pp):
                 n = layers // pp + (1 if i < layers % pp else 0)
                 flight = pp - i
-                ends = s * (h * 2 / tp + 8) if i == 0 else 0.0  # embedding output (scattered over sp = tp) and ids
+                ends = s * 8.0 if i == 0 else 0.0  # the ids (the embedding's output is the first layer's input)
                 if i == pp - 1:  # Llama's final RMSNorm (fp32 input, a statistic, bf16 output), then the head and loss
                     ends += s * (h * 4 + 4 + h * 2) / tp + s * (h * 2 + vocab * 4 / tp + 8) + 12
                 params = n * ((att + ffn) / tp + norm) + (vocab * h / tp if i == 0 else 0) + (h + vocab * h / tp if i == pp - 1 else 0)

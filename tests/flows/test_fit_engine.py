@@ -53,7 +53,7 @@ def test_gpt3_175b_first_stage_by_hand(gpt3, capsys):
     layers, flight, sbh = L // P, P, S * H  # the first stage: 12 layers, 8 micro-batches in flight
     norm_stats = 2 * 2 * 4 * S / T  # two LayerNorms' fp32 mean and rstd per token, sequence-parallel
     params = layers * ((12 * H * H + 9 * H) / T + 4 * H) + V * H / T
-    ends = flight * S * (2 * H / T + 8)
+    ends = flight * S * 8  # the int64 ids; the embedding's output is the first layer's LayerNorm input, in its 34 sbh
     megatron_params = (2 * L * H * H * ((1 + 1) + 4 + 2 / H + 1 / (L * H)) / P + H * V) / T  # MHA: groups = heads; ffn 4h
     assert params == pytest.approx(megatron_params, rel=3e-4)
     rows = {r["switch_set"]: r for r in out["rows"] if (r["dp"], r["tp"], r["pp"], r["zero"]) == (1, T, P, 0)}

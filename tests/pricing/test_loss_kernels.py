@@ -26,9 +26,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from support.storage_tracker import StorageTracker
 from torch.utils.checkpoint import checkpoint
 from transformers.loss.loss_utils import ForCausalLMLoss
 
@@ -40,41 +38,6 @@ V, IGNORE = 1000, -100
 # every token at h 1024 (V / h rounds up to 1). At h 64 a chunk's fp32 work over the vocabulary is the chunked kernel's peak, at h
 # 1024 its weight gradients are, as at every real model's width.
 SIZES = [(512, 1, 64), (384, 2, 64), (512, 1, 1024), (384, 2, 1024)]
-
-
-class StorageTracker(TorchDispatchMode):
-    """Gives each new storage an op outputs a serial (its bytes and first shape remembered) and,
-    after every op, puts the serials still alive on `timeline`. Storages in `existing` are not
-    watched."""
-
-    def __init__(self, existing):
-        super().__init__()
-        self.existing = {StorageWeakRef(t.untyped_storage()).cdata for t in existing}
-        self.refs = {}  # storage address -> (weak ref, serial); a freed address may come back
-        self.nbytes, self.shape, self.timeline = [], [], []
-
-    def alive(self) -> set[int]:
-        for address in [a for a, (ref, _) in self.refs.items() if ref.expired()]:
-            del self.refs[address]
-        return {serial for _, serial in self.refs.values()}
-
-    def serial(self, tensor: torch.Tensor) -> int:
-        return self.refs[StorageWeakRef(tensor.untyped_storage()).cdata][1]
-
-    def bytes(self, serials) -> int:
-        return sum(self.nbytes[i] for i in serials)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.alive()  # forget the freed storages before a new one takes an address back
-        for tensor in (t for t in tree_leaves(out) if isinstance(t, torch.Tensor)):
-            ref = StorageWeakRef(tensor.untyped_storage())
-            if ref.cdata not in self.refs and ref.cdata not in self.existing:
-                self.refs[ref.cdata] = (ref, len(self.nbytes))
-                self.nbytes.append(tensor.untyped_storage().nbytes())
-                self.shape.append(tuple(tensor.shape))
-        self.timeline.append(self.alive())
-        return out
 
 
 def shifted(ids: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,82 @@
+"""A whole model's saves against the sum of its prices: a tiny Llama (dense) and a tiny Qwen3 MoE,
+built from the shipped configs at width 128, run forward with labels on real CPU tensors in
+bf16, and every storage autograd keeps counted (tests/support/storage_tracker.py). The sum the
+planner adds for one rank holding the whole stack is its layers × their kind's price, nothing
+recomputed, plus the three ends (catalogue/records/ends.yaml): the embedding's ids, the final
+norm and the logits with transformers' own loss.
+
+The two agree but for one tensor pair, stated here so that a change on either side shows: the
+rotary position embedding's cos and sin (s × head_dim each, bf16), made once by the model and
+kept by every layer's rotary products, which neither a layer's price (the census probes layers
+given them) nor the ends hold. At Llama-3.1-8B's 8,192 tokens they are 4 MiB a micro-batch. The
+MoE layers also keep their grouped matmul's offsets, one int32 per expert (8 here), which a
+price per token leaves out.
+The embedding's output is not counted twice: it is the first layer's input, which Llama's
+RMSNorm does not keep (it keeps an fp32 copy, in the layer's price), and the ends no longer
+count it."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from conftest import load_shipped
+from support.storage_tracker import StorageTracker
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from speccat.catalogue.records.ends import load_ends, price_ends_at
+from speccat.catalogue.records.oprecords import load_records
+from speccat.catalogue.records.pricing import price_layers
+from speccat.catalogue.records.settings import load_settings
+
+S, WIDTH, HEAD_DIM, VOCAB = 256, 128, 32, 1000
+TINY = dict(hidden_size=WIDTH, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=HEAD_DIM, vocab_size=VOCAB)  # fmt: skip
+MODELS = {
+    "meta-llama/Llama-3.1-8B-Instruct": TINY,
+    "Qwen/Qwen3-30B-A3B": {**TINY, "moe_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2},
+}
+
+
+def tiny_config(repo: str) -> dict:
+    config = {**load_shipped(repo), **MODELS[repo]}
+    config.pop("rope_scaling", None)
+    return config
+
+
+def priced(config: dict) -> float:
+    from speccat.census import run_census
+
+    spec = run_census(config, name="tiny", seq_length=S).to_dict()
+    records, grid = load_records(), load_settings()
+    setting = grid.setting({"stack": "transformers", "seq_length": S, "tp": 1, "cp": 1})
+    prices = price_layers(spec, records, grid.with_settings([setting]))
+    counts = {group["kind"]: group["count"] for group in spec["layers"]}
+    layers = sum(float(prices.total[i, 0, 0]) * counts[kind] for i, kind in enumerate(prices.kinds))
+    return layers + sum(price_ends_at(spec, records, setting, grid.dtype_bytes, load_ends(records)).values())
+
+
+def measured(config: dict) -> tuple[int, list]:
+    """Bytes autograd keeps after one forward with labels, the ids included; the shapes kept."""
+    hub = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hub, dtype=torch.bfloat16, attn_implementation="sdpa").train()
+    ids = torch.randint(0, VOCAB, (1, S))
+    tracker = StorageTracker([*model.parameters(), *model.buffers(), ids])
+    with tracker:
+        loss = model(input_ids=ids, labels=ids).loss
+    gc.collect()
+    kept = tracker.alive() - {tracker.serial(loss)}
+    # the ids were made outside the watch, and the embedding's backward keeps them
+    return tracker.bytes(kept) + ids.untyped_storage().nbytes(), [tracker.shape[i] for i in kept]
+
+
+@pytest.mark.parametrize("repo", sorted(MODELS))
+def test_the_whole_model_keeps_its_prices_and_the_rotary_tables(repo):
+    config = tiny_config(repo)
+    got, shapes = measured(config)
+    rotary = 2 * S * HEAD_DIM * 2  # cos and sin, bf16
+    offsets = config["num_hidden_layers"] * config.get("num_experts", 0) * 4
+    assert shapes.count((1, S, HEAD_DIM)) == 2 and shapes.count((config.get("num_experts", -1),)) == (2 if offsets else 0)
+    assert got == priced(config) + rotary + offsets

@@ -1,0 +1,45 @@
+"""What a real CPU forward and backward keeps, storage by storage: the tests that check a price
+against real tensors (tests/pricing/test_loss_kernels.py, tests/census/test_whole_model.py) watch
+a run with StorageTracker."""
+
+from __future__ import annotations
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+class StorageTracker(TorchDispatchMode):
+    """Gives each new storage an op outputs a serial (its bytes and first shape remembered) and,
+    after every op, puts the serials still alive on `timeline`. Storages in `existing` are not
+    watched."""
+
+    def __init__(self, existing):
+        super().__init__()
+        self.existing = {StorageWeakRef(t.untyped_storage()).cdata for t in existing}
+        self.refs = {}  # storage address -> (weak ref, serial); a freed address may come back
+        self.nbytes, self.shape, self.timeline = [], [], []
+
+    def alive(self) -> set[int]:
+        for address in [a for a, (ref, _) in self.refs.items() if ref.expired()]:
+            del self.refs[address]
+        return {serial for _, serial in self.refs.values()}
+
+    def serial(self, tensor: torch.Tensor) -> int:
+        return self.refs[StorageWeakRef(tensor.untyped_storage()).cdata][1]
+
+    def bytes(self, serials) -> int:
+        return sum(self.nbytes[i] for i in serials)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.alive()  # forget the freed storages before a new one takes an address back
+        for tensor in (t for t in tree_leaves(out) if isinstance(t, torch.Tensor)):
+            ref = StorageWeakRef(tensor.untyped_storage())
+            if ref.cdata not in self.refs and ref.cdata not in self.existing:
+                self.refs[ref.cdata] = (ref, len(self.nbytes))
+                self.nbytes.append(tensor.untyped_storage().nbytes())
+                self.shape.append(tuple(tensor.shape))
+        self.timeline.append(self.alive())
+        return out
