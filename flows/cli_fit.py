@@ -85,6 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "fused-linear (default: the model's own, eager)")
     fit.add_argument("--offload-layers", type=count(1), help="offload the activations of each rank's first N layers to host memory "
                      "(reported as host bytes, and the copy's seconds over the accelerator's host link)")
+    fit.add_argument("--moe-overload", type=float, metavar="F", help="the busiest expert-parallel rank's routed tokens over an even "
+                     "share (Megatron-LM's overload factor; default 1): the routed experts' activations times F")
     fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
                      "its memory is the default --gpu-mem, and tp stays within its node")
     fit.add_argument("--top", type=count(0), default=20, help="rows to print (default 20; 0: all)")
@@ -205,6 +207,12 @@ def check_inputs(args: argparse.Namespace) -> None:
         args.setting[name] = parse_yaml(text)
     if args.stack is not None:
         args.setting["stack"] = args.stack
+    if args.moe_overload is not None:
+        if not args.moe_overload >= 1:
+            raise InputError("bad_argument", f"--moe-overload {args.moe_overload:g}: the busiest rank's share of an even load, 1 or more")
+        if "dropless_tok_factor" in args.setting:
+            raise InputError("bad_argument", "--moe-overload sets dropless_tok_factor: leave --set dropless_tok_factor out")
+        args.setting["dropless_tok_factor"] = args.moe_overload
     args.chosen = data["grid"].setting({**args.setting, "seq_length": args.seq or 1, "micro_batch": args.micro_batch or 1})  # refuses a bad field or value
     states = data["states"]
     args.recipe = args.recipe or states.default_recipe
@@ -266,6 +274,10 @@ def fit_command(args: argparse.Namespace) -> int:
 
     check_inputs(args)
     repo_id, spec, origin = load_spec(args)
+    if args.moe_overload is not None and (spec.get("num_experts") or 1) <= 1:
+        from speccat.catalogue.errors import InputError
+
+        raise InputError("bad_argument", f"--moe-overload: {repo_id} has no routed experts")
     run, budget = fitter(args, spec, repo_id)
     rows, question = answer(args, run)
     shown = rows if args.top == 0 else rows[: args.top]
