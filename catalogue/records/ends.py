@@ -1,4 +1,4 @@
-"""Pricing the model's ends: the embedding output, the final norm, and the logits with the loss
+"""Pricing the model's ends: the embedding's ids, the final norm, and the logits with the loss
 kernel a run puts after the head (eager, chunked, fused linear), what each keeps and the most
 it holds at once beyond that (`catalogue/records/ends.yaml`, docs/planning.md)."""
 

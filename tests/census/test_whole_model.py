@@ -21,29 +21,14 @@ import gc
 
 import pytest
 import torch
-from conftest import load_shipped
 from support.storage_tracker import StorageTracker
+from support.tiny_models import HEAD_DIM, MODELS, S, VOCAB, tiny_config
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from speccat.catalogue.records.ends import load_ends, price_ends_at
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
-
-S, WIDTH, HEAD_DIM, VOCAB = 256, 128, 32, 1000
-TINY = dict(hidden_size=WIDTH, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=HEAD_DIM, vocab_size=VOCAB)  # fmt: skip
-MODELS = {
-    "meta-llama/Llama-3.1-8B-Instruct": TINY,
-    "Qwen/Qwen3-30B-A3B": {**TINY, "moe_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2},
-}
-
-
-def tiny_config(repo: str) -> dict:
-    config = {**load_shipped(repo), **MODELS[repo]}
-    config.pop("rope_scaling", None)
-    return config
-
 
 def priced(config: dict) -> float:
     from speccat.census import run_census
