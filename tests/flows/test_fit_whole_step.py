@@ -47,7 +47,7 @@ def stage_peaks(config: dict) -> list[float]:
         base.layers, base.norm = torch.nn.ModuleList(layers[:1]), torch.nn.Identity()
         tracker = StorageTracker([*existing, *ids])
         with tracker:
-            outs = [base(input_ids=i).last_hidden_state for i in ids]  # two micro-batches in flight
+            outs = [base(input_ids=i, use_cache=False).last_hidden_state for i in ids]  # two micro-batches in flight
             for out in outs:  # each comes back with the gradient stage 1 sends
                 out.backward(torch.randn_like(out))
         params = sum(p.numel() for p in (*base.embed_tokens.parameters(), *layers[0].parameters()))
@@ -58,7 +58,7 @@ def stage_peaks(config: dict) -> list[float]:
         received = torch.randn(1, S, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
         tracker = StorageTracker([*existing, *ids, received])
         with tracker:
-            model(inputs_embeds=received, labels=ids[0]).loss.backward()
+            model(inputs_embeds=received, labels=ids[0], use_cache=False).loss.backward()
         params = sum(p.numel() for p in (*layers[1].parameters(), *norm.parameters(), *model.lm_head.parameters()))
         # the received activation: the p2p buffer the stage's first layer reads, kept while it may
         return max(tracker.bytes(alive) for alive in tracker.timeline) + received.untyped_storage().nbytes() + RECIPE_BYTES * params
