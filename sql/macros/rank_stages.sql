@@ -25,9 +25,9 @@
 -- the model's own; loss_prices) and, once, where it holds the last piece, that kernel's working
 -- set; of the activations, those of the rank's first offload_layers layers (the variable, else
 -- none) are in host memory, not on the rank: host_bytes, copied out and back each micro-batch
--- over the accelerator's host link (offload_s); and its weights, gradients and optimizer states (state_sharding: each parameter group divided
--- among the model-parallel ranks, a state the ZeRO stage partitions divided again over the data
--- group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
+-- over the accelerator's host link (offload_s); and its weights, gradients and optimizer states
+-- (state_sharding: each parameter group divided among the model-parallel ranks, a state the
+-- ZeRO stage partitions divided again over the data group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
 -- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
 -- schedule folds, piece chunks * pp - 1 - i); a rank holding the last piece but not the first
 -- holds a copy of a tied word embedding. A schedule the layout cannot run (interleaved needs
@@ -267,9 +267,10 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
     HAVING NOT bool_or(l.only_fitting)
            OR max(coalesce(a.activations, 0) * h.flight + h.ends + h.transient + h.weight + h.grad + h.optimizer) <= min(l.budget_bytes)
 ),
-stage_totals AS (
+stage_totals AS (  -- each stage's rank under each set: what it holds by part, and in all (total)
     SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
-           h.transient, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded
+           h.transient, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded,
+           a.activations * h.flight + h.ends + h.transient + h.weight + h.grad + h.optimizer AS total
     FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum((k.layers - k.offloaded) * p.kept) AS activations,
                  sum(k.offloaded * p.kept) AS offloaded
           FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
@@ -280,7 +281,7 @@ stage_totals AS (
     JOIN stage_held AS h USING (layout, config_hash, setting_id, stage)
 ),
 fullest AS (  -- per layout, spec, setting and set, the stage whose rank holds the most (of equals, the first)
-    SELECT layout, config_hash, setting_id, mask, arg_max(stage, (activations + ends + transient + weight + grad + optimizer, -stage)) AS stage
+    SELECT layout, config_hash, setting_id, mask, arg_max(stage, (total, -stage)) AS stage
     FROM stage_totals GROUP BY ALL
 ),
 step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
@@ -312,10 +313,7 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.weight AS weight_bytes,
        x.grad AS grad_bytes, x.optimizer AS optimizer_bytes, (SELECT layers FROM offload) AS offload_layers, x.host AS host_bytes,
        2 * x.offloaded / a.host_link_bytes_per_s AS offload_s,
-       x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer AS total_bytes,
-       l.budget_bytes,
-       x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer <= l.budget_bytes AS fits,
-       l.budget_bytes - (x.activations + x.ends + x.transient + x.weight + x.grad + x.optimizer) AS headroom_bytes,
+       x.total AS total_bytes, l.budget_bytes, x.total <= l.budget_bytes AS fits, l.budget_bytes - x.total AS headroom_bytes,
        l.accelerator, c.flops AS recompute_flops, c.moved AS recompute_bytes, c.seconds AS recompute_s,
        100 * c.seconds / nullif(c.step_seconds, 0) AS overhead_pct,
        c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq
