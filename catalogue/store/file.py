@@ -75,6 +75,11 @@ REFERENCE_TABLES: tuple[str, ...] = (
     "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags",
     "flag_sets", "fits_on_sizes", "fits_on_layouts",
 )
+# Of those, the data files' tables with a primary key, which tonight's rows replace row by row
+# (sql/steps/replace_reference.sql): the others have rules of their own in sql/steps/merge.sql.
+KEYED_REFERENCE: tuple[str, ...] = (
+    "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags", "flag_sets",
+)
 # The columns that, beside census_version, say which libraries measured a spec (part of the key
 # of every spec and price table).
 LIBRARY_COLUMNS = frozenset({"transformers_version", "torch_version"})
@@ -371,6 +376,9 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
             f"(bump the census, records or settings version): {listed}",
         )
     con.execute(sql.load("steps/merge"))
+    for table in KEYED_REFERENCE:
+        ((key,),) = con.execute(sql.load("steps/primary_key"), {"catalog": INCOMING, "table": table}).fetchall()
+        con.execute(sql.render("steps/replace_reference", table=table, source=INCOMING, key=key))
     problems = con.execute(sql.load("steps/checks")).fetchall()
     if problems:
         listed = "; ".join(f"{c}: {d}" for c, d in problems[:10])

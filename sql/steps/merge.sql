@@ -159,6 +159,9 @@ ORDER BY config_hash, kind, setting_id, part, op;
 
 -- Reference tables: the vocabulary and the grid's default setting are tonight's, whatever an
 -- earlier night stored (a new description, a new default). Only rows that differ are touched.
+-- The data files' tables with a primary key (the recipes' sharding, the switch sets' ops, the
+-- accelerators, the schedules, the loss kernels, the frameworks' flags) are replaced the same
+-- way, each by sql/steps/replace_reference.sql after this file (catalogue/store/file.py).
 
 DELETE FROM vocabulary
 WHERE (list, code) IN (SELECT (list, code) FROM (SELECT * FROM vocabulary EXCEPT SELECT * FROM incoming.vocabulary));
@@ -170,63 +173,6 @@ DELETE FROM setting_defaults
 WHERE setting_id NOT IN (SELECT setting_id FROM incoming.setting_defaults);
 INSERT INTO setting_defaults BY NAME
 SELECT * FROM (SELECT * FROM incoming.setting_defaults EXCEPT SELECT * FROM setting_defaults);
-
-DELETE FROM state_sharding
-WHERE EXISTS (SELECT 1 FROM incoming.state_sharding)  -- a run that states none leaves them
-  AND (recipe, "group", state) IN (SELECT (recipe, "group", state) FROM (SELECT * FROM state_sharding EXCEPT SELECT * FROM incoming.state_sharding));
-INSERT INTO state_sharding BY NAME
-SELECT * FROM (SELECT * FROM incoming.state_sharding EXCEPT SELECT * FROM state_sharding)
-ORDER BY recipe, "group", state;
-
-DELETE FROM switch_ops
-WHERE EXISTS (SELECT 1 FROM incoming.switch_ops)
-  AND (mask, op) NOT IN (SELECT (mask, op) FROM incoming.switch_ops);
-INSERT INTO switch_ops BY NAME
-SELECT * FROM (SELECT * FROM incoming.switch_ops EXCEPT SELECT * FROM switch_ops)
-ORDER BY mask, op;
-
-DELETE FROM switch_kept
-WHERE EXISTS (SELECT 1 FROM incoming.switch_kept)
-  AND (mask, op) NOT IN (SELECT (mask, op) FROM incoming.switch_kept);
-INSERT INTO switch_kept BY NAME
-SELECT * FROM (SELECT * FROM incoming.switch_kept EXCEPT SELECT * FROM switch_kept)
-ORDER BY mask, op;
-
-DELETE FROM accelerators
-WHERE EXISTS (SELECT 1 FROM incoming.accelerators)
-  AND accelerator IN (SELECT accelerator FROM (SELECT * FROM accelerators EXCEPT SELECT * FROM incoming.accelerators));
-INSERT INTO accelerators BY NAME
-SELECT * FROM (SELECT * FROM incoming.accelerators EXCEPT SELECT * FROM accelerators)
-ORDER BY accelerator;
-
-DELETE FROM schedules
-WHERE EXISTS (SELECT 1 FROM incoming.schedules)
-  AND schedule IN (SELECT schedule FROM (SELECT * FROM schedules EXCEPT SELECT * FROM incoming.schedules));
-INSERT INTO schedules BY NAME
-SELECT * FROM (SELECT * FROM incoming.schedules EXCEPT SELECT * FROM schedules)
-ORDER BY schedule;
-
-DELETE FROM losses
-WHERE EXISTS (SELECT 1 FROM incoming.losses)
-  AND loss IN (SELECT loss FROM (SELECT * FROM losses EXCEPT SELECT * FROM incoming.losses));
-INSERT INTO losses BY NAME
-SELECT * FROM (SELECT * FROM incoming.losses EXCEPT SELECT * FROM losses)
-ORDER BY loss;
-
--- The frameworks' flags: tonight's rows replace the ones that differ.
-DELETE FROM framework_flags
-WHERE EXISTS (SELECT 1 FROM incoming.framework_flags)
-  AND (framework, flag) IN (SELECT (framework, flag) FROM (SELECT * FROM framework_flags EXCEPT SELECT * FROM incoming.framework_flags));
-INSERT INTO framework_flags BY NAME
-SELECT * FROM (SELECT * FROM incoming.framework_flags EXCEPT SELECT * FROM framework_flags)
-ORDER BY framework, flag;
-
-DELETE FROM flag_sets
-WHERE EXISTS (SELECT 1 FROM incoming.flag_sets)
-  AND (framework, mask) IN (SELECT (framework, mask) FROM (SELECT * FROM flag_sets EXCEPT SELECT * FROM incoming.flag_sets));
-INSERT INTO flag_sets BY NAME
-SELECT * FROM (SELECT * FROM incoming.flag_sets EXCEPT SELECT * FROM flag_sets)
-ORDER BY framework, mask;
 
 -- The questions of the table fits_on: replaced whole when tonight's differ (another plan_version).
 DELETE FROM fits_on_sizes
