@@ -94,7 +94,7 @@ KEYS = frozenset(
 MODEL_PARAM_PARTS = ("embedding", "output", "final_norm")
 KIND_PARAM_PARTS = ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")
 
-MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token", "forward_flops"})
+MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token", "forward_flops", "backward_peak"})
 POINT_KEYS = ("point", "seq_length", "tp", "cp", "sequence_parallel", "recompute", "bytes_per_token")
 MEASURED_OPS = OPS + UNPRICED_OPS
 
@@ -222,8 +222,9 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
         required = ("seq_length", "attention_impl", "bytes_per_token")
         _check_keys(field, _check_mapping(field, entry), MEASURED_KEYS, required)
         _check_int(f"{field}.seq_length", entry["seq_length"], 1)
-        if "forward_flops" in entry:  # absent from specs of census version 8 and before
-            _check_int(f"{field}.forward_flops", entry["forward_flops"], 0)
+        for key in ("forward_flops", "backward_peak"):  # absent from specs of census versions 8 and 16 and before
+            if key in entry:
+                _check_int(f"{field}.{key}", entry[key], 0)
         for key in ("attention_impl", "experts_impl"):
             if key in entry and not (isinstance(entry[key], str) and entry[key]):
                 raise _bad(f"{field}.{key}", f"must be a non-empty string, got {entry[key]!r}")

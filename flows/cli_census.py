@@ -123,4 +123,6 @@ def summary(spec) -> str:
         lines.append("      " + " ".join(f"{op}={_fmt(per_op[op])}" for op in OPS + UNPRICED_OPS if per_op[op]))
         if "forward_flops" in measured:
             lines.append(f"    forward FLOPs of one layer at s={measured['seq_length']}: {measured['forward_flops']:,}")
+        if "backward_peak" in measured:
+            lines.append(f"    backward peak beyond its saves at s={measured['seq_length']}: {_fmt(measured['backward_peak'] / measured['seq_length'])} bytes/token")
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from speccat.census.kernels import attention
 from speccat.census.build import inputs
 from speccat.census.measure import readers
 from speccat.census.build.model import Built
+from speccat.census.measure.backward_peak import BackwardPeak
 from speccat.census.measure.booking import book_bytes
 from speccat.census.measure.flops import LayerFlops
 from speccat.census.measure.inline_activations import mark_inline_activations
@@ -210,7 +211,8 @@ def _run_layers(
         # frozen, the collection after the forward scans only what the forward made (a full
         # collection of the whole heap costs ~0.2 s, most of a probe).
         gc.freeze()
-        with fake_mode, config_subset(config, indices, total, way.probed_count), index_lists_subset(config, decoder, indices), index_keyed_subset(config, kept, indices, total), kernels_swapped(kept), watcher.hooks(), wrapped:
+        peak = BackwardPeak(watcher) if around is None and backward else None
+        with fake_mode, config_subset(config, indices, total, way.probed_count), index_lists_subset(config, decoder, indices), index_keyed_subset(config, kept, indices, total), kernels_swapped(kept), watcher.hooks(), peak.windows(kept) if peak else contextlib.nullcontext(), wrapped:
             width = built.embedding.weight.shape[1]
             extra = inputs.decoder_inputs(way.feed, built.embedding, seq_length)
             if encoder_tokens:  # encoder states of the layers' width (mllama's projected vision tokens), trained through
@@ -237,7 +239,10 @@ def _run_layers(
                 # back to the stack's input: every probed layer's backward runs (each kernel's
                 # too); the weights' own gradients, which read only what the forward saved, are
                 # not asked for (docs/census.md, "Measured bytes")
-                torch.autograd.backward(hidden_out.float().sum(), inputs=_stack_inputs(extra, built))
+                with peak:
+                    torch.autograd.backward(hidden_out.float().sum(), inputs=_stack_inputs(extra, built))
+                for index, probe in watcher.probes.items():
+                    probe.backward_peak = peak.peaks.get(index, 0)
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
         raise ModelCodeError(
             "unsupported_layer",

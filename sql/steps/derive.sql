@@ -52,19 +52,19 @@ FROM (SELECT config_hash, census_version, transformers_version, torch_version, s
 INSERT INTO measured
 SELECT r.config_hash, r.census_version, r.transformers_version, r.torch_version, m.key, b.key, b.value::DOUBLE,
        (m.value ->> 'seq_length')::INTEGER, m.value ->> 'attention_impl', m.value ->> 'experts_impl',
-       'census', 1, 1, false, [], (m.value ->> 'forward_flops')::DOUBLE
+       'census', 1, 1, false, [], (m.value ->> 'forward_flops')::DOUBLE, (m.value ->> 'backward_peak')::DOUBLE
 FROM raw_specs AS r,
      json_each(r.spec::JSON -> 'measured') AS m,
      json_each(m.value -> 'bytes_per_token') AS b;
 
 -- The points across settings take the implementations of the census's own measurement; the
--- census counts FLOPs at its own point only.
+-- census counts FLOPs and the backward peak at its own point only.
 INSERT INTO measured
 SELECT r.config_hash, r.census_version, r.transformers_version, r.torch_version, k.key, b.key, b.value::DOUBLE,
        (p.value ->> 'seq_length')::INTEGER,
        r.spec::JSON -> 'measured' -> k.key ->> 'attention_impl', r.spec::JSON -> 'measured' -> k.key ->> 'experts_impl',
        p.value ->> 'point', (p.value ->> 'tp')::INTEGER, (p.value ->> 'cp')::INTEGER,
-       (p.value ->> 'sequence_parallel')::BOOLEAN, (p.value -> 'recompute')::VARCHAR[], NULL
+       (p.value ->> 'sequence_parallel')::BOOLEAN, (p.value -> 'recompute')::VARCHAR[], NULL, NULL
 FROM raw_specs AS r,
      json_each(r.spec::JSON -> 'measured_at') AS p,
      json_each(p.value -> 'bytes_per_token') AS k,

@@ -13,7 +13,10 @@
 -- (what full recompute re-runs) and, at the point `census`, what torch's FlopCounterMode counted
 -- in the census's forward (census/measure/flops.py); NULL where the census counted none (points across
 -- settings, specs of census version 8 and before). A FLOP ratio more than 2% (the records'
--- tolerance) from 1 names its cause; it refuses nothing.
+-- tolerance) from 1 names its cause; it refuses nothing. At the point `census`, the layer's
+-- backward peak as the census measured it (census/measure/backward_peak.py): the most bytes
+-- alive at any moment of its backward beyond its saves and the gradient it receives. The records
+-- do not price it yet: nothing is set beside it.
 -- Grain: one row per (config_hash, census_version, transformers_version, torch_version, records_version, kind, point).
 -- Columns:
 --   config_hash             id           the config
@@ -40,6 +43,7 @@
 --   measured_forward_flops  flops        FlopCounterMode's FLOPs of the layer's forward in the census, one sequence (NULL but at `census`)
 --   forward_flops_ratio     ratio        priced_forward_flops / measured_forward_flops
 --   forward_flops_cause     text         why forward_flops_ratio is more than 2% from 1 (NULL within 2%, or with nothing counted)
+--   measured_backward_peak_per_token  bytes/token  the layer's backward peak in the census, per token of its sequence (NULL but at `census`, and before census version 17)
 CREATE OR REPLACE VIEW priced_vs_measured AS
 WITH m AS (
     SELECT config_hash, census_version, transformers_version, torch_version, kind, point,
@@ -50,7 +54,8 @@ WITH m AS (
            sum(bytes_per_token) FILTER (WHERE op <> 'cached') AS measured_per_token,
            sum(bytes_per_token) FILTER (WHERE op = 'other') AS unattributed_per_token,
            sum(bytes_per_token) FILTER (WHERE op = 'cached') AS cached_per_token,
-           any_value(forward_flops) AS measured_forward_flops
+           any_value(forward_flops) AS measured_forward_flops,
+           any_value(backward_peak) / any_value(seq_length) AS measured_backward_peak_per_token
     FROM measured GROUP BY config_hash, census_version, transformers_version, torch_version, kind, point
 ),
 r AS (
@@ -79,5 +84,6 @@ SELECT config_hash, census_version, transformers_version, torch_version, records
             WHEN measured_forward_flops = 0 THEN 'census: nothing ran at its setting'
             WHEN coalesce(index_topk, '0') <> '0' THEN 'records: the sparse-attention indexer''s scores are not priced'
             ELSE 'records: no formula of this costs version accounts for the difference'
-       END AS forward_flops_cause
+       END AS forward_flops_cause,
+       measured_backward_peak_per_token
 FROM r;

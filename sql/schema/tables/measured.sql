@@ -6,7 +6,7 @@
 -- sequence (a cp rank's bytes over the whole sequence's tokens). Bytes no op claims are booked
 -- to op `other`. The FLOPs of the layer's forward, as torch's FlopCounterMode counts them in the
 -- census's own forward (census/measure/flops.py), are the kind's, repeated on each of its op rows at
--- the point `census`. Key: (config_hash, census_version, transformers_version, torch_version, kind, point, op).
+-- the point `census`, and so is its backward peak. Key: (config_hash, census_version, transformers_version, torch_version, kind, point, op).
 CREATE TABLE IF NOT EXISTS measured (
     config_hash       VARCHAR NOT NULL,
     census_version    VARCHAR NOT NULL,
@@ -25,5 +25,8 @@ CREATE TABLE IF NOT EXISTS measured (
     recompute         VARCHAR[] NOT NULL DEFAULT [],  -- the switches recomputed
     forward_flops     DOUBLE,  -- FLOPs of one layer's forward at the point, one sequence (NULL at points
                                -- across settings, and in specs of census version 8 and before)
+    backward_peak     DOUBLE,  -- the most bytes alive at any moment of one layer's backward beyond those
+                               -- alive when it began, one sequence (census/measure/backward_peak.py; NULL at
+                               -- points across settings, and in specs of census version 16 and before)
     PRIMARY KEY (config_hash, census_version, transformers_version, torch_version, kind, point, op)
 );
