@@ -28,13 +28,8 @@ import pytest
 import torch
 from support.storage_tracker import StorageTracker
 from conftest import load_shipped
-from support.tiny_models import HEAD_DIM, MODELS, S, VOCAB, tiny_config
+from support.tiny_models import HEAD_DIM, MODELS, S, VOCAB, priced, tiny_config
 from transformers import AutoConfig, AutoModelForCausalLM
-
-from speccat.catalogue.records.ends import load_ends, price_ends_at
-from speccat.catalogue.records.oprecords import load_records
-from speccat.catalogue.records.pricing import price_layers
-from speccat.catalogue.records.settings import load_settings
 
 GPT2 = "openai-community/gpt2"
 GPT2_TINY = dict(n_embd=128, n_layer=2, n_head=4, vocab_size=VOCAB, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
@@ -42,18 +37,6 @@ GPT2_TINY = dict(n_embd=128, n_layer=2, n_head=4, vocab_size=VOCAB, attn_pdrop=0
 
 def config_of(repo: str) -> dict:
     return {**load_shipped(repo), **GPT2_TINY} if repo == GPT2 else tiny_config(repo)
-
-
-def priced(config: dict) -> float:
-    from speccat.census import run_census
-
-    spec = run_census(config, name="tiny", seq_length=S).to_dict()
-    records, grid = load_records(), load_settings()
-    setting = grid.setting({"stack": "transformers", "seq_length": S, "tp": 1, "cp": 1})
-    prices = price_layers(spec, records, grid.with_settings([setting]))
-    counts = {group["kind"]: group["count"] for group in spec["layers"]}
-    layers = sum(float(prices.total[i, 0, 0]) * counts[kind] for i, kind in enumerate(prices.kinds))
-    return layers + sum(price_ends_at(spec, records, setting, grid.dtype_bytes, load_ends(records)).values())
 
 
 def measured(config: dict) -> tuple[int, list]:
