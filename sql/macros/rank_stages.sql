@@ -23,7 +23,11 @@
 -- 1 + (pp - 1)/(pp vpp), ...; the head's for the schedule's head_flight where it states one),
 -- the logits end under the loss kernel of the variable loss (else the losses table's default,
 -- the model's own; loss_prices) and, once, where it holds the last piece, that kernel's working
--- set; of the activations, those of the rank's first offload_layers layers (the variable, else
+-- set, or, where larger, what one layer's backward remakes before it forms a gradient (the
+-- saves of the ops the switch set recomputes, all of them under full recompute; an offloaded
+-- layer's saves, brought back; the largest of the rank's kinds): the two never meet, the loss's
+-- running before any layer's backward;
+-- of the activations, those of the rank's first offload_layers layers (the variable, else
 -- none) are in host memory, not on the rank: host_bytes, copied out and back each micro-batch
 -- over the accelerator's host link (offload_s); and its weights, gradients and optimizer states
 -- (state_sharding: each parameter group divided among the model-parallel ranks, a state the
@@ -171,12 +175,17 @@ stage_states AS MATERIALIZED (  -- each stage's weights, gradients and optimizer
     JOIN held AS r ON r.layout = p.layout AND r."group" = p2."group" AND r.tp = p.tp AND r.cp = p.cp
     GROUP BY ALL
 ),
-points AS (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1)
-    SELECT config_hash, kind, setting_id, mask, total AS kept
-    FROM layer_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
-    UNION ALL
-    SELECT config_hash, kind, setting_id, -1, kept
-    FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+points AS MATERIALIZED (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1); what
+                         -- it keeps (kept), and what it keeps with nothing recomputed (kept_none): its backward remakes
+                         -- the saves of the ops it recomputes (remade: kept_none less kept; under full recompute, all of
+                         -- kept_none) before it forms a gradient
+    SELECT *, CASE WHEN mask = -1 THEN kept_none ELSE kept_none - kept END AS remade
+    FROM (SELECT *, max(kept) FILTER (WHERE mask = 0) OVER (PARTITION BY config_hash, kind, setting_id) AS kept_none
+          FROM (SELECT config_hash, kind, setting_id, mask, total AS kept
+                FROM layer_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
+                UNION ALL
+                SELECT config_hash, kind, setting_id, -1, kept
+                FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)))
 ),
 op_seconds AS NOT MATERIALIZED (  -- one layer's op at each setting: its recompute cost, and its time on each accelerator asked for
     SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, o.op, o.recompute_flops, o.recompute_bytes,
@@ -213,7 +222,9 @@ classes AS MATERIALIZED (  -- points equal in every kind's bytes and seconds: th
 ),
 outclassed AS MATERIALIZED (  -- points fitting_sets never lists, at any layout and budget, as another is listed before them
                               -- (keeping no more bytes in any kind, costing no more seconds in any, and first in its order):
-                              -- left out of a layout asking only_fitting, whose rows are read for what fits
+                              -- left out of a layout asking only_fitting, whose rows are read for what fits. A point keeping
+                              -- less of a kind remakes as much more of it, which each layer of that kind a rank holds repays:
+                              -- its rank's total is no larger
     SELECT accelerator, config_hash, setting_id, unnest(list_filter(members, m -> m <> first.mask)) AS mask FROM classes
     UNION ALL
     SELECT a.accelerator, a.config_hash, a.setting_id, a.first.mask
@@ -267,12 +278,16 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
     HAVING NOT bool_or(l.only_fitting)
            OR max(coalesce(a.activations, 0) * h.flight + h.ends + h.transient + h.weight + h.grad + h.optimizer) <= min(l.budget_bytes)
 ),
-stage_totals AS (  -- each stage's rank under each set: what it holds by part, and in all (total)
+stage_totals AS (  -- each stage's rank under each set: what it holds by part, and in all (total); of the two working sets
+                   -- that never meet, the loss's (before any layer's backward) and one layer's remade saves (the largest of
+                   -- the stage's kinds; an offloaded layer's saves come back whole), the larger
     SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
-           h.transient, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded,
-           a.activations * h.flight + h.ends + h.transient + h.weight + h.grad + h.optimizer AS total
+           h.transient, a.remade, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded,
+           a.activations * h.flight + h.ends + greatest(h.transient, a.remade) + h.weight + h.grad + h.optimizer AS total
     FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum((k.layers - k.offloaded) * p.kept) AS activations,
-                 sum(k.offloaded * p.kept) AS offloaded
+                 sum(k.offloaded * p.kept) AS offloaded,
+                 greatest(max(CASE WHEN k.layers > k.offloaded THEN p.remade ELSE 0 END),
+                          max(CASE WHEN k.offloaded > 0 THEN p.kept_none ELSE 0 END)) AS remade
           FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
           JOIN layout AS l ON l.layout = k.layout
           JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
@@ -310,7 +325,8 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, sch.schedule, (SELECT loss FROM chosen_loss) AS loss, l.recipe,
        l.dp * g.tp * l.pp * g.cp AS gpus_count,
        x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
-       x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.weight AS weight_bytes,
+       x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.remade AS remade_bytes,
+       x.weight AS weight_bytes,
        x.grad AS grad_bytes, x.optimizer AS optimizer_bytes, (SELECT layers FROM offload) AS offload_layers, x.host AS host_bytes,
        2 * x.offloaded / a.host_link_bytes_per_s AS offload_s,
        x.total AS total_bytes, l.budget_bytes, x.total <= l.budget_bytes AS fits, l.budget_bytes - x.total AS headroom_bytes,

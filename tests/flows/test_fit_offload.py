@@ -4,7 +4,10 @@ pp 8 on 64 GPUs, seq 8192: each stage holds 10 layers of one kind, stage i with 
 micro-batches in flight (1F1B). With 4 layers offloaded, a stage's activations on the GPU fall
 by 4 layers x its micro-batches in flight, host memory holds the same, and each micro-batch's 4
 layers cross the host link out and back: 2 x 4 layers / 64 GB/s, H100-SXM's PCIe Gen5 x16 in one
-direction (its datasheet's 128 GB/s both ways)."""
+direction (its datasheet's 128 GB/s both ways). An offloaded layer's saves come back to the GPU
+for its backward, with the saves its switch set recomputes remade: the stage's backward then
+holds one layer's saves with nothing recomputed at once, which the total holds instead of the
+remade saves alone."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ def test_four_layers_offloaded_on_llama_70b_at_tp8_pp8(capsys):
     out, offloaded = rows(capsys, "--offload-layers", OFFLOADED)
     assert plain_out["offload_layers"] == 0 and out["offload_layers"] == OFFLOADED
     assert set(offloaded) == set(plain) and {"none", "full"} <= set(plain)
+    none_layer = plain["none"]["activations"] / (LAYERS_PER_STAGE * plain["none"]["in_flight"])  # one layer, nothing recomputed
     for name, before in plain.items():
         after = offloaded[name]
         assert before["host"] == 0 and before["offload_s"] == 0
@@ -43,8 +47,11 @@ def test_four_layers_offloaded_on_llama_70b_at_tp8_pp8(capsys):
         assert after["host"] == pytest.approx(OFFLOADED * layer * flight, rel=1e-9, abs=1), name
         assert after["activations"] == pytest.approx((LAYERS_PER_STAGE - OFFLOADED) * layer * flight, rel=1e-9, abs=1), name
         assert after["offload_s"] == pytest.approx(2 * OFFLOADED * layer / HOST_LINK, rel=1e-9), name
-        if after["stage"] == before["stage"]:  # the GPU holds less by what the host holds
-            assert before["total"] - after["total"] == pytest.approx(after["host"], abs=2), name
+        assert before["remade"] == pytest.approx(none_layer - (0 if name == "full" else layer), abs=1), name
+        assert after["remade"] == pytest.approx(none_layer, abs=1), name  # an offloaded layer's saves, back whole
+        if after["stage"] == before["stage"]:  # the GPU holds less by what the host holds, more by one layer's saves back
+            back = max(after["loss_working"], after["remade"]) - max(before["loss_working"], before["remade"])
+            assert before["total"] - after["total"] == pytest.approx(after["host"] - back, abs=2), name
         for field in ("ends", "loss_working", "weight", "grad", "optimizer", "recompute_s"):
             assert after[field] == before[field], (name, field)
     # the first stage keeps 8 micro-batches: 4 layers x 8 of the no-recompute set, 0.38 GiB a layer
