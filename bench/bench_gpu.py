@@ -12,7 +12,10 @@ For each config (the shipped snapshot unless named with --config) and each seque
   input embeddings; saved-tensor hooks, open only while a kind's layer runs, give the bytes
   autograd kept for it, parameters and buffers left out, per token;
 - the same run as the census makes it (fake tensors, speccat's attention kernel) lists the
-  tensors it keeps, and the largest tensors kept by one run and not the other are printed.
+  tensors it keeps, and the largest tensors kept by one run and not the other are printed;
+- on CUDA, each kind's backward peak, the most bytes the allocator holds at once in the layer's
+  backward beyond what it held when that began, beside the census's (its spec's measured
+  backward_peak, per token): what the production kernels' backward really allocates.
 
 No test or CI step runs it on a GPU: without CUDA it says so in one line and exits 0. `--device
 cpu` runs the real side on the CPU (the tests check the harness that way).
@@ -103,30 +106,57 @@ def shallow_build(config: dict, depth: int):
     return built
 
 
-def kept_tensors(built, indices: list[int], seq: int, kernels: dict | None = None, backward: bool = True) -> dict[int, list]:
+def kept_tensors(
+    built, indices: list[int], seq: int, kernels: dict | None = None, backward: bool = True, peaks: dict | None = None
+) -> dict[int, list]:
     """One forward and backward of the built decoder from input embeddings of `seq` tokens: per
-    layer index asked for, the tensors autograd saved while that layer ran (one per storage;
-    parameters, buffers and the layer's inputs other than its hidden states left out, as the
-    census leaves them out). Runs on whatever the model's tensors are (CUDA, CPU, fake).
-    `kernels`, where given, gains per layer index the attention ops that ran in it (which sdpa
-    kernel torch chose: `_scaled_dot_product_flash_attention`, `..._efficient_attention`,
-    `..._cudnn_attention`, or math's ops). Without `backward` the graph is only built: what it
-    keeps is packed in the forward, and the backward needs as much memory again."""
+    layer index asked for, the tensors autograd saved while that layer ran, each as (shape,
+    dtype, its storage's bytes), one per storage (parameters, buffers and the layer's inputs
+    other than its hidden states left out, as the census leaves them out). Runs on whatever the
+    model's tensors are (CUDA, CPU, fake). `kernels`, where given, gains per layer index the
+    attention ops that ran in it (which sdpa kernel torch chose:
+    `_scaled_dot_product_flash_attention`, `..._efficient_attention`, `..._cudnn_attention`, or
+    math's ops). Without `backward` the graph is only built: what it keeps is packed in the
+    forward, and the backward needs as much memory again. The backward runs to the input
+    embeddings, the weights' own gradients not asked for (as the census's). `peaks`, where given
+    on CUDA, gains per layer index its backward peak: the most bytes the allocator held at once
+    in the layer's backward beyond what it held when that began (from the gradient of its output
+    to that of its input, as census/measure/backward_peak.py measures it on fake tensors)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
     decoder, layers = built.decoder, built.layers
     fixed = {t.untyped_storage()._cdata for t in (*built.model.parameters(), *built.model.buffers())}
-    saved: dict[int, dict[int, torch.Tensor]] = {i: {} for i in indices}
+    saved: dict[int, dict[int, tuple]] = {i: {} for i in indices}
     running: list[int] = []
+    window: list = []  # the layer whose backward runs, and the bytes allocated when it began
 
     def pack(tensor):
         if running:
             key = tensor.untyped_storage()._cdata
-            if key not in fixed:
-                saved[running[-1]].setdefault(key, tensor)
+            if key not in fixed:  # described, not held: the backward frees what it has used, as in training
+                saved[running[-1]].setdefault(key, (tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."), tensor.untyped_storage().nbytes()))
         return tensor
+
+    def close():
+        if window:
+            index, start = window.pop()
+            peaks[index] = torch.cuda.max_memory_allocated() - start
+
+    def begin(index):  # the gradient of the layer's output is ready: the last layer's window closes, its own opens
+        close()
+        window.append((index, torch.cuda.memory_allocated()))
+        torch.cuda.reset_peak_memory_stats()
+
+    def end(index):
+        if window and window[0][0] == index:
+            close()
+
+    def hidden_of(value):
+        return next((t for t in (value if isinstance(value, (tuple, list)) else (value,)) if isinstance(t, torch.Tensor)), None)
+
+    timed = peaks is not None and weight_device(built).type == "cuda"
 
     def enter(index):
         def hook(module, args, kwargs):
@@ -138,12 +168,18 @@ def kept_tensors(built, indices: list[int], seq: int, kernels: dict | None = Non
                     shared.extend(item)
                 elif isinstance(item, torch.Tensor):
                     fixed.add(item.untyped_storage()._cdata)
+            hidden = hidden_of(args[0] if args else kwargs.get("hidden_states"))
+            if timed and hidden is not None and hidden.requires_grad:
+                hidden.register_hook(lambda grad: end(index))
             running.append(index)
 
         return hook
 
-    def leave(*_):
-        running.pop()  # returns None: a forward hook's return value would replace the layer's output
+    def leave(module, args, output):
+        index = running.pop()  # returns None: a forward hook's return value would replace the layer's output
+        hidden = hidden_of(output)
+        if timed and hidden is not None and hidden.requires_grad:
+            hidden.register_hook(lambda grad: begin(index))
 
     class AttentionOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -168,18 +204,26 @@ def kept_tensors(built, indices: list[int], seq: int, kernels: dict | None = Non
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), SdpaCalls() if kernels is not None else nullcontext(), AttentionOps() if kernels is not None else nullcontext():
             out = decoder(inputs_embeds=x, use_cache=False)
         hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
+        del out
         if backward:
-            hidden.float().sum().backward()
+            torch.autograd.backward(hidden.float().sum(), inputs=[x])
+            if timed:
+                close()
     finally:
         for handle in handles:
             handle.remove()
     return {i: list(kept.values()) for i, kept in saved.items()}
 
 
-def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str, backward: bool = True) -> tuple[dict[int, list], dict[int, str]]:
+def weight_device(built):
+    return built.embedding.weight.device
+
+
+def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str, backward: bool = True) -> tuple[dict[int, list], dict[int, str], dict[int, int]]:
     """kept_tensors of a real model on `device`: random bf16 weights, sdpa attention (else the
     model's own). Also, per layer index, the attention that ran: sdpa's kernel (`flash`,
-    `efficient`, `cudnn`, `math`), `eager` where the model refuses sdpa, '' where none ran."""
+    `efficient`, `cudnn`, `math`), `eager` where the model refuses sdpa, '' where none ran; and
+    on CUDA, with the backward, each layer's backward peak (kept_tensors' `peaks`)."""
     import torch
 
     built = shallow_build(config, depth)
@@ -197,8 +241,9 @@ def real_run(config: dict, depth: int, indices: list[int], seq: int, device: str
             if b.is_floating_point():
                 b.zero_()
     ops: dict[int, set] = {}
-    kept = kept_tensors(built, indices, seq, ops, backward)
-    return kept, {i: implementation if implementation == "eager" else sdpa_kernel(ops.get(i, ())) for i in indices}
+    peaks: dict[int, int] = {}
+    kept = kept_tensors(built, indices, seq, ops, backward, peaks)
+    return kept, {i: implementation if implementation == "eager" else sdpa_kernel(ops.get(i, ())) for i in indices}, peaks
 
 
 def sdpa_kernel(ops) -> str:
@@ -221,17 +266,14 @@ def census_run(config: dict, depth: int, indices: list[int], seq: int) -> dict[i
         return kept_tensors(built, indices, seq)
 
 
-def nbytes(tensors) -> int:
-    return sum(t.untyped_storage().nbytes() for t in tensors)
+def nbytes(kept) -> int:
+    return sum(size for _, _, size in kept)
 
 
 def differences(real: list, census: list) -> list[tuple[str, int]]:
     """The largest tensors one run kept and the other did not, by (shape, dtype): ('+' real only or
     '-' census only, shape and dtype, bytes), largest first."""
-    def signature(tensors):
-        return Counter((tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes()) for t in tensors)
-
-    a, b = signature(real), signature(census)
+    a, b = Counter(real), Counter(census)
     rows = [("+", key) for key in (a - b).elements()] + [("-", key) for key in (b - a).elements()]
     rows.sort(key=lambda row: -row[1][2])
     return [(f"{sign}{list(shape)} {dtype}", size) for sign, (shape, dtype, size) in rows[:SHOWN_DIFFERENCES]]
@@ -247,7 +289,7 @@ def measure(name: str, config: dict, seqs: tuple[int, ...], device: str, backwar
         spec = run_census(config, name=name, seq_length=seq)
         first = first_layers(spec, layer_types)
         indices = sorted(set(first.values()))
-        real, attention = real_run(config, indices[-1] + 1, indices, seq, device, backward)
+        real, attention, peaks = real_run(config, indices[-1] + 1, indices, seq, device, backward)
         census = census_run(config, indices[-1] + 1, indices, seq)
         priced, refused = prices(spec, seq), night_refusal(spec)
         for (kind, layer_type), index in first.items():
@@ -256,6 +298,9 @@ def measure(name: str, config: dict, seqs: tuple[int, ...], device: str, backwar
                 "real": nbytes(real[index]) / seq, "census": nbytes(census[index]) / seq,
                 "measured": sum(spec["measured"][kind]["bytes_per_token"].values()),
                 "priced": priced[kind], "unpriced": refused, "differences": differences(real[index], census[index]),
+                # the backward peak beyond what the layer's backward began with: the GPU's (CUDA only) and the census's
+                "backward_real": peaks[index] / seq if index in peaks else None,
+                "backward_census": spec["measured"][kind]["backward_peak"] / seq,
             })  # fmt: skip
     return rows
 
@@ -265,9 +310,11 @@ def row_line(row: dict) -> str:
     diffs = "; ".join(f"{what} {size / row['seq']:,.1f} B/token" for what, size in row["differences"]) or "none"
     if row["unpriced"]:
         diffs = f"stored unpriced ({row['unpriced']}); {diffs}"
+    backward = "-" if row["backward_real"] is None else f"{row['backward_real']:,.1f}"
     return (
         f"   {row['config'][:34]:34} {row['kind'][:30]:30} {row['seq']:>6} {row['attention'][:9]:>9} "
-        f"{row['real']:>12,.1f} {row['priced']:>12,.1f} {ratio:>7.4f} {row['census']:>12,.1f}   {diffs}"
+        f"{row['real']:>12,.1f} {row['priced']:>12,.1f} {ratio:>7.4f} {row['census']:>12,.1f} "
+        f"{backward:>12} {row['backward_census']:>12,.1f}   {diffs}"
     )
 
 
@@ -298,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("== bench_gpu: bytes per token kept for backward by one layer of each kind, a real run on "
           f"{args.device} (bf16, random weights) against the records' price and the census's run")  # fmt: skip
-    print(f"   {'config':34} {'kind':30} {'seq':>6} {'attention':>9} {'real':>12} {'priced':>12} {'p/real':>7} {'census':>12}   largest differences (+ real only, - census only)")
+    print(f"   {'config':34} {'kind':30} {'seq':>6} {'attention':>9} {'real':>12} {'priced':>12} {'p/real':>7} {'census':>12} {'bwd real':>12} {'bwd census':>12}   largest differences (+ real only, - census only)")
     off = unpriced = 0
     for (name, config), seq in ((c, seq) for c in snapshot_configs(args.config) for seq in args.seq or SEQS):
         try:

@@ -83,3 +83,15 @@ def test_the_forward_alone_keeps_what_the_whole_step_keeps():
     (whole,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
     (forward,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu", backward=False)
     assert forward["real"] == whole["real"] and forward["differences"] == whole["differences"]
+
+
+def test_the_backward_peak_is_the_censuss_beside_the_gpus():
+    """Each row sets the census's backward peak (the spec's measured backward_peak, per token) beside
+    the GPU's, which only CUDA's allocator measures: on the CPU the real one is left blank ('-')."""
+    from speccat.census import run_census
+
+    (row,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
+    spec = run_census(TINY_LLAMA, name="tiny-llama", seq_length=S).to_dict()
+    assert row["backward_census"] == spec["measured"]["decoder"]["backward_peak"] / S > 0
+    assert row["backward_real"] is None
+    assert f"{'-':>12} {row['backward_census']:>12,.1f}" in bench_gpu.row_line(row)
