@@ -5,6 +5,9 @@ the one that runs, and finds what a sliding window's explicit mask adds where it
 from __future__ import annotations
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from bench import bench_gpu
 
@@ -95,3 +98,45 @@ def test_the_backward_peak_is_the_censuss_beside_the_gpus():
     assert row["backward_census"] == spec["measured"]["decoder"]["backward_peak"] / S > 0
     assert row["backward_real"] is None
     assert f"{'-':>12} {row['backward_census']:>12,.1f}" in bench_gpu.row_line(row)
+
+
+class CountingAllocator(TorchDispatchMode):
+    """What CUDA's allocator reports, counted on the CPU: the bytes of the storages ops made while
+    it runs that are still alive, and the most since the last reset."""
+
+    def __init__(self):
+        super().__init__()
+        self.made, self.peak = {}, 0
+
+    def allocated(self) -> int:
+        self.made = {key: entry for key, entry in self.made.items() if not entry[0].expired()}
+        return sum(size for _, size in self.made.values())
+
+    def reset(self) -> None:
+        self.peak = self.allocated()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in given | set(self.made):
+                self.made[t.untyped_storage()._cdata] = (StorageWeakRef(t.untyped_storage()), t.untyped_storage().nbytes())
+        self.peak = max(self.peak, self.allocated())
+        return out
+
+
+def test_the_gpu_side_of_the_backward_peak_on_a_counting_allocator(monkeypatch):
+    """The harness's CUDA path (each layer's window between its gradient hooks, read from the
+    allocator's peak after a reset) run on the CPU against an allocator counted storage by
+    storage: a tiny llama's layer peaks at what the census measures, byte for byte."""
+    from speccat.census import run_census
+
+    allocator = CountingAllocator()
+    monkeypatch.setattr(torch.cuda, "memory_allocated", allocator.allocated)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: allocator.peak)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", allocator.reset)
+    monkeypatch.setattr(bench_gpu, "weight_device", lambda built: torch.device("cuda"))
+    with allocator:
+        _, _, peaks = bench_gpu.real_run(TINY_LLAMA, 2, [0, 1], S, "cpu")
+    spec = run_census(TINY_LLAMA, name="tiny-llama", seq_length=S).to_dict()
+    assert peaks[0] == peaks[1] == spec["measured"]["decoder"]["backward_peak"] > 0
