@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from conftest import SNAPSHOT
 from speccat.census.spec import ModelSpec
 from speccat.flows.cli import main
@@ -45,6 +47,10 @@ def test_census_summary_is_readable(capsys):
     # q, k, v, o, both products of the core, the router and 2 of 8 experts (h 4096, 32 heads of
     # 128, 8 kv heads, intermediate 14336): 2·s·h·(32 + 16)·128 + 2·s·4096·h + 4·s²·4096 + 2·s·h·8 + 2·3·2·s·h·14336
     assert "forward FLOPs of one layer at s=4096: 3,504,961,748,992" in out
+    # the backward peak, in the two chosen experts' MLPs: each slot's down_proj input gradient, then
+    # the gradients of the activation and of up, less the freed down_proj input: 2 · k · ffn · 2 bytes a token
+    line = next(x for x in out.splitlines() if "backward peak of one layer (beyond what its backward began with) at s=4096:" in x)
+    assert float(line.split(":")[-1].split()[0].replace(",", "")) == pytest.approx(2 * 2 * 14336 * 2, rel=1e-3)
 
 
 def test_census_of_a_missing_file_is_one_error_line(capsys, tmp_path):
