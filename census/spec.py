@@ -222,7 +222,7 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
         required = ("seq_length", "attention_impl", "bytes_per_token")
         _check_keys(field, _check_mapping(field, entry), MEASURED_KEYS, required)
         _check_int(f"{field}.seq_length", entry["seq_length"], 1)
-        for key in ("forward_flops", "backward_peak"):  # absent from specs of census versions 8 and 16 and before
+        for key in ("forward_flops", "backward_peak"):  # absent from specs of census version 8 (forward_flops) and 16 (backward_peak) and before
             if key in entry:
                 _check_int(f"{field}.{key}", entry[key], 0)
         for key in ("attention_impl", "experts_impl"):

@@ -15,8 +15,8 @@
 -- settings, specs of census version 8 and before). A FLOP ratio more than 2% (the records'
 -- tolerance) from 1 names its cause; it refuses nothing. At the point `census`, the layer's
 -- backward peak as the census measured it (census/measure/backward_peak.py): the most bytes
--- alive at any moment of its backward beyond its saves and the gradient it receives. The records
--- do not price it yet: nothing is set beside it.
+-- alive at any moment of its backward beyond those alive when it began (its saves and the
+-- gradient it receives among them). The records do not price it yet: nothing is set beside it.
 -- Grain: one row per (config_hash, census_version, transformers_version, torch_version, records_version, kind, point).
 -- Columns:
 --   config_hash             id           the config
