@@ -126,6 +126,8 @@ def kept_tensors(
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from speccat.census.measure.backward_peak import backward_windows
+
     decoder, layers = built.decoder, built.layers
     fixed = {t.untyped_storage()._cdata for t in (*built.model.parameters(), *built.model.buffers())}
     saved: dict[int, dict[int, tuple]] = {i: {} for i in indices}
@@ -153,9 +155,6 @@ def kept_tensors(
         if window and window[0][0] == index:
             close()
 
-    def hidden_of(value):
-        return next((t for t in (value if isinstance(value, (tuple, list)) else (value,)) if isinstance(t, torch.Tensor)), None)
-
     timed = peaks is not None and weight_device(built).type == "cuda"
 
     def enter(index):
@@ -168,18 +167,12 @@ def kept_tensors(
                     shared.extend(item)
                 elif isinstance(item, torch.Tensor):
                     fixed.add(item.untyped_storage()._cdata)
-            hidden = hidden_of(args[0] if args else kwargs.get("hidden_states"))
-            if timed and hidden is not None and hidden.requires_grad:
-                hidden.register_hook(lambda grad: end(index))
             running.append(index)
 
         return hook
 
-    def leave(module, args, output):
-        index = running.pop()  # returns None: a forward hook's return value would replace the layer's output
-        hidden = hidden_of(output)
-        if timed and hidden is not None and hidden.requires_grad:
-            hidden.register_hook(lambda grad: begin(index))
+    def leave(*_):
+        running.pop()  # returns None: a forward hook's return value would replace the layer's output
 
     class AttentionOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -201,7 +194,8 @@ def kept_tensors(
     weight = built.embedding.weight
     x = torch.randn(1, seq, weight.shape[1], dtype=weight.dtype, device=weight.device, requires_grad=True)
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), SdpaCalls() if kernels is not None else nullcontext(), AttentionOps() if kernels is not None else nullcontext():
+        timing = backward_windows({i: layers[i] for i in indices}, begin, end) if timed else nullcontext()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), SdpaCalls() if kernels is not None else nullcontext(), AttentionOps() if kernels is not None else nullcontext(), timing:
             out = decoder(inputs_embeds=x, use_cache=False)
         hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
         del out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -93,30 +93,36 @@ class BackwardPeak(TorchDispatchMode):
         if self.window is not None and self.window[0] == index:
             self.window = None
 
-    @contextlib.contextmanager
-    def windows(self, layers: dict[int, nn.Module]) -> Iterator[None]:
-        """Hooks, while the forward runs, that open each layer's window when the gradient of its
-        hidden output is ready and close it when that of its hidden input is."""
-        def pre(index: int):
-            def hook(module, args, kwargs):
-                hidden = args[0] if args else kwargs.get("hidden_states")
-                if isinstance(hidden, torch.Tensor) and hidden.requires_grad:
-                    hidden.register_hook(lambda grad: self.end(index))
-            return hook
+    def windows(self, layers: dict[int, nn.Module]) -> contextlib.AbstractContextManager:
+        """backward_windows over `layers`, opening and closing this mode's windows."""
+        return backward_windows(layers, self.begin, self.end)
 
-        def post(index: int):
-            def hook(module, args, kwargs, output):
-                hidden = next((t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad), None)
-                if hidden is not None:
-                    hidden.register_hook(lambda grad: self.begin(index))
-            return hook
 
-        handles = []
-        try:
-            for index, layer in layers.items():
-                handles.append(layer.register_forward_pre_hook(pre(index), with_kwargs=True))
-                handles.append(layer.register_forward_hook(post(index), with_kwargs=True))
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
+@contextlib.contextmanager
+def backward_windows(layers: dict[int, nn.Module], begin: Callable[[int], None], end: Callable[[int], None]) -> Iterator[None]:
+    """Hooks, while the forward runs, that call `begin(index)` when the gradient of layer
+    `index`'s hidden output is ready and `end(index)` when that of its hidden input is: the
+    stretch of its backward (the GPU check, bench/bench_gpu.py, times the same stretch)."""
+    def pre(index: int):
+        def hook(module, args, kwargs):
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if isinstance(hidden, torch.Tensor) and hidden.requires_grad:
+                hidden.register_hook(lambda grad: end(index))
+        return hook
+
+    def post(index: int):
+        def hook(module, args, kwargs, output):
+            hidden = next((t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad), None)
+            if hidden is not None:
+                hidden.register_hook(lambda grad: begin(index))
+        return hook
+
+    handles = []
+    try:
+        for index, layer in layers.items():
+            handles.append(layer.register_forward_pre_hook(pre(index), with_kwargs=True))
+            handles.append(layer.register_forward_hook(post(index), with_kwargs=True))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
