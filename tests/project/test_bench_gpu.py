@@ -5,9 +5,7 @@ the one that runs, and finds what a sliding window's explicit mask adds where it
 from __future__ import annotations
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from support.storage_tracker import StorageTracker
 
 from bench import bench_gpu
 
@@ -100,28 +98,23 @@ def test_the_backward_peak_is_the_censuss_beside_the_gpus():
     assert f"{'-':>12} {row['backward_census']:>12,.1f}" in bench_gpu.row_line(row)
 
 
-class CountingAllocator(TorchDispatchMode):
+class CountingAllocator(StorageTracker):
     """What CUDA's allocator reports, counted on the CPU: the bytes of the storages ops made while
     it runs that are still alive, and the most since the last reset."""
 
     def __init__(self):
-        super().__init__()
-        self.made, self.peak = {}, 0
+        super().__init__([])
+        self.peak = 0
 
     def allocated(self) -> int:
-        self.made = {key: entry for key, entry in self.made.items() if not entry[0].expired()}
-        return sum(size for _, size in self.made.values())
+        return self.bytes(self.alive())
 
     def reset(self) -> None:
         self.peak = self.allocated()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        given = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in given | set(self.made):
-                self.made[t.untyped_storage()._cdata] = (StorageWeakRef(t.untyped_storage()), t.untyped_storage().nbytes())
-        self.peak = max(self.peak, self.allocated())
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        self.peak = max(self.peak, self.bytes(self.timeline[-1]))
         return out
 
 

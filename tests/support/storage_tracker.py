@@ -13,7 +13,8 @@ from torch.utils._pytree import tree_leaves
 class StorageTracker(TorchDispatchMode):
     """Gives each new storage an op outputs a serial (its bytes and first shape remembered) and,
     after every op, puts the serials still alive on `timeline`. Storages in `existing` are not
-    watched."""
+    watched, nor is an output's storage that is one of the op's inputs' (a view, an in-place op):
+    the op made no memory."""
 
     def __init__(self, existing):
         super().__init__()
@@ -35,9 +36,10 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self.alive()  # forget the freed storages before a new one takes an address back
+        given = {StorageWeakRef(t.untyped_storage()).cdata for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         for tensor in (t for t in tree_leaves(out) if isinstance(t, torch.Tensor)):
             ref = StorageWeakRef(tensor.untyped_storage())
-            if ref.cdata not in self.refs and ref.cdata not in self.existing:
+            if ref.cdata not in self.refs and ref.cdata not in self.existing and ref.cdata not in given:
                 self.refs[ref.cdata] = (ref, len(self.nbytes))
                 self.nbytes.append(tensor.untyped_storage().nbytes())
                 self.shape.append(tuple(tensor.shape))
