@@ -39,7 +39,7 @@ from speccat import sql
 from speccat.catalogue.datafile import read_yaml
 from speccat.catalogue.store.comments import comment_views
 from speccat.catalogue.errors import InputError
-from speccat.catalogue.store.night import STAGED_PRICES, NightData, StoreError
+from speccat.catalogue.store.night import DATA_FILE_TABLES, STAGED_PRICES, NightData, StoreError
 from speccat.catalogue.vocabulary import vocabulary_rows
 
 # The catalogue's data tables, in the order the store rebuilds them (sql/schema/tables/):
@@ -68,13 +68,9 @@ TABLES: tuple[str, ...] = (
     "failures",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
-# (filled before the schema runs), the grid's default setting, states.yaml's sharding, the ops
-# each switch set re-runs and keeps, accelerators.yaml, schedules.yaml, ends.yaml's loss kernels, the frameworks' flags (flags.yaml) and the questions
-# the table fits_on answers (sql/schema/).
-REFERENCE_TABLES: tuple[str, ...] = (
-    "vocabulary", "setting_defaults", "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags",
-    "flag_sets", "fits_on_sizes", "fits_on_layouts",
-)
+# (filled before the schema runs), the grid's default setting and the data files' tables the
+# night states (night.py DATA_FILE_TABLES; sql/schema/).
+REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", *DATA_FILE_TABLES)
 # Of those, the data files' tables with a primary key, which tonight's rows replace row by row
 # (sql/steps/replace_reference.sql): the others have rules of their own in sql/steps/merge.sql.
 KEYED_REFERENCE: tuple[str, ...] = (

@@ -52,6 +52,14 @@ END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
 LOSS_PRICE_FIELDS: tuple[str, ...] = ("setting_id", "loss", "kept_bytes", "working_bytes")
 OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops", "recompute_bytes")
 OP_PRICE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "part", "op", "kept_bytes", "full_bytes")
+# The reference tables a night states from the data files, each a field of NightData of its name:
+# states.yaml's sharding, the ops each switch set re-runs and keeps, accelerators.yaml,
+# schedules.yaml, ends.yaml's loss kernels, the frameworks' flags (flags.yaml) and the questions
+# the table fits_on answers.
+DATA_FILE_TABLES: tuple[str, ...] = (
+    "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags", "flag_sets",
+    "fits_on_sizes", "fits_on_layouts",
+)
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
 SWITCH_COST_COLUMNS: tuple[str, ...] = (
@@ -292,8 +300,7 @@ class NightData:
                 ],
                 ("config_hash", *self.spec_key, "records_version") + fields,
             )
-        for name in ("state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags", "flag_sets",
-                     "fits_on_sizes", "fits_on_layouts"):
+        for name in DATA_FILE_TABLES:
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
