@@ -8,6 +8,11 @@ is the file's with that default first (`settings_content`). `Grid.setting(overri
 setting from the fields' defaults (each field's first value) and overrides, refusing an
 unknown field or a bad value; `Grid.with_settings` makes a grid of chosen settings (what the
 CLI prices). The grid's `version` hashes that content, like records_version.
+
+Beside the grid, two sections list settings a night stores too: `curve` (the memory curve,
+priced op by op) and `overload` (routing skew: the grid again at each listed dropless_tok_factor,
+priced for specs with routed experts only, `Grid.priced_at(spec)`). The overload's values are
+refused where the grid lists them already, so an overload setting is never a grid setting.
 """
 
 from __future__ import annotations
@@ -88,6 +93,13 @@ class Field:
         return self.values[0]
 
 
+def routed_experts(spec: Mapping[str, Any]) -> bool:
+    """Whether `spec` has routed experts: more than one expert (`num_experts`), the test
+    `speccat fit --moe-overload` makes and sql/steps/stored.sql makes of the specs table's
+    num_experts. Such a spec is priced at the overload settings too (`Grid.priced_at`)."""
+    return (spec.get("num_experts") or 1) > 1
+
+
 def setting_id(fields: Mapping[str, Any]) -> str:
     """The stable id of a setting: a hash of its field mapping, keys sorted."""
     blob = json.dumps({k: fields[k] for k in sorted(fields)}, separators=(",", ":")).encode()
@@ -109,6 +121,7 @@ class Grid:
     schema: Mapping[str, Field]  # each field's type, bounds and values
     fixed: Mapping[str, Field] = dataclass_field(default_factory=lambda: MappingProxyType({}))  # the fixed settings: one value each
     curve: tuple[Mapping[str, Any], ...] = ()  # the settings the memory curve is priced at (the file's `curve`)
+    overload: tuple[Mapping[str, Any], ...] = ()  # the grid at the file's `overload` values: specs with routed experts only
 
     def setting(self, overrides: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
         """One setting: each field's default, with `overrides` (validated) on top. A fixed
@@ -129,9 +142,16 @@ class Grid:
 
     @property
     def stored(self) -> tuple[Mapping[str, Any], ...]:
-        """Every setting the catalogue holds prices at: the grid's, then the curve's it lacks."""
-        ids = {s["setting_id"] for s in self.settings}
-        return self.settings + tuple(s for s in self.curve if s["setting_id"] not in ids)
+        """Every setting the catalogue holds prices at: the grid's, the overload's, then the
+        curve's the two lack."""
+        ids = {s["setting_id"] for s in self.settings + self.overload}
+        return self.settings + self.overload + tuple(s for s in self.curve if s["setting_id"] not in ids)
+
+    def priced_at(self, spec: Mapping[str, Any]) -> Grid:
+        """The grid `spec` is priced at: this grid's settings, then the overload's when the spec
+        has routed experts (`routed_experts`); the overload's factor changes nothing of a dense
+        spec's price, so a dense spec is priced at the grid's alone."""
+        return self.with_settings(self.settings + self.overload) if self.overload and routed_experts(spec) else self
 
     def with_settings(self, settings: Iterable[Mapping[str, Any]]) -> Grid:
         """A grid holding just `settings` (each as built by `setting`)."""
@@ -177,7 +197,7 @@ class _Loader(Loader):
         return replace(field, values=checked)
 
     def load(self, data: Any) -> Grid:
-        data = self.mapping("", data, ("dtypes", "fields", "fixed", "curve"), ("dtypes", "fields"))
+        data = self.mapping("", data, ("dtypes", "fields", "fixed", "curve", "overload"), ("dtypes", "fields"))
         dtypes = self.dtypes(data["dtypes"])
         raw = self.mapping("fields", data["fields"], FIELDS, FIELDS, what="field", unknown="unknown_field")
         fields = {name: self.field(name, body, dtypes) for name, body in raw.items()}
@@ -191,7 +211,9 @@ class _Loader(Loader):
             _freeze(dict(zip(names, combo))) for combo in itertools.product(*(f.values for f in fields.values()))
         )
         curve = self.curve(data.get("curve", {}), fields)
-        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields), MappingProxyType(fixed), curve)
+        overload = self.overload(data.get("overload", {}), fields, settings)
+        return Grid(version_of(data), names, settings, MappingProxyType(dtypes), MappingProxyType(fields), MappingProxyType(fixed),
+                    curve, overload)  # fmt: skip
 
     def curve(self, data: Any, fields: Mapping[str, Field]) -> tuple[Mapping[str, Any], ...]:
         """Every combination of the values `curve` lists (each checked as its field's), every other
@@ -204,6 +226,27 @@ class _Loader(Loader):
             listed[name] = tuple(fields[name].check(v, f"{self.source}: curve.{name}[{i}]") for i, v in enumerate(values))
         axes = [listed.get(name, (field.default,)) for name, field in fields.items()]
         return tuple(_freeze(dict(zip(fields, combo))) for combo in itertools.product(*axes)) if listed else ()
+
+    def overload(self, data: Any, fields: Mapping[str, Field], grid: tuple[Mapping[str, Any], ...]) -> tuple[Mapping[str, Any], ...]:
+        """Every grid setting with the fields `overload` lists at each combination of their
+        values (each checked as its field's, none the grid's own), the values' combinations in
+        the order listed, the grid's settings in its order under each."""
+        raw = self.mapping("overload", data, tuple(fields), what="field", unknown="unknown_field")
+        listed = {}
+        for name, values in raw.items():
+            if not isinstance(values, list) or not values:
+                raise self.fail("bad_value", f"overload.{name}", "must be a non-empty list")
+            checked = tuple(fields[name].check(v, f"{self.source}: overload.{name}[{i}]") for i, v in enumerate(values))
+            if len(set(checked)) != len(checked):
+                raise self.fail("bad_value", f"overload.{name}", f"lists a value twice: {values}")
+            if shared := [v for v in checked if v in fields[name].values]:
+                raise self.fail("bad_value", f"overload.{name}", f"{shared} the grid prices already (fields.{name}.values)")
+            listed[name] = checked
+        return tuple(
+            _freeze({**{k: v for k, v in setting.items() if k != "setting_id"}, **dict(zip(listed, combo))})
+            for combo in itertools.product(*listed.values())
+            for setting in grid
+        ) if listed else ()  # fmt: skip
 
 
 def parse_settings(data: Any, source: str = "<settings>") -> Grid:

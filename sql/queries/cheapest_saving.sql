@@ -9,7 +9,8 @@
 -- where nothing saves that much has no row.
 -- Parameters: repo_id (required); at_least_pct [50]: the least saving, in per cent of mask 0's
 --   bytes; accelerator [the accelerators table's default]; stack, seq_length, micro_batch, tp,
---   cp [the grid's defaults: the table setting_defaults, through the view chosen_settings].
+--   cp, dropless_tok_factor [the grid's defaults: the table setting_defaults, through the view
+--   chosen_settings].
 -- The repo's config, the setting and the versions are looked up first, as constants for the scans.
 SET VARIABLE _config_hash = coalesce(
     (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),
@@ -24,7 +25,7 @@ SET VARIABLE _accelerator = coalesce(
     error('accelerator ' || coalesce(getvariable('accelerator'), '(not set)') || ' is not in the accelerators table'));
 SET VARIABLE _setting_ids = coalesce(
     (SELECT list(setting_id) FROM chosen_settings),
-    error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
+    error('no setting of the grid has that seq_length, micro_batch, tp, cp and dropless_tok_factor'));
 
 WITH costs AS (
     SELECT kind, setting_id, mask, recompute_flops, recompute_bytes, step_flops, representative, on_frontier

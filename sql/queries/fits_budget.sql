@@ -2,11 +2,13 @@
 -- set, fit under a budget (per rank, one micro-batch in flight).
 -- Parameters (defaults in brackets): budget_gib [80], switches [none]: 'none', 'all', 'full',
 --   or switch names joined by commas in any order (attBMM,softmax); stack, seq_length, micro_batch,
---   tp, cp [the grid's defaults: the table setting_defaults, through the view chosen_settings].
+--   tp, cp, dropless_tok_factor [the grid's defaults: the table setting_defaults, through the view
+--   chosen_settings; at a dropless_tok_factor of settings.yaml's `overload` only the models with
+--   routed experts have prices].
 -- The settings and the switch set are looked up first, so the scan of the prices filters on them.
 SET VARIABLE _setting_ids = coalesce(
     (SELECT list(setting_id) FROM chosen_settings),
-    error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
+    error('no setting of the grid has that seq_length, micro_batch, tp, cp and dropless_tok_factor'));
 
 SET VARIABLE _switch_set = coalesce(
     (SELECT any_value(name) FROM switch_sets

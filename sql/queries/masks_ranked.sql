@@ -4,8 +4,9 @@
 -- of the model's forward + backward FLOPs (pct_overhead; switch_costs), at the latest versions. Sets that keep the same
 -- bytes in every part and cost the same in every kind are one row: the representative with the
 -- fewest switches (then the lowest mask), how many sets it stands for, and their names.
--- Parameters: repo_id (required); stack, seq_length, micro_batch, tp, cp [the grid's defaults: the
---   table setting_defaults, through the view chosen_settings].
+-- Parameters: repo_id (required); stack, seq_length, micro_batch, tp, cp, dropless_tok_factor [the
+--   grid's defaults: the table setting_defaults, through the view chosen_settings; dropless_tok_factor
+--   1.25, 1.5 or 2 asks for the routing skew settings.yaml's `overload` stores for routed experts].
 -- The repo's config, the setting and the versions are looked up first, as constants for the scan.
 SET VARIABLE _config_hash = coalesce(
     (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')),
@@ -16,7 +17,7 @@ SET VARIABLE _torch_version = (SELECT torch_version FROM latest_run);
 SET VARIABLE _records_version = (SELECT records_version FROM latest_run);
 SET VARIABLE _setting_ids = coalesce(
     (SELECT list(setting_id) FROM chosen_settings),
-    error('no setting of the grid has that seq_length, micro_batch, tp and cp'));
+    error('no setting of the grid has that seq_length, micro_batch, tp, cp and dropless_tok_factor'));
 
 WITH costed AS (
     SELECT c.setting_id, c.mask,

@@ -1,6 +1,8 @@
 -- View chosen_settings: the settings of the grid a per-setting question asks about. Each of
--- stack, seq_length, micro_batch, tp and cp is the variable of that name (SET VARIABLE, or
--- `speccat query -p`), or the grid's default from setting_defaults where it is unset. The one
+-- stack, seq_length, micro_batch, tp, cp and dropless_tok_factor is the variable of that name
+-- (SET VARIABLE, or `speccat query -p`), or the grid's default from setting_defaults where it is
+-- unset: even expert loads (1) unless a routing skew the night stores is asked for
+-- (settings.yaml `overload`: 1.25, 1.5 or 2, priced for specs with routed experts only). The one
 -- lookup the per-setting queries and `speccat show` share.
 -- Grain: one row per matching setting (the other fields of the grid may leave several).
 -- Columns: those of the settings table:
@@ -25,4 +27,5 @@ WHERE stack = coalesce(getvariable('stack')::VARCHAR, (SELECT stack FROM setting
   AND seq_length = coalesce(getvariable('seq_length'), (SELECT seq_length FROM setting_defaults))
   AND micro_batch = coalesce(getvariable('micro_batch'), (SELECT micro_batch FROM setting_defaults))
   AND tp = coalesce(getvariable('tp'), (SELECT tp FROM setting_defaults))
-  AND cp = coalesce(getvariable('cp'), (SELECT cp FROM setting_defaults));
+  AND cp = coalesce(getvariable('cp'), (SELECT cp FROM setting_defaults))
+  AND dropless_tok_factor = coalesce(getvariable('dropless_tok_factor'), (SELECT dropless_tok_factor FROM setting_defaults));

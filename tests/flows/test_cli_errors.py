@@ -66,7 +66,7 @@ def test_query_refuses_a_parameter_it_does_not_read_and_names_those_it_does(caps
     err = capsys.readouterr().err
     assert err.startswith("speccat: unknown_parameter: ") and err.count("\n") == 1
     # its own getvariable calls, and those of the view chosen_settings it reads
-    assert "repo_idd (did you mean repo_id?)" in err and "it reads: cp, micro_batch, repo_id, seq_length, stack, tp" in err
+    assert "repo_idd (did you mean repo_id?)" in err and "it reads: cp, dropless_tok_factor, micro_batch, repo_id, seq_length, stack, tp" in err
     assert main(["query", "latest_specs", "-p", "seq=8192", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["error"]["reason"] == "unknown_parameter"
 

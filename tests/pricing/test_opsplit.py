@@ -210,7 +210,7 @@ def test_no_curve_block_is_no_curve():
     data = shipped_content()
     del data["curve"]
     grid = parse_settings(data, "nocurve.yaml")
-    assert grid.curve == () and grid.stored == grid.settings
+    assert grid.curve == () and grid.stored == grid.settings + grid.overload
     assert len(grid.settings) == 96
 
 
@@ -232,10 +232,10 @@ def test_the_shipped_curve(grid):
         assert by_fields[tuple(s[f] for f in FIELDS)] == s["setting_id"]
     grid_values = {f: {s[f] for s in grid.settings} for f in listed}
     assert len(shared) == math.prod(len(set(v) & grid_values[f]) for f, v in listed.items()) > 0
-    # stored: the grid's settings, then the curve's it lacks, every id once
+    # stored: the grid's settings, the overload's (routing skew), then the curve's they lack, every id once
     stored = [s["setting_id"] for s in grid.stored]
-    assert len(stored) == len(set(stored)) == len(grid.settings) + len(grid.curve) - len(shared)
-    assert set(stored) == {s["setting_id"] for s in grid.settings} | {s["setting_id"] for s in grid.curve}
-    assert tuple(grid.stored[: len(grid.settings)]) == grid.settings
+    assert len(stored) == len(set(stored)) == len(grid.settings) + len(grid.overload) + len(grid.curve) - len(shared)
+    assert set(stored) == {s["setting_id"] for s in grid.settings + grid.overload + grid.curve}
+    assert tuple(grid.stored[: len(grid.settings) + len(grid.overload)]) == grid.settings + grid.overload
     seqs = sorted(listed["seq_length"])
     assert seqs[0] < min(grid_values["seq_length"]) and seqs[-1] > max(grid_values["seq_length"])

@@ -60,7 +60,7 @@ def test_views_come_after_the_views_they_read():
 
 def test_views_read_the_grid_defaults_from_the_catalogue():
     chosen = sql.load("views/chosen_settings")
-    for field in ("seq_length", "micro_batch", "tp", "cp"):
+    for field in ("seq_length", "micro_batch", "tp", "cp", "dropless_tok_factor"):
         assert f"coalesce(getvariable('{field}'), (SELECT {field} FROM setting_defaults))" in chosen
     for name, text in {**sql.views(), **{q: p.read_text() for q, p in sql.queries().items()}}.items():
         code = re.sub(r"--[^\n]*", "", text)
