@@ -82,7 +82,8 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
     one composition of census, price and check, which the night (`analyse`), `speccat price` and
     `speccat fit` share. `seq_length` defaults to the census's (catalogue/shared.yaml).
 
-    The spec is priced at every setting of the grid with its recompute costs; no prices at a
+    The spec is priced at every setting of its grid (`Grid.priced_at`: the grid's, and for a spec
+    with routed experts the overload settings too) with its recompute costs; no prices at a
     setting where a kind cannot be laid out, a row per such kind instead
     (catalogue/records/layouts.py); the price at each setting the census measured at
     (catalogue/records/points.py), checked against what it measured (points.check_prices); the
@@ -101,13 +102,14 @@ def census_priced(config: dict, name: str, seq_length: int | None = None, spec_j
         spec = ModelSpec.from_json(spec_json)
     try:
         records, grid, costs, ends = pricing_inputs()
-        prices = price_spec(spec, records, grid, costs=costs)
-        infeasible = layouts.infeasible(spec, records, grid)
+        at = grid.priced_at(spec)  # the grid, and the overload settings for routed experts
+        prices = price_spec(spec, records, at, costs=costs)
+        infeasible = layouts.infeasible(spec, records, at)
         points = checked_points(spec, records, grid, costs, ends)
         skip = frozenset(row["setting_id"] for row in infeasible)
-        end_rows = end_prices(spec, records, grid, ends, skip)
-        loss_rows = loss_prices(spec, records, grid, ends, skip)
-        ops = op_costs(spec, records, grid, costs).rows(skip)
+        end_rows = end_prices(spec, records, at, ends, skip)
+        loss_rows = loss_prices(spec, records, at, ends, skip)
+        ops = op_costs(spec, records, at, costs).rows(skip)
         shares = op_prices(spec, records, grid)
     except ValueError as err:  # ReasonError and SpecError are ValueErrors with a reason
         return Outcome(spec, refusal=err)

@@ -8,7 +8,7 @@ One function per stage; the stages hand plain values to each other:
 3. `plan_jobs` groups the repos by config_hash (fine-tunes and re-uploads such as DeepSeek-V3
    and R1 share one) and keeps the configs the published catalogue does not hold yet at the
    current census and records versions, measured by the current transformers and torch, and
-   at every setting of the current grid.
+   at every setting of the current grid (a spec with routed experts at its overload settings too).
 4. `analyse_config` censuses and prices each new config in a child process of its own, on the
    chosen task runner: local threads (the default; each drives one census process) or a Dask
    cluster. Results are cached by config_hash and versions (flows/tasks.py).
@@ -160,15 +160,18 @@ def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, r
     """One job per distinct config the catalogue does not hold at these versions (the census's,
     measured by tonight's transformers and torch): a census, or only a pricing when the spec is
     stored but not priced under tonight's records at every setting of tonight's grid
-    (catalogue/records/settings.yaml)."""
+    (catalogue/records/settings.yaml), and for a spec with routed experts at every overload
+    setting too (`Grid.priced_at`)."""
     from speccat.catalogue.records.settings import load_settings
 
     by_hash: dict[str, list[Fetched]] = defaultdict(list)
     for fetched in night.fetched.values():
         by_hash[fetched.config_hash].append(fetched)
-    grid = [s["setting_id"] for s in load_settings().settings]
+    settings = load_settings()
+    grid = [s["setting_id"] for s in settings.settings]
+    overload = [s["setting_id"] for s in settings.overload]
     libraries = library_versions(versions)
-    held = target.stored(versions["census"], versions["records"], grid, libraries)
+    held = target.stored(versions["census"], versions["records"], grid, libraries, overload)
     specced = set() if rebuild else held.specs & set(by_hash)
     done = specced & held.priced
     to_price = sorted(specced - done)

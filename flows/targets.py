@@ -33,9 +33,9 @@ class _Target:
     def options(self) -> dict:
         return {}
 
-    def stored(self, census_version: str, records_version: str, setting_ids, libraries=None):
+    def stored(self, census_version: str, records_version: str, setting_ids, libraries=None, overload_ids=()):
         return self._store().stored(
-            self.where(), census_version, records_version, setting_ids, libraries=libraries, **self.options()
+            self.where(), census_version, records_version, setting_ids, libraries=libraries, overload_ids=overload_ids, **self.options()
         )
 
     def load_specs(self, census_version: str, config_hashes, libraries=None) -> dict[str, dict]:

@@ -63,7 +63,8 @@ def plan_rows(
     per memory size) and `fits_on_layouts` (per GPU count, each layout that can rank first,
     candidates.py `leading`, numbered in the order `speccat fit` numbers its layouts, at the grid
     setting of its tp and cp for each stack and sequence length: micro-batch 1, one in flight,
-    every other field the grid's default, as fit prices). Both carry `plan_version`, a hash of
+    every other field the grid's default, as fit prices; so even expert loads, dropless_tok_factor
+    1, never one of the overload settings a spec with routed experts is priced at too). Both carry `plan_version`, a hash of
     everything the answers read beside the prices: this file, the grid, the recipes, the
     accelerators and the pipeline schedules (each layout runs its default). A (tp, cp) the grid does not price is left out, as the night holds no price."""
     default = next(name for name, a in accelerators.items() if a.default)

@@ -200,11 +200,13 @@ def _held_for_copy(db_path: Path, lock_wait: float | None) -> Iterator[None]:
 
 def stored(
     db_path: str | os.PathLike, census_version: str, records_version: str, setting_ids: Iterable[str],
-    lock_wait: float | None = None, libraries: Mapping[str, str] | None = None,
+    lock_wait: float | None = None, libraries: Mapping[str, str] | None = None, overload_ids: Iterable[str] = (),
 ) -> Stored:
     """Which config_hashes the published catalogue has specced and priced at these versions and
-    at every one of `setting_ids` (the current grid): a config priced under an older grid that
-    lacks some of them is not priced yet, so the flow prices its stored spec again.
+    at every one of `setting_ids` (the current grid), and for a spec with routed experts at
+    every one of `overload_ids` too (the grid's overload settings, `Grid.overload`): a config
+    priced under an older grid that lacks some of them is not priced yet, so the flow prices its
+    stored spec again.
 
     `libraries` ({"transformers": V, "torch": V}, tonight's) names the libraries a spec must have
     been measured by to count: they are part of its identity, so a night on a new transformers or
@@ -214,7 +216,7 @@ def stored(
         return Stored(frozenset(), frozenset())
     wait = LIMITS["lock_wait_s"] if lock_wait is None else lock_wait
     with contextlib.closing(open_readonly(db_path, wait)) as con:
-        return stored_in(con, census_version, records_version, setting_ids, libraries)
+        return stored_in(con, census_version, records_version, setting_ids, libraries, overload_ids)
 
 
 def load_specs(
@@ -237,10 +239,11 @@ def _library_parameters(libraries: Mapping[str, str] | None) -> dict[str, str | 
 
 def stored_in(
     con: duckdb.DuckDBPyConnection, census_version: str, records_version: str, setting_ids: Iterable[str],
-    libraries: Mapping[str, str] | None = None,
+    libraries: Mapping[str, str] | None = None, overload_ids: Iterable[str] = (),
 ) -> Stored:
     """`stored()` on an open catalogue (the file's, or a lake's as its default catalog)."""
-    parameters = {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids))}
+    parameters = {"census": census_version, "records": records_version, "grid": sorted(set(setting_ids)),
+                  "overload": sorted(set(overload_ids))}  # fmt: skip
     try:
         rows = con.execute(sql.load("steps/stored"), {**parameters, **_library_parameters(libraries)}).fetchall()
     except duckdb.CatalogException:

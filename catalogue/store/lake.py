@@ -154,11 +154,13 @@ def open_lake(lake: Lake) -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def stored(
-    lake: Lake, census_version: str, records_version: str, setting_ids: Iterable[str], libraries: Mapping[str, str] | None = None
+    lake: Lake, census_version: str, records_version: str, setting_ids: Iterable[str], libraries: Mapping[str, str] | None = None,
+    overload_ids: Iterable[str] = (),
 ) -> Stored:
     """What the lake holds, as `store.stored()` tells it of the single file: config_hashes
     specced at `census_version` by `libraries` (None: any), and those priced at both versions at
-    every one of `setting_ids`. A lake not created yet, or never published into, holds nothing."""
+    every one of `setting_ids` (and of `overload_ids`, a spec with routed experts). A lake not
+    created yet, or never published into, holds nothing."""
     nothing = Stored(frozenset(), frozenset())
     held = catalog_file(lake)
     if held is not None and not held.exists():
@@ -167,7 +169,7 @@ def stored(
         with open_lake(lake) as con:
             if not _published(con):
                 return nothing
-            return stored_in(con, census_version, records_version, setting_ids, libraries)
+            return stored_in(con, census_version, records_version, setting_ids, libraries, overload_ids)
     except StoreError as err:
         # DuckLake's words for a catalog that holds no lake (a read-only attach creates none).
         if "does not exist" in str(err):

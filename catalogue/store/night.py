@@ -97,8 +97,8 @@ class NightData:
     """One night of the pipeline, as the store ingests it (one row of `runs` and what it adds).
 
     versions: {speccat, transformers, torch, census, records, profiles, settings} -> str.
-    settings: the setting rows (catalogue/records/settings.py `Grid.stored`: the grid's and the
-        memory curve's), each with setting_id.
+    settings: the setting rows (catalogue/records/settings.py `Grid.stored`: the grid's, the
+        routing skew's overload settings and the memory curve's), each with setting_id.
     setting_defaults: the grid's default setting (`Grid.setting({})`, with its setting_id), which
         the catalogue's views use for a field a query leaves unchosen.
     switches: the records' switch names in mask-bit order (`Records.switches`).

@@ -7,6 +7,9 @@
 -- full_prices has one row per (kind, setting) of a priced config, so a config
 -- is priced at the grid when all of the grid's settings appear among its rows; one priced under
 -- an older grid that lacks some of them is not, and the flow prices its stored spec again. A
+-- spec with routed experts (num_experts above 1: catalogue/records/settings.py `routed_experts`)
+-- is priced at $overload's settings too (settings.yaml `overload`), and is not priced until it
+-- holds them all; another spec needs none of them. A
 -- setting the config cannot be laid out at (infeasible_settings) counts as priced: it has no prices.
 -- A price without its switch_costs row or its op_costs rows, or a config without op_prices rows
 -- (stored before the catalogue had them), is not priced: the flow prices it again and the store
@@ -27,10 +30,16 @@ FROM (SELECT config_hash, census_version, transformers_version, torch_version, r
                     AND o.setting_id = p.setting_id AND o.kind = p.kind)
       UNION ALL
       SELECT config_hash, census_version, transformers_version, torch_version, records_version, setting_id FROM infeasible_settings)
-WHERE census_version = $census AND records_version = $records AND list_contains($grid::VARCHAR[], setting_id)
+WHERE census_version = $census AND records_version = $records
+  AND list_contains(list_concat($grid::VARCHAR[], $overload::VARCHAR[]), setting_id)
   AND ($transformers IS NULL OR transformers_version = $transformers) AND ($torch IS NULL OR torch_version = $torch)
   AND config_hash IN (SELECT config_hash FROM op_prices
                       WHERE census_version = $census AND records_version = $records
                         AND ($transformers IS NULL OR transformers_version = $transformers) AND ($torch IS NULL OR torch_version = $torch))
 GROUP BY config_hash
-HAVING count(DISTINCT setting_id) = len($grid::VARCHAR[]);
+HAVING count(DISTINCT setting_id) FILTER (WHERE list_contains($grid::VARCHAR[], setting_id)) = len($grid::VARCHAR[])
+   AND (count(DISTINCT setting_id) FILTER (WHERE list_contains($overload::VARCHAR[], setting_id)) = len($overload::VARCHAR[])
+        OR config_hash NOT IN (SELECT config_hash FROM specs
+                               WHERE census_version = $census AND num_experts > 1
+                                 AND ($transformers IS NULL OR transformers_version = $transformers)
+                                 AND ($torch IS NULL OR torch_version = $torch)));

@@ -27,6 +27,7 @@
 --   cp_algo                code     context-parallel algorithm (ring or ulysses)
 --   dtype                  code     compute dtype
 --   in_flight_count        count    micro-batches in flight the bytes are for
+--   dropless_tok_factor    ratio    MoE tokens per expert against the even share (settings.yaml `overload`: routed experts only)
 --   mask                   id       the representative switch set (bit i: switch i recomputed); -1 for full recompute
 --   switch_set             code     its name: none, all, the recomputed switches joined by commas, or full
 --   n_recomputed_count     count    switches recomputed (NULL for full recompute)

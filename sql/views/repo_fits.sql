@@ -19,6 +19,7 @@
 --   tp                     count    tensor-parallel ranks
 --   cp                     count    context-parallel ranks
 --   in_flight              count    micro-batches in flight the bytes are for
+--   dropless_tok_factor    ratio    MoE tokens per expert against the even share (settings.yaml `overload`: routed experts only)
 --   mask                   id       the switch set (switch_sets); -1 for full recompute
 --   switch_set             text     the switch set's name: none, all, switches joined by commas, or full
 --   activation_bytes       bytes    kept for backward by the whole layer stack, per rank
@@ -29,7 +30,7 @@
 --   overhead_pct           percent  recompute_flops over the layers' forward + backward FLOPs, in per cent
 CREATE OR REPLACE VIEW repo_fits AS
 SELECT p.repo_id, p.downloads, p.config_hash, p.setting_id, p.stack, p.seq_length, p.micro_batch, p.tp, p.cp,
-       p.in_flight, coalesce(p.mask, -1) AS mask, p.switch_set, p.total AS activation_bytes,
+       p.in_flight, p.dropless_tok_factor, coalesce(p.mask, -1) AS mask, p.switch_set, p.total AS activation_bytes,
        coalesce(getvariable('budget_gib'), 80) * 2 ** 30 AS budget_bytes,
        p.total <= coalesce(getvariable('budget_gib'), 80) * 2 ** 30 AS fits,
        coalesce(getvariable('budget_gib'), 80) * 2 ** 30 - p.total AS headroom_bytes,

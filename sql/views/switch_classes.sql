@@ -26,6 +26,7 @@
 --   cp_algo                code     context-parallel algorithm (ring or ulysses)
 --   dtype                  code     compute dtype
 --   in_flight_count        count    micro-batches in flight the bytes are for
+--   dropless_tok_factor    ratio    MoE tokens per expert against the even share (settings.yaml `overload`: routed experts only)
 --   mask                   id       the representative switch set (bit i: switch i recomputed); -1 for full recompute
 --   switch_set             code     its name: none, all, the recomputed switches joined by commas, or full
 --   n_recomputed_count     count    switches recomputed (NULL for full recompute)
@@ -73,7 +74,7 @@ kept AS (
 SELECT r.repo_id, k.config_hash, k.census_version, k.transformers_version, k.torch_version, k.records_version, k.kind, n.layers AS layers_count,
        k.setting_id, s.stack, s.seq_length AS seq_length_tokens, s.micro_batch AS micro_batch_count,
        s.tp AS tp_ranks, s.cp AS cp_ranks, s.sequence_parallel, s.flash_attention, s.cp_algo, s.dtype,
-       s.in_flight AS in_flight_count, k.mask, coalesce(w.name, 'full') AS switch_set,
+       s.in_flight AS in_flight_count, s.dropless_tok_factor, k.mask, coalesce(w.name, 'full') AS switch_set,
        w.n_recomputed AS n_recomputed_count, k.n_equivalent AS n_equivalent_count, k.equivalents,
        k.kept AS kept_bytes, k.baseline - k.kept AS saved_bytes,
        100 * (1 - k.kept / nullif(k.baseline, 0)) AS saved_pct,
