@@ -146,9 +146,9 @@ def kept_tensors(
             index, start = window.pop()
             peaks[index] = torch.cuda.max_memory_allocated() - start
 
-    def begin(index):  # the gradient of the layer's output is ready: the last layer's window closes, its own opens
-        close()
-        window.append((index, torch.cuda.memory_allocated()))
+    def begin(index, grad):  # the gradient of the layer's output is ready: the last layer's window closes, its own opens,
+        close()                # that gradient counted in it, as the census counts it
+        window.append((index, torch.cuda.memory_allocated() - grad.untyped_storage().nbytes()))
         torch.cuda.reset_peak_memory_stats()
 
     def end(index):

@@ -194,6 +194,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
             "bytes_per_token": plain.bytes_per_token(seq_length),
             "forward_flops": plain.probe.forward_flops,
             "backward_peak": plain.probe.backward_peak,
+            "working_set": plain.probe.working_set,
         }
         if view.shape.ffn == "moe":
             measured["experts_impl"] = view.experts_impl()

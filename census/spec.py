@@ -94,7 +94,7 @@ KEYS = frozenset(
 MODEL_PARAM_PARTS = ("embedding", "output", "final_norm")
 KIND_PARAM_PARTS = ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")
 
-MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token", "forward_flops", "backward_peak"})
+MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token", "forward_flops", "backward_peak", "working_set"})
 POINT_KEYS = ("point", "seq_length", "tp", "cp", "sequence_parallel", "recompute", "bytes_per_token")
 MEASURED_OPS = OPS + UNPRICED_OPS
 
@@ -225,10 +225,27 @@ def _validate_measured(spec: Mapping, kinds: tuple[str, ...]) -> None:
         for key in ("forward_flops", "backward_peak"):  # absent from specs of census version 8 (forward_flops) and 16 (backward_peak) and before
             if key in entry:
                 _check_int(f"{field}.{key}", entry[key], 0)
+        if "working_set" in entry:  # absent from specs of census version 17 and before
+            _check_working_set(f"{field}.working_set", entry["working_set"])
         for key in ("attention_impl", "experts_impl"):
             if key in entry and not (isinstance(entry[key], str) and entry[key]):
                 raise _bad(f"{field}.{key}", f"must be a non-empty string, got {entry[key]!r}")
         _check_per_op(f"{field}.bytes_per_token", entry["bytes_per_token"])
+
+
+def _check_working_set(field: str, value: Any) -> None:
+    """A kind's working set at its backward peak (census/measure/backward_peak.py working_set):
+    [width, dtype, count] entries (a positive width, a dtype name, a non-zero net count) and the
+    constant bytes beside them."""
+    _check_keys(field, _check_mapping(field, value), ("widths", "constant_bytes"), ("widths", "constant_bytes"))
+    if not _is_int(value["constant_bytes"]):
+        raise _bad(f"{field}.constant_bytes", f"must be an integer, got {value['constant_bytes']!r}")
+    if not isinstance(value["widths"], list):
+        raise _bad(f"{field}.widths", "must be a list of [width, dtype, count]")
+    for i, entry in enumerate(value["widths"]):
+        if not (isinstance(entry, list) and len(entry) == 3 and _is_int(entry[0]) and entry[0] > 0
+                and isinstance(entry[1], str) and entry[1] and _is_int(entry[2]) and entry[2] != 0):
+            raise _bad(f"{field}.widths[{i}]", f"must be [positive width, dtype name, non-zero count], got {entry!r}")
 
 
 def _validate_ends(spec: Mapping, kinds: tuple[str, ...]) -> None:

@@ -124,5 +124,5 @@ def summary(spec) -> str:
         if "forward_flops" in measured:
             lines.append(f"    forward FLOPs of one layer at s={measured['seq_length']}: {measured['forward_flops']:,}")
         if "backward_peak" in measured:
-            lines.append(f"    backward peak of one layer (beyond what its backward began with) at s={measured['seq_length']}: {_fmt(measured['backward_peak'] / measured['seq_length'])} bytes/token")
+            lines.append(f"    backward peak of one layer (beyond what was alive before it began) at s={measured['seq_length']}: {_fmt(measured['backward_peak'] / measured['seq_length'])} bytes/token")
     return "\n".join(lines)

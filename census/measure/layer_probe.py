@@ -68,6 +68,7 @@ class LayerProbe:
     tokens: int = 0  # the tokens of the hidden states the layer was called with
     hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     backward_peak: int = 0  # the most bytes alive in its backward beyond those alive when it began (census/measure/backward_peak.py)
+    working_set: dict = field(default_factory=dict)  # what is alive at that peak, by width and dtype (backward_peak.working_set)
     forward_flops: int = 0  # FLOPs of the layer's forward, as FlopCounterMode counts them (census/measure/flops.py), when asked
     # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
     # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps

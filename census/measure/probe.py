@@ -35,7 +35,7 @@ from speccat.census.kernels import attention
 from speccat.census.build import inputs
 from speccat.census.measure import readers
 from speccat.census.build.model import Built
-from speccat.census.measure.backward_peak import BackwardPeak
+from speccat.census.measure.backward_peak import BackwardPeak, working_set
 from speccat.census.measure.booking import book_bytes
 from speccat.census.measure.flops import LayerFlops
 from speccat.census.measure.inline_activations import mark_inline_activations
@@ -243,6 +243,7 @@ def _run_layers(
                     torch.autograd.backward(hidden_out.float().sum(), inputs=_stack_inputs(extra, built))
                 for index, probe in watcher.probes.items():
                     probe.backward_peak = peak.peaks.get(index, 0)
+                    probe.working_set = working_set(peak.at_peak.get(index), probe.tokens, built.embedding.weight.dtype)
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
         raise ModelCodeError(
             "unsupported_layer",

@@ -1,7 +1,7 @@
 """The census's backward peak (census/measure/backward_peak.py) against a real CPU forward and
 backward of one layer of the same tiny model, bf16, sdpa: the most bytes alive at any moment
-of the layer's backward beyond those alive when it began (its saves and the gradient it
-receives), counted storage by storage (tests/support/storage_tracker.py), the backward run to
+of the layer's backward beyond those alive before it began (its saves among them; the gradient
+it receives counted in), counted storage by storage (tests/support/storage_tracker.py), the backward run to
 the layer's input as the census runs it (the weights' own gradients not asked for).
 
 While a dispatch mode runs, torch takes every tensor for a subclass (ATen's
@@ -9,12 +9,13 @@ TensorSubclassLikeUtils.h), and the index's backward then fills the zeros it mad
 gradient out of place (index_put) rather than in place (index_put_): one more tensor of the
 gathered rows alive at that op, which a plain run does not hold. The census's fake tensors take
 that path too, and it counts the copy in the zeros' place; so does the tracker here
-(PlainIndexPut), which checks that the out-of-place fill ran.
+(tests/support/storage_tracker.py PlainIndexPut), which checks that the out-of-place fill ran.
 
 Three shapes of a tiny Llama (tests/support/tiny_models.py) and a tiny Qwen3 MoE:
-- a wide MLP, where the peak is in the MLP and is worked by hand: down_proj's input gradient,
-  then the gradients of the activation and of up_proj, less down_proj's saved input, which its
-  backward has freed: 2 · ffn · 2 bytes a token;
+- a wide MLP, where the peak is in the MLP and is worked by hand: the gradient the layer
+  receives (h · 2 bytes a token, alive to the end through the residual), down_proj's input
+  gradient, then the gradients of the activation and of up_proj, less down_proj's saved input,
+  which its backward has freed: (h + 2 · ffn) · 2 bytes a token;
 - a narrow MLP (32 wide), where the peak is in the attention's backward;
 - the MoE, whose grouped experts run as the census runs them (grouped_mm).
 
@@ -28,17 +29,13 @@ copy of the input rather than the input the checkpoint holds, are its whole pric
 from __future__ import annotations
 
 import pytest
-import torch
-from support.storage_tracker import StorageTracker
+from support.layer_peaks import real_peak
 from support.tiny_models import S, tiny_config
-from torch.utils.checkpoint import checkpoint
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from speccat.catalogue.records.oprecords import load_records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import load_settings
 from speccat.census import run_census
-from speccat.census.describe.feed_forward_facts import EXPERTS_IMPL
 
 LLAMA, QWEN_MOE = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-30B-A3B"
 CASES = {"wide MLP": (LLAMA, {"intermediate_size": 256}), "narrow MLP": (LLAMA, {"intermediate_size": 32}), "MoE": (QWEN_MOE, {})}
@@ -47,52 +44,6 @@ CASES = {"wide MLP": (LLAMA, {"intermediate_size": 256}), "narrow MLP": (LLAMA, 
 def config_of(case: str) -> dict:
     repo, changes = CASES[case]
     return {**tiny_config(repo), **changes}
-
-
-class PlainIndexPut(StorageTracker):
-    """A StorageTracker whose count leaves out the zeros an out-of-place index_put filled while
-    its copy is alive, as the in-place fill of a plain run would hold them once."""
-
-    def __init__(self, existing):
-        super().__init__(existing)
-        self.filled = []  # (the zeros' serial, the copy's serial)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if func is torch.ops.aten.index_put.default:
-            self.filled.append((self.serial(args[0]), self.serial(out)))
-        return out
-
-    def plain_bytes(self, alive) -> int:
-        return self.bytes(alive) - sum(self.nbytes[zeros] for zeros, copy in self.filled if zeros in alive and copy in alive)
-
-
-def real_peak(config: dict, recompute: bool = False) -> int:
-    """Layer 0 of the model run forward and backward on real tensors: the most bytes alive in its
-    backward beyond those alive when it began (the gradient it receives made already)."""
-    hub = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hub, dtype=torch.bfloat16, attn_implementation="sdpa").train()
-    if config.get("num_experts"):
-        model.set_experts_implementation(EXPERTS_IMPL)
-    layer = model.model.layers[0]
-    x = torch.randn(1, S, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
-    position_ids = torch.arange(S)[None]
-    rotary = model.model.rotary_emb(x, position_ids)
-
-    def forward(hidden):
-        out = layer(hidden, attention_mask=None, position_ids=position_ids, position_embeddings=rotary)
-        return out[0] if isinstance(out, tuple) else out
-
-    tracker = PlainIndexPut([x, *model.parameters(), *model.buffers(), *rotary])
-    with tracker:
-        y = checkpoint(forward, x, use_reentrant=False) if recompute else forward(x)
-        grad = torch.ones_like(y)
-        before = len(tracker.timeline)
-        start = tracker.bytes(tracker.alive())
-        torch.autograd.backward(y, grad, inputs=[x])
-    assert bool(tracker.filled) == bool(config.get("num_experts"))  # the experts' gather back to token order
-    return max(tracker.plain_bytes(alive) for alive in tracker.timeline[before:]) - start
 
 
 def census_kind(config: dict) -> tuple[dict, dict]:
@@ -106,12 +57,18 @@ def test_the_census_backward_peak_is_the_real_layers(case):
     config = config_of(case)
     _, measured = census_kind(config)
     assert measured["backward_peak"] == real_peak(config)
+    # what the census states is alive at that peak adds up to it
+    size = {"compute": 2, "float32": 4, "int64": 8, "bool": 1}
+    stated = measured["working_set"]
+    assert sum(n * w * size[dtype] * S for w, dtype, n in stated["widths"]) + stated["constant_bytes"] == measured["backward_peak"]
 
 
 def test_a_wide_mlps_peak_worked_by_hand():
     config = config_of("wide MLP")
     _, measured = census_kind(config)
-    assert measured["backward_peak"] == 2 * config["intermediate_size"] * 2 * S
+    assert measured["backward_peak"] == (config["hidden_size"] * 2 + 2 * config["intermediate_size"] * 2) * S
+    h, ffn = config["hidden_size"], config["intermediate_size"]
+    assert measured["working_set"] == {"widths": [[h, "compute", 1], [ffn, "compute", 2]], "constant_bytes": 0}
 
 
 def test_full_recompute_adds_the_saves_the_records_price_remade():

@@ -219,6 +219,18 @@ def test_measured_forward_flops_are_a_count_and_may_be_absent():
         refused(data, "bad_value", "measured.moe.forward_flops")
 
 
+def test_a_measured_working_set_states_widths_dtypes_and_net_counts():
+    """Absent in specs of census version 17 and before, which the catalogue prices again."""
+    data = deepseek_v3_shaped()
+    data["measured"]["moe"]["working_set"] = {"widths": [[7168, "compute", 1], [57344, "float32", 3], [8, "int64", -1]], "constant_bytes": 0}
+    assert ModelSpec(data)["measured"]["moe"]["working_set"]["widths"][1] == [57344, "float32", 3]
+    for bad in ([0, "compute", 1], [7168, "", 1], [7168, "compute", 0], [7168, "compute", 1.5], [7168, "compute"]):
+        data["measured"]["moe"]["working_set"] = {"widths": [bad], "constant_bytes": 0}
+        refused(data, "bad_value", "measured.moe.working_set.widths[0]")
+    data["measured"]["moe"]["working_set"] = {"widths": []}
+    refused(data, "missing_field", "constant_bytes")
+
+
 def test_params_parts_are_fixed():
     data = deepseek_v3_shaped()
     data["params"]["kinds"]["moe"]["experts"] = 1

@@ -45,3 +45,23 @@ class StorageTracker(TorchDispatchMode):
                 self.shape.append(tuple(tensor.shape))
         self.timeline.append(self.alive())
         return out
+
+
+class PlainIndexPut(StorageTracker):
+    """A StorageTracker whose count (`plain_bytes`) leaves out the zeros an out-of-place
+    index_put filled while its copy is alive, as the in-place fill of a plain run would hold them
+    once: while a dispatch mode runs (this tracker), torch takes every tensor for a subclass
+    (ATen's TensorSubclassLikeUtils.h), and the index's backward then fills out of place."""
+
+    def __init__(self, existing):
+        super().__init__(existing)
+        self.filled = []  # (the zeros' serial, the copy's serial)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if func is torch.ops.aten.index_put.default:
+            self.filled.append((self.serial(args[0]), self.serial(out)))
+        return out
+
+    def plain_bytes(self, alive) -> int:
+        return self.bytes(alive) - sum(self.nbytes[zeros] for zeros, copy in self.filled if zeros in alive and copy in alive)
