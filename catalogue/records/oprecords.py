@@ -28,13 +28,14 @@ from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records.expr import FUNCTIONS, Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, TOTAL
+from speccat.catalogue.records.working import WorkingSet, parse_working_set
 from speccat.catalogue.shared import SHARED_PATH, SWITCH_SECTIONS, switch_sections
 from speccat.catalogue.vocabulary import OPS, PARTS
 
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
 MAX_SWITCHES = 15  # masks are stored as int16
 
-FILE_KEYS = ("names", "defaults", "tolerance", "full", "slots")  # what records.yaml states
+FILE_KEYS = ("names", "defaults", "tolerance", "full", "slots", "working_set")  # what records.yaml states
 REQUIRED_FILE = ("tolerance", "full", "slots")
 REQUIRED_SWITCH = ("switches", "ops")  # of catalogue/shared.yaml's SWITCH_SECTIONS
 TOP_KEYS = (*SWITCH_SECTIONS, *FILE_KEYS)  # the records' whole content, in order
@@ -106,6 +107,7 @@ class Records:
     tolerance: float  # the largest share a price may be off what the census measured
     full: Expr
     slots: tuple[Slot, ...]
+    working_set: WorkingSet | None = None  # the backward's working set (catalogue/records/working.py), when the records price it
 
     @property
     def n_masks(self) -> int:
@@ -306,6 +308,7 @@ class _Loader(Loader):
             tolerance=self.tolerance(data["tolerance"]),
             full=full,
             slots=slots,
+            working_set=parse_working_set(self, data["working_set"], known) if "working_set" in data else None,
         )
 
 

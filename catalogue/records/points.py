@@ -11,7 +11,10 @@ and is priced with the records, never from the measured bytes. The night stores 
 Each row also prices the layer's forward FLOPs at the point's setting from costs.yaml (what full
 recompute re-runs, cost.OpCosts.forward), set beside the FLOPs the census counted at its own
 point (the spec's `measured` `forward_flops`, census/measure/flops.py). A FLOP count off the census's is
-shown by the view, not refused: the bytes alone decide whether a spec is priced.
+shown by the view, not refused: the bytes alone decide whether a spec is priced. And it prices the
+working set of the layer's backward (records.yaml `working_set`, catalogue/records/working.py),
+which at the point `census` is checked against the backward peak the census measured, as the
+bytes are.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from speccat.catalogue.vocabulary import CACHED, END_PARTS
 
 CENSUS_POINT = "census"  # the census's own measurement (the spec's `measured`)
 END_KIND = "end:"  # check_prices' rows for the model's ends: `end:embedding`, ...
-POINT_FIELDS = ("kind", "point", "priced_per_token", "forward_flops")
+POINT_FIELDS = ("kind", "point", "priced_per_token", "forward_flops", "backward_peak_per_token")
+PEAK_KIND = "peak:"  # worst_ratio's label of a kind's backward peak: `peak:decoder`
 
 
 def points_of(spec: Mapping) -> list[Mapping]:
@@ -62,7 +66,9 @@ def price_points(spec: Mapping, records: Records, grid: Grid, costs: Costs | Non
         i, mask = column[setting["setting_id"]], records.mask_of(point["recompute"])
         for k, kind in enumerate(prices.kinds):
             per_token = float(prices.total[k, i, mask]) / point["seq_length"]
-            rows.append({"kind": kind, "point": point["point"], "priced_per_token": per_token, "forward_flops": float(forward[kind][i])})
+            peak = float(prices.working[k, i]) / point["seq_length"] if prices.working is not None else float("nan")
+            rows.append({"kind": kind, "point": point["point"], "priced_per_token": per_token, "forward_flops": float(forward[kind][i]),
+                         "backward_peak_per_token": None if peak != peak else peak})
     return rows
 
 
@@ -93,12 +99,25 @@ def price_ends(spec: Mapping, records: Records, grid: Grid, ends: Ends) -> list[
     return [{"kind": f"{END_KIND}{part}", "point": CENSUS_POINT, "priced_per_token": priced[part] / seq} for part in END_PARTS]
 
 
+def measured_peaks(spec: Mapping) -> dict[str, float]:
+    """kind → the backward peak the census measured, per token of its sequence (census version 18 on)."""
+    return {kind: m["backward_peak"] / m["seq_length"] for kind, m in spec.get("measured", {}).items()
+            if "working_set" in m and "backward_peak" in m}
+
+
 def worst_ratio(spec: Mapping, rows: list[Mapping]) -> tuple[Mapping, float, float] | None:
     """Of price_points' rows (and price_ends'), the one priced furthest from what the census
-    measured there: (row, measured bytes per token, priced over measured); None when no row's
+    measured there, its bytes or, at the point `census`, its backward peak (as a row of kind
+    `peak:KIND`): (row, measured bytes per token, priced over measured); None when no row's
     point measured any bytes."""
-    measured = measured_per_token(spec)
+    measured, peaks = measured_per_token(spec), measured_peaks(spec)
     ratios = [(row, got, row["priced_per_token"] / got) for row in rows if (got := measured.get((row["kind"], row["point"])))]
+    ratios += [
+        ({"kind": f"{PEAK_KIND}{row['kind']}", "point": row["point"], "priced_per_token": row["backward_peak_per_token"]}, got,
+         row["backward_peak_per_token"] / got)
+        for row in rows
+        if row["point"] == CENSUS_POINT and row.get("backward_peak_per_token") is not None and (got := peaks.get(row["kind"]))
+    ]
     return max(ratios, key=lambda item: abs(item[2] - 1), default=None)
 
 
@@ -106,7 +125,8 @@ def check_prices(spec: Mapping, rows: list[Mapping], records: Records) -> None:
     """Refuse a spec whose price at any measured point (price_points' rows, and price_ends') is
     off the measured bytes by more than the records' `tolerance`: `unsupported_layer`, naming
     the worst kind and point. Bad data is never priced: a kind keeping bytes no record prices
-    (op `other`), or kept in a way no formula describes, gets no prices rather than wrong ones."""
+    (op `other`), or kept in a way no formula describes, gets no prices rather than wrong ones;
+    so does one whose backward peak the records price beyond the tolerance (kind `peak:KIND`)."""
     worst = worst_ratio(spec, rows)
     if worst is None or abs(worst[2] - 1) <= records.tolerance:
         return

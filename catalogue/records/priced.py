@@ -28,7 +28,8 @@ class PriceTables:
     """Arrow tables the catalogue store ingests (it adds config_hash and records_version).
 
     layer_prices: kind, setting_id, mask (int16), attention, ffn, norm, total (float64).
-    full_prices: kind, setting_id, kept (float64).
+    full_prices: kind, setting_id, kept, backward_peak (float64; backward_peak null where the
+        spec states no working set).
     switch_costs: catalogue/records/switchcosts.py's table, when the pricing was asked for the
         recompute costs too (pricing.price_spec with `costs`); None otherwise.
     """
@@ -40,7 +41,9 @@ class PriceTables:
 
 @dataclass(frozen=True, eq=False)
 class LayerPrices:
-    """Prices as arrays: parts and total shaped (kind, setting, mask), full (kind, setting)."""
+    """Prices as arrays: parts and total shaped (kind, setting, mask), full (kind, setting), and
+    working (kind, setting): the working set of a layer's backward (catalogue/records/working.py),
+    NaN where unpriced, None when not asked for."""
 
     kinds: tuple[str, ...]
     setting_ids: tuple[str, ...]
@@ -49,6 +52,7 @@ class LayerPrices:
     norm: np.ndarray
     total: np.ndarray
     full: np.ndarray
+    working: np.ndarray | None = None
 
     def part(self, name: str) -> np.ndarray:
         return {"attention": self.attention, "ffn": self.ffn, "norm": self.norm, "total": self.total}[name]
@@ -84,9 +88,20 @@ class LayerPrices:
                 "kind": kinds.take(np.repeat(np.arange(n_kinds), n_settings)),
                 "setting_id": settings.take(np.tile(np.arange(n_settings), n_kinds)),
                 "kept": pa.array(self.full.reshape(n_kinds * n_settings)),
+                "backward_peak": _nullable(self.working, n_kinds * n_settings),
             }
         )
         return PriceTables(layer, full)
+
+
+def _nullable(values: np.ndarray | None, n: int) -> Any:
+    """A float64 column of `values` (flattened), null where NaN or when there are none."""
+    import pyarrow as pa
+
+    if values is None:
+        return pa.nulls(n, pa.float64())
+    flat = values.reshape(n)
+    return pa.array(flat, mask=np.isnan(flat))
 
 
 def checked(value: Any, where: str) -> float:

@@ -20,6 +20,7 @@ from speccat.catalogue.records.priced import COLUMNS, LayerPrices, PriceTables, 
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.settings import Grid
 from speccat.catalogue.records.switchcosts import switch_costs
+from speccat.catalogue.records.working import price_working_sets
 
 METHODS = {"fast": price_fast, "direct": price_direct}
 
@@ -27,10 +28,12 @@ __all__ = ["METHODS", "LayerPrices", "PriceTables", "PricingError", "model_total
 
 
 def price_layers(spec: Mapping, records: Records, grid: Grid, method: str = "fast") -> LayerPrices:
-    """All (kind, setting, mask) prices of `spec` as arrays; `method` is fast or direct."""
+    """All (kind, setting, mask) prices of `spec` as arrays, with each kind's backward working
+    set at each setting (the same for both methods); `method` is fast or direct."""
     if method not in METHODS:
         raise ValueError(f"unknown pricing method {method!r}; methods: {', '.join(METHODS)}")
-    return METHODS[method](spec, records, grid)
+    prices = METHODS[method](spec, records, grid)
+    return dataclasses.replace(prices, working=price_working_sets(spec, records, grid, prices.kinds))
 
 
 def price_spec(spec: Mapping, records: Records, settings: Grid, method: str = "fast", costs: Costs | None = None) -> PriceTables:

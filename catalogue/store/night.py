@@ -47,7 +47,9 @@ REPO_FIELDS: tuple[str, ...] = (
 )
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
-POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token", "forward_flops")
+POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token", "forward_flops", "backward_peak_per_token")
+# fields a row may leave None: a backward peak the records do not price (a spec with no working set)
+OPTIONAL_ROW_FIELDS = frozenset({"backward_peak_per_token"})
 END_PRICE_FIELDS: tuple[str, ...] = ("setting_id", *END_PARTS)
 LOSS_PRICE_FIELDS: tuple[str, ...] = ("setting_id", "loss", "kept_bytes", "working_bytes")
 OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops", "recompute_bytes")
@@ -62,6 +64,8 @@ DATA_FILE_TABLES: tuple[str, ...] = (
 )
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
+# columns a price table may lack (prices from before they were priced): null when it does
+OPTIONAL_PRICE_COLUMNS = frozenset({"backward_peak"})
 SWITCH_COST_COLUMNS: tuple[str, ...] = (
     "kind", "setting_id", "mask", "recompute_flops", "recompute_bytes", "step_flops", "representative", "on_frontier",
 )
@@ -75,7 +79,8 @@ STAGED_PRICES: dict[str, pa.Schema] = {
         + [(c, pa.float64()) for c in ("attention", "ffn", "norm", "total")]
     ),
     "full_prices": pa.schema(
-        [*_SPEC_KEY, ("kind", pa.string()), ("setting_id", pa.string()), ("records_version", _KEY), ("kept", pa.float64())]
+        [*_SPEC_KEY, ("kind", pa.string()), ("setting_id", pa.string()), ("records_version", _KEY), ("kept", pa.float64()),
+         ("backward_peak", pa.float64())]
     ),
     "switch_costs": pa.schema(
         [*_SPEC_KEY, ("kind", pa.string()), ("setting_id", pa.string()), ("mask", pa.int16()), ("records_version", _KEY)]
@@ -231,8 +236,9 @@ class NightData:
             for config_hash, rows in per_config.items():
                 if config_hash not in self.prices:
                     _bad(f"{name}[{config_hash!r}]", "names a config without prices tonight")
+                required = tuple(f for f in fields if f not in OPTIONAL_ROW_FIELDS)
                 for i, row in enumerate(rows):
-                    _check_row(f"{name}[{config_hash!r}][{i}]", row, fields, required=fields)
+                    _check_row(f"{name}[{config_hash!r}][{i}]", row, fields, required=required)
 
     def _per_config_rows(self) -> tuple[tuple[str, Mapping[str, Sequence[Mapping[str, Any]]], tuple[str, ...]], ...]:
         """(table, config_hash -> rows, fields) of the tables whose rows the night states per config."""
@@ -348,7 +354,12 @@ class NightData:
                     "records_version": _constant(self.records_version, n),
                 }
                 schema = STAGED_PRICES[part]
-                columns = [keys[f.name] if f.name in keys else table.column(f.name).cast(f.type) for f in schema]
+                columns = [
+                    keys[f.name] if f.name in keys
+                    else pa.nulls(n, f.type) if f.name in OPTIONAL_PRICE_COLUMNS and f.name not in table.column_names
+                    else table.column(f.name).cast(f.type)
+                    for f in schema
+                ]
                 out[part].append(pa.table(columns, schema=schema))
         return tuple(_concat(out[part], STAGED_PRICES[part]) for part, _ in _PRICE_PARTS)
 

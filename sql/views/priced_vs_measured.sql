@@ -16,7 +16,9 @@
 -- tolerance) from 1 names its cause; it refuses nothing. At the point `census`, the layer's
 -- backward peak as the census measured it (census/measure/backward_peak.py): the most bytes
 -- alive at any moment of its backward beyond those alive when it began (its saves and the
--- gradient it receives among them). The records do not price it yet: nothing is set beside it.
+-- gradient it receives among them), beside the records' price of the working set it measured
+-- there (records.yaml working_set: the tensors alive at that moment, by width and dtype, each
+-- width held per rank as its class says); a ratio more than 0.5% from 1 names its cause.
 -- Grain: one row per (config_hash, census_version, transformers_version, torch_version, records_version, kind, point).
 -- Columns:
 --   config_hash             id           the config
@@ -44,6 +46,9 @@
 --   forward_flops_ratio     ratio        priced_forward_flops / measured_forward_flops
 --   forward_flops_cause     text         why forward_flops_ratio is more than 2% from 1 (NULL within 2%, or with nothing counted)
 --   measured_backward_peak_per_token  bytes/token  the layer's backward peak in the census, per token of its sequence (NULL but at `census`, and before census version 17)
+--   priced_backward_peak_per_token    bytes/token  the records' price of the working set at the point, per token (NULL before census version 18)
+--   backward_peak_ratio               ratio        priced_backward_peak_per_token / measured_backward_peak_per_token
+--   backward_peak_cause               text         why backward_peak_ratio is more than 0.5% from 1 (NULL within 0.5%, or with nothing measured)
 CREATE OR REPLACE VIEW priced_vs_measured AS
 WITH m AS (
     SELECT config_hash, census_version, transformers_version, torch_version, kind, point,
@@ -63,6 +68,8 @@ r AS (
            p.priced_per_token / nullif(m.measured_per_token, 0) AS ratio,
            p.forward_flops AS priced_forward_flops,
            p.forward_flops / nullif(m.measured_forward_flops, 0) AS forward_flops_ratio,
+           p.backward_peak_per_token AS priced_backward_peak_per_token,
+           p.backward_peak_per_token / nullif(m.measured_backward_peak_per_token, 0) AS backward_peak_ratio,
            coalesce(s.num_key_value_heads, s.num_attention_heads) AS kv_heads,
            s.spec -> 'variants' -> m.kind ->> 'index_topk' AS index_topk
     FROM m
@@ -85,5 +92,8 @@ SELECT config_hash, census_version, transformers_version, torch_version, records
             WHEN coalesce(index_topk, '0') <> '0' THEN 'records: the sparse-attention indexer''s scores are not priced'
             ELSE 'records: no formula of this costs version accounts for the difference'
        END AS forward_flops_cause,
-       measured_backward_peak_per_token
+       measured_backward_peak_per_token, priced_backward_peak_per_token, backward_peak_ratio,
+       CASE WHEN backward_peak_ratio IS NULL OR abs(backward_peak_ratio - 1) <= 0.005 THEN NULL
+            ELSE 'records: the working set holds widths this records version prices otherwise'
+       END AS backward_peak_cause
 FROM r;

@@ -383,7 +383,7 @@ def test_price_tables_have_the_agreed_columns(records, grid):
     n = len(grid.settings)
     assert n == 2 * 3 * 4 * 4  # stack × seq_length × tp × cp
     assert lp.num_rows == 2 * n * 256 and fp.num_rows == 2 * n
-    assert fp.column_names == ["kind", "setting_id", "kept"]
+    assert fp.column_names == ["kind", "setting_id", "kept", "backward_peak"]
     row = lp.slice(n * 256 + 5 * 256 + 7, 1).to_pylist()[0]  # moe kind, 6th setting, mask 7
     assert (row["kind"], row["setting_id"], row["mask"]) == ("moe", grid.settings[5]["setting_id"], 7)
 

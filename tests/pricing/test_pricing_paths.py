@@ -78,8 +78,9 @@ def test_the_wide_grid_drives_formulas_into_the_scalar_fallback(records):
     pricer = KindPricer(kind_values(spec, "decoder"), grid, records)
     assert {"gmm", "s", "t", "cp", "sp", "kv_shards", "rep", "kvr"} <= pricer.arrays
     routed = next(s for s in records.slots if s.name == "routed")
-    # `dropless_tok_factor if gmm else cap_fact` tests a varying name: not elementwise
-    assert not routed.formula.elementwise(pricer.arrays_total)
+    # the routed slots it reads (routed_slots_at's `dropless_tok_factor if gmm else cap_fact`)
+    # test a varying name: that derived name is left to the scalar path
+    assert "routed_slots_at" in routed.formula.names and "routed_slots_at" in pricer.unavailable
     attention = next(s for s in records.slots if s.name == "attention")
     assert attention.formula.elementwise(pricer.arrays_total)
     assert all(e.elementwise(pricer.arrays_total) for _, e in attention.elements)

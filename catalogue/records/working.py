@@ -1,0 +1,125 @@
+"""The working set of a layer's backward, priced (records.yaml `working_set`, docs/pricing.md,
+"The backward peak").
+
+The census states, per kind, what is alive at the moment of the layer's backward when most is,
+beyond what was alive when it began (spec `measured.working_set`,
+census/measure/backward_peak.py): tensors by width (elements per token) and dtype, each with a
+net count, and a constant. The records say what one rank holds of a tensor of each width (the
+first class whose width equals it) and what each dtype's element weighs; this module adds them
+up at every setting. A spec that states no working set (one censused before it was measured)
+gets NaN: no price, never a guessed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from speccat.catalogue.records.expr import Expr, ExprError
+from speccat.catalogue.records.names import LayerNames, PricingError, bind, kind_values
+
+KEYS = ("dtypes", "classes", "unmatched_formed", "unmatched_freed", "tokens")
+CLASS_KEYS = ("when", "width", "held")
+
+
+@dataclass(frozen=True)
+class WidthClass:
+    when: Expr | None  # the kinds the class is for (None: every kind), as the census ran
+    width: Expr  # its width: elements per token, as the census ran
+    held: Expr  # the elements per token one rank holds of a tensor that wide, at the setting
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    dtypes: Mapping[str, Expr]  # bytes an element of each dtype name the census states
+    classes: tuple[WidthClass, ...]
+    unmatched_formed: Expr  # the share one rank holds of a formed tensor of no class's width
+    unmatched_freed: Expr  # and of a freed save of no class's width
+    tokens: Expr  # one rank's tokens of a micro-batch
+
+
+def parse_working_set(loader: Any, value: Any, known: Collection[str]) -> WorkingSet:
+    """The records' `working_set` section, validated by the records loader `loader` (its
+    `mapping`, `expr` and `fail`), every expression reading only `known` names."""
+    body = loader.mapping("working_set", value, KEYS, KEYS)
+    dtypes = body["dtypes"]
+    if not isinstance(dtypes, Mapping) or "compute" not in dtypes:
+        raise loader.fail("bad_value", "working_set.dtypes", "must map each dtype name, `compute` among them, to its bytes an element")
+    classes = body["classes"]
+    if not isinstance(classes, list) or not classes:
+        raise loader.fail("bad_value", "working_set.classes", "must list the width classes")
+    parsed = []
+    for i, entry in enumerate(classes):
+        key = f"working_set.classes[{i}]"
+        entry = loader.mapping(key, entry, CLASS_KEYS, ("width", "held"))
+        when = loader.expr(f"{key}.when", entry["when"], known) if "when" in entry else None
+        parsed.append(WidthClass(when, loader.expr(f"{key}.width", entry["width"], known), loader.expr(f"{key}.held", entry["held"], known)))
+    return WorkingSet(
+        dtypes=MappingProxyType({str(name): loader.expr(f"working_set.dtypes.{name}", v, known) for name, v in dtypes.items()}),
+        classes=tuple(parsed),
+        unmatched_formed=loader.expr("working_set.unmatched_formed", body["unmatched_formed"], known),
+        unmatched_freed=loader.expr("working_set.unmatched_freed", body["unmatched_freed"], known),
+        tokens=loader.expr("working_set.tokens", body["tokens"], known),
+    )
+
+
+def _optional(expr: Expr, names: LayerNames) -> float | None:
+    """`expr` at `names`, or None where the kind lacks a name it reads (a class for other kinds)."""
+    try:
+        return float(expr(names))
+    except (PricingError, KeyError, ExprError):
+        return None
+
+
+def held_per_token(working: WorkingSet, widths: list, census: LayerNames) -> list[tuple[Expr | None, Expr | None]]:
+    """For each stated [width, dtype, count], what one rank holds of it per token: (the matched
+    class's `held`, None) or, of a width no class holds at the `census` names, (None, the share)."""
+    classes = [(c, _optional(c.width, census)) for c in working.classes if c.when is None or _optional(c.when, census)]
+    out = []
+    for width, _, count in widths:
+        held = next((c.held for c, w in classes if w == width), None)
+        out.append((held, None) if held is not None else (None, working.unmatched_formed if count > 0 else working.unmatched_freed))
+    return out
+
+
+def kind_working_set(working: WorkingSet, stated: Mapping, held: list, names: LayerNames, where: str) -> float:
+    """One rank's bytes of a kind's stated working set (`measured.working_set`) at one setting's
+    `names`, each width held as `held` (held_per_token) says."""
+    total = float(stated["constant_bytes"])
+    try:
+        tokens = float(working.tokens(names))
+        for (width, dtype, count), (cls, share) in zip(stated["widths"], held):
+            if dtype not in working.dtypes:
+                raise PricingError("bad_value", f"{where}: working set dtype {dtype!r} has no bytes in the records' working_set.dtypes")
+            elements = float(cls(names)) if cls is not None else width * float(share(names))
+            total += count * elements * float(working.dtypes[dtype](names)) * tokens
+    except ExprError as err:
+        raise PricingError("bad_value", f"{where}: working set: {err}") from None
+    # a stack that runs the layer otherwise (megatron dispatching only the chosen expert slots
+    # where transformers ran every expert) may free more than it forms at these widths
+    return max(total, 0.0)
+
+
+def price_working_sets(spec: Mapping, records: Any, grid: Any, kinds: tuple[str, ...]) -> np.ndarray:
+    """[kind, setting]: one rank's bytes of each kind's working set at each setting of `grid`;
+    NaN for a kind whose spec states none, or every kind when the records price none."""
+    out = np.full((len(kinds), len(grid.settings)), np.nan)
+    working = getattr(records, "working_set", None)
+    if working is None:
+        return out
+    measured = spec.get("measured", {})
+    for k, kind in enumerate(kinds):
+        stated = measured.get(kind, {}).get("working_set")
+        if stated is None:
+            continue
+        kv = kind_values(spec, kind)
+        ran = grid.setting({"stack": "transformers", "seq_length": measured[kind]["seq_length"], "tp": 1, "cp": 1, "sequence_parallel": False})
+        held = held_per_token(working, stated["widths"], bind(kv, ran, grid.dtype_bytes, records))
+        for i, setting in enumerate(grid.settings):
+            names = bind(kv, setting, grid.dtype_bytes, records)
+            out[k, i] = kind_working_set(working, stated, held, names, f"kind {kind!r}, setting {setting['setting_id']}")
+    return out
