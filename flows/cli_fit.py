@@ -302,7 +302,7 @@ def fit_command(args: argparse.Namespace) -> int:
           f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}; "
           f"schedule {about['schedule']['name']}; loss {about['loss']['name']}"
           + (f"; the first {args.offload_layers} layers of each rank offloaded to host memory" if args.offload_layers else ""))  # fmt: skip
-    sizes = ("total", "activations", "ends", "loss_working", "remade", "weight", "grad", "optimizer") + (("host",) if args.offload_layers else ())
+    sizes = ("total", "activations", "ends", "loss_working", "backward", "weight", "grad", "optimizer") + (("host",) if args.offload_layers else ())
     columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", *sizes, "recompute_ms", "overhead_%", "ms_per_seq")
     columns += ("offload_ms",) if args.offload_layers else ()
     columns += ("note",) if note else ()

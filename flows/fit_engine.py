@@ -36,7 +36,7 @@ from speccat.catalogue.store.memory import MemoryCatalogue
 from speccat.catalogue.store.night import NightData
 from speccat.flows.versions import current_versions
 
-BYTE_FIELDS = frozenset({"activations", "ends", "loss_working", "remade", "weight", "grad", "optimizer", "host", "total"})
+BYTE_FIELDS = frozenset({"activations", "ends", "loss_working", "remade", "backward", "weight", "grad", "optimizer", "host", "total"})
 LAYOUTS_TABLE = "fit_layouts"
 
 
@@ -67,6 +67,7 @@ class Fit:
     ends: float  # bytes: embedding / final norm and logits × in-flight micro-batches
     loss_working: float  # bytes: the loss kernel's working set where the stage holds the head, else 0
     remade: float  # bytes: the saves one layer's backward remakes under the set (the stage's largest kind)
+    backward: float  # bytes: one layer's backward beyond its saves, what it remakes and its working set (the stage's largest kind)
     weight: float
     grad: float
     optimizer: float
@@ -86,7 +87,7 @@ class Fit:
                         zero=row["zero_stage"], vpp=row["vpp_count"])  # fmt: skip
         return cls(
             layout, row["micro_batch_count"], row["mask"], row["switch_set"], row["fullest_stage"], row["in_flight_count"],
-            row["activation_bytes"], row["ends_bytes"], row["loss_working_bytes"], row["remade_bytes"], row["weight_bytes"], row["grad_bytes"], row["optimizer_bytes"],
+            row["activation_bytes"], row["ends_bytes"], row["loss_working_bytes"], row["remade_bytes"], row["backward_bytes"], row["weight_bytes"], row["grad_bytes"], row["optimizer_bytes"],
             row["host_bytes"], row["offload_s"], row["total_bytes"], row["recompute_flops"], row["recompute_bytes"], row["recompute_s"], row["overhead_pct"] / 100,
             row["recompute_s_per_seq"],
         )  # fmt: skip

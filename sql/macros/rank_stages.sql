@@ -23,10 +23,12 @@
 -- 1 + (pp - 1)/(pp vpp), ...; the head's for the schedule's head_flight where it states one),
 -- the logits end under the loss kernel of the variable loss (else the losses table's default,
 -- the model's own; loss_prices) and, once, where it holds the last piece, that kernel's working
--- set, or, where larger, what one layer's backward remakes before it forms a gradient (the
--- saves of the ops the switch set recomputes, all of them under full recompute; an offloaded
--- layer's saves, brought back; the largest of the rank's kinds): the two never meet, the loss's
--- running before any layer's backward;
+-- set, or, where larger, what one layer's backward holds beyond its saves: what it remakes
+-- before it forms a gradient (the saves of the ops the switch set recomputes, all of them under
+-- full recompute; an offloaded layer's saves, brought back) and then its working set
+-- (full_prices.backward_peak); the largest of the rank's kinds: the two never meet, the loss's
+-- running before any layer's backward, by which the head's tensors of that micro-batch (final
+-- norm and logits) are freed, so the layer's moment holds them less;
 -- of the activations, those of the rank's first offload_layers layers (the variable, else
 -- none) are in host memory, not on the rank: host_bytes, copied out and back each micro-batch
 -- over the accelerator's host link (offload_s); and its weights, gradients and optimizer states
@@ -178,13 +180,15 @@ stage_states AS MATERIALIZED (  -- each stage's weights, gradients and optimizer
 points AS MATERIALIZED (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1); what
                          -- it keeps (kept), and what it keeps with nothing recomputed (kept_none): its backward remakes
                          -- the saves of the ops it recomputes (remade: kept_none less kept; under full recompute, all of
-                         -- kept_none) before it forms a gradient
-    SELECT *, CASE WHEN mask = -1 THEN kept_none ELSE kept_none - kept END AS remade
-    FROM (SELECT *, max(kept) FILTER (WHERE mask = 0) OVER (PARTITION BY config_hash, kind, setting_id) AS kept_none
-          FROM (SELECT config_hash, kind, setting_id, mask, total AS kept
+                         -- kept_none) before it forms a gradient, and then holds its working set on top (working:
+                         -- full_prices.backward_peak, 0 where unpriced)
+    SELECT * EXCLUDE (backward_peak), CASE WHEN mask = -1 THEN kept_none ELSE kept_none - kept END AS remade
+    FROM (SELECT *, max(kept) FILTER (WHERE mask = 0) OVER (PARTITION BY config_hash, kind, setting_id) AS kept_none,
+                 coalesce(max(backward_peak) OVER (PARTITION BY config_hash, kind, setting_id), 0) AS working
+          FROM (SELECT config_hash, kind, setting_id, mask, total AS kept, NULL::DOUBLE AS backward_peak
                 FROM layer_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
                 UNION ALL
-                SELECT config_hash, kind, setting_id, -1, kept
+                SELECT config_hash, kind, setting_id, -1, kept, backward_peak
                 FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)))
 ),
 op_seconds AS NOT MATERIALIZED (  -- one layer's op at each setting: its recompute cost, and its time on each accelerator asked for
@@ -259,6 +263,7 @@ stage_held AS MATERIALIZED (  -- what each stage's rank holds beside its layers'
            CASE WHEN s.first_piece THEN e.embedding * s.flight ELSE 0 END
            + CASE WHEN s.last_piece THEN (e.final_norm + e.logits) * coalesce(s.head_flight, s.flight) ELSE 0 END AS ends,
            CASE WHEN s.last_piece THEN e.loss_working ELSE 0 END AS transient,
+           CASE WHEN s.last_piece THEN e.final_norm + e.logits ELSE 0 END AS head,
            t.weight, t.grad, t.optimizer
     FROM stage_states AS t
     JOIN stages AS s USING (layout, config_hash, stage)
@@ -278,16 +283,19 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
     HAVING NOT bool_or(l.only_fitting)
            OR max(coalesce(a.activations, 0) * h.flight + h.ends + h.transient + h.weight + h.grad + h.optimizer) <= min(l.budget_bytes)
 ),
-stage_totals AS (  -- each stage's rank under each set: what it holds by part, and in all (total); of the two working sets
-                   -- that never meet, the loss's (before any layer's backward) and one layer's remade saves (the largest of
-                   -- the stage's kinds; an offloaded layer's saves come back whole), the larger
+stage_totals AS (  -- each stage's rank under each set: what it holds by part, and in all (total); of the two moments that
+                   -- never meet, the loss's (its working set) and one layer's backward (beyond its saves: what it remakes, an
+                   -- offloaded layer's saves whole, and its working set; the largest of the stage's kinds), whichever holds
+                   -- more: by a layer's backward its micro-batch's head tensors (final norm and logits) have been freed
     SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
-           h.transient, a.remade, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded,
-           a.activations * h.flight + h.ends + greatest(h.transient, a.remade) + h.weight + h.grad + h.optimizer AS total
+           h.transient, a.remade, a.backward, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded,
+           a.activations * h.flight + h.ends + greatest(h.transient, a.backward - h.head) + h.weight + h.grad + h.optimizer AS total
     FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum((k.layers - k.offloaded) * p.kept) AS activations,
                  sum(k.offloaded * p.kept) AS offloaded,
                  greatest(max(CASE WHEN k.layers > k.offloaded THEN p.remade ELSE 0 END),
-                          max(CASE WHEN k.offloaded > 0 THEN p.kept_none ELSE 0 END)) AS remade
+                          max(CASE WHEN k.offloaded > 0 THEN p.kept_none ELSE 0 END)) AS remade,
+                 greatest(max(CASE WHEN k.layers > k.offloaded THEN p.remade + p.working ELSE 0 END),
+                          max(CASE WHEN k.offloaded > 0 THEN p.kept_none + p.working ELSE 0 END)) AS backward
           FROM stage_kinds AS k JOIN possible AS q USING (layout, config_hash)
           JOIN layout AS l ON l.layout = k.layout
           JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
@@ -326,6 +334,7 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        l.dp * g.tp * l.pp * g.cp AS gpus_count,
        x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.remade AS remade_bytes,
+       x.backward AS backward_bytes,
        x.weight AS weight_bytes,
        x.grad AS grad_bytes, x.optimizer AS optimizer_bytes, (SELECT layers FROM offload) AS offload_layers, x.host AS host_bytes,
        2 * x.offloaded / a.host_link_bytes_per_s AS offload_s,

@@ -30,7 +30,7 @@ INSERT INTO fits_on BY NAME
 WITH fitting AS (  -- every (layout, spec, setting, set) whose fullest rank fits the largest size (a row per repo of the spec)
     SELECT r.config_hash, t.gpus, t.position, r.stack, r.seq_length_tokens AS seq_length, r.dp_ranks AS dp, r.tp_ranks AS tp,
            r.pp_ranks AS pp, r.cp_ranks AS cp, r.ep_ranks AS ep, r.zero_stage AS zero, r.mask, r.switch_set, r.fullest_stage,
-           r.activation_bytes, r.ends_bytes, r.loss_working_bytes, r.remade_bytes, r.weight_bytes, r.grad_bytes, r.optimizer_bytes, r.total_bytes, r.recompute_s_per_seq,
+           r.activation_bytes, r.ends_bytes, r.loss_working_bytes, r.remade_bytes, r.backward_bytes, r.weight_bytes, r.grad_bytes, r.optimizer_bytes, r.total_bytes, r.recompute_s_per_seq,
            r.overhead_pct, CASE WHEN r.mask = -1 THEN 1 ELSE 0 END AS full_last
     FROM rank_layouts('fits_on_tried') AS r JOIN fits_on_tried AS t USING (layout)
     WHERE r.fits
@@ -59,7 +59,7 @@ asked AS (  -- every question about the specs built tonight
     WHERE list_contains(getvariable('config_hashes'), m.config_hash)
 )
 SELECT a.*, b.config_hash IS NOT NULL AS fits, b.dp, b.tp, b.pp, b.cp, b.ep, b.zero, b.mask, b.switch_set, b.fullest_stage,
-       b.activation_bytes, b.ends_bytes, b.loss_working_bytes, b.remade_bytes, b.weight_bytes, b.grad_bytes, b.optimizer_bytes, b.total_bytes, b.recompute_s_per_seq,
+       b.activation_bytes, b.ends_bytes, b.loss_working_bytes, b.remade_bytes, b.backward_bytes, b.weight_bytes, b.grad_bytes, b.optimizer_bytes, b.total_bytes, b.recompute_s_per_seq,
        b.overhead_pct
 FROM asked AS a
 LEFT JOIN best AS b USING (config_hash, stack, seq_length, gpus, gpu_mem_gib)

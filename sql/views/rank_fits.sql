@@ -42,13 +42,14 @@
 --   ends_bytes             bytes    its ends' (embedding; final norm and logits), all micro-batches in flight
 --   loss_working_bytes     bytes    the loss's working set where the rank holds the head (one micro-batch's at a time), else 0
 --   remade_bytes           bytes    what one layer's backward remakes before forming gradients: the saves of the ops the set recomputes (all under full recompute; an offloaded layer's, brought back), the largest of the stage's kinds
+--   backward_bytes         bytes    what one layer's backward holds beyond its saves: what it remakes and then its working set (full_prices.backward_peak), the largest of the stage's kinds
 --   weight_bytes           bytes    its weights
 --   grad_bytes             bytes    its gradients
 --   optimizer_bytes        bytes    its optimizer states
 --   offload_layers         count    layers per rank whose activations go to host memory (variable offload_layers, default 0)
 --   host_bytes             bytes    the activations of the rank's first offload_layers layers, all micro-batches in flight, in host memory
 --   offload_s              seconds  their copy out and back per micro-batch over the accelerator's host link (one direction's bandwidth each way)
---   total_bytes            bytes    what the rank must hold at its peak: activations, ends and model states, and the larger of loss_working_bytes and remade_bytes
+--   total_bytes            bytes    what the rank must hold at its peak: activations, ends and model states, and the larger of loss_working_bytes and backward_bytes
 --   budget_bytes           bytes    the budget: budget_gib GiB
 --   fits                   flag     total_bytes <= budget_bytes
 --   headroom_bytes         bytes    budget_bytes - total_bytes (negative: over budget)

@@ -29,6 +29,7 @@
 --   ends_bytes             bytes    its ends' (embedding; final norm and logits)
 --   loss_working_bytes     bytes    the model's own loss's working set, where the rank holds the head
 --   remade_bytes           bytes    the saves one layer's backward remakes under the set (all under full recompute), the stage's largest
+--   backward_bytes         bytes    what one layer's backward holds beyond its saves: what it remakes and its working set, the stage's largest
 --   weight_bytes           bytes    its weights
 --   grad_bytes             bytes    its gradients
 --   optimizer_bytes        bytes    its optimizer states
@@ -42,7 +43,7 @@ CREATE OR REPLACE VIEW repo_fits_on AS
 SELECT r.repo_id, r.downloads, f.config_hash, f.stack, f.seq_length, f.gpus, f.gpu_mem_gib, f.fits,
        f.seq_length > s.max_position_embeddings AS beyond_positions,
        f.dp, f.tp, f.pp, f.cp, f.ep, f.zero, f.switch_set, f.mask, f.fullest_stage, f.activation_bytes, f.ends_bytes,
-       f.loss_working_bytes, f.remade_bytes, f.weight_bytes, f.grad_bytes, f.optimizer_bytes, f.total_bytes, f.gpu_mem_gib * 2 ** 30 - f.total_bytes AS headroom_bytes,
+       f.loss_working_bytes, f.remade_bytes, f.backward_bytes, f.weight_bytes, f.grad_bytes, f.optimizer_bytes, f.total_bytes, f.gpu_mem_gib * 2 ** 30 - f.total_bytes AS headroom_bytes,
        f.recompute_s_per_seq, f.overhead_pct, z.recipe, z.accelerator
 FROM fits_on AS f
 JOIN latest_run AS v ON f.census_version = v.census_version AND f.transformers_version = v.transformers_version

@@ -35,9 +35,11 @@ def test_fit_lists_only_what_fits_by_the_catalogues_own_figures(snapshot_runs, c
         ).fetchone()
 
         def price(tp, mask):
-            setting = "SELECT setting_id FROM settings WHERE seq_length = 8192 AND tp = ? AND cp = 1 AND micro_batch = 1 AND in_flight = 1 AND stack = 'transformers'"
-            if mask == -1:
-                return con.execute(f"SELECT kept FROM full_prices WHERE config_hash = ? AND kind = ? AND setting_id = ({setting})", [config_hash, kind, tp]).fetchone()[0]
+            setting = ("SELECT setting_id FROM settings WHERE seq_length = 8192 AND tp = ? AND cp = 1 AND micro_batch = 1 AND in_flight = 1 "
+                       "AND stack = 'transformers' AND dropless_tok_factor = 1")
+            if mask in (-1, "working"):
+                column = "kept" if mask == -1 else "backward_peak"
+                return con.execute(f"SELECT {column} FROM full_prices WHERE config_hash = ? AND kind = ? AND setting_id = ({setting})", [config_hash, kind, tp]).fetchone()[0]
             return con.execute(
                 f"SELECT total FROM layer_prices WHERE config_hash = ? AND kind = ? AND mask = ? AND setting_id = ({setting})", [config_hash, kind, mask, tp]
             ).fetchone()[0]
@@ -48,23 +50,28 @@ def test_fit_lists_only_what_fits_by_the_catalogues_own_figures(snapshot_runs, c
             per_layer = price(tp, row["mask"])
             # one layer's backward remakes the saves of the ops the set recomputes (all of them under full recompute)
             remade = price(tp, 0) - (0 if row["mask"] == -1 else per_layer)
+            backward = remade + price(tp, "working")  # and then forms its gradients: the working set, priced
             stage_totals = []
             for i in range(pp):
                 n = layers // pp + (1 if i < layers % pp else 0)
                 flight = pp - i
                 ends = s * 8.0 if i == 0 else 0.0  # the ids (the embedding's output is the first layer's input)
+                head = 0.0
                 if i == pp - 1:  # Llama's final RMSNorm (fp32 input, a statistic, bf16 output), then the head and loss
-                    ends += s * (h * 4 + 4 + h * 2) / tp + s * (h * 2 + vocab * 4 / tp + 8) + 12
+                    head = s * (h * 4 + 4 + h * 2) / tp + s * (h * 2 + vocab * 4 / tp + 8) + 12
+                ends += head
                 params = n * ((att + ffn) / tp + norm) + (vocab * h / tp if i == 0 else 0) + (h + vocab * h / tp if i == pp - 1 else 0)
                 weight = 2 * params / (dp if zero == 3 else 1)
                 grad = 4 * params / (dp if zero >= 2 else 1)
                 optimizer = 12 * params / (dp if zero >= 1 else 1)
                 # the eager loss's backward, once on the last stage: fp32 gradients of the
                 # log-probabilities and of the logits over the rank's share of the vocabulary;
-                # it runs before any layer's backward, so the larger of it and the remade saves
+                # it runs before any layer's backward, so the larger of it and a layer's backward,
+                # by which that micro-batch's head tensors are freed
                 working = 2 * s * vocab * 4 / tp if i == pp - 1 else 0.0
-                stage_totals.append(n * per_layer * flight + ends * flight + max(working, remade) + weight + grad + optimizer)
+                stage_totals.append(n * per_layer * flight + ends * flight + max(working, backward - head) + weight + grad + optimizer)
             assert row["remade"] == pytest.approx(remade, abs=1) and (remade == 0) == (row["mask"] == 0)
+            assert row["backward"] == pytest.approx(backward, abs=1) and backward > remade
             assert row["total"] == pytest.approx(max(stage_totals), rel=1e-9), row
             assert row["total"] <= BUDGET
     assert rows == sorted(rows, key=lambda r: (r["recompute_s"] / r["dp"], r["total"], r["mask"]))

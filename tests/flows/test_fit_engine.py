@@ -67,7 +67,12 @@ def test_gpt3_175b_first_stage_by_hand(gpt3, capsys):
         # the selective set's backward remakes one layer's attention scores, softmax and dropout mask (5as²b/t) first
         remade = sbh * 5 * A * S / (H * T) if switch_set != "none" else 0
         assert row["remade"] == pytest.approx(remade, rel=1e-9)
-        assert row["total"] == pytest.approx(activations + ends + remade + 18 * params, rel=1e-9)
+        # then forms its gradients: the working set the census states for this shape at its peak (in
+        # the MLP's backward), the gradient received and one more of the hidden width (2 bytes
+        # each), one of the 4h MLP width (2 bytes), less a hidden dropout's freed mask (1 byte),
+        # each split over t (sequence parallel; the MLP's width inside the tp region): 11 sbh/t
+        assert row["backward"] == pytest.approx(remade + sbh * (2 * 2 + 4 * 2 - 1) / T, rel=1e-9)
+        assert row["total"] == pytest.approx(activations + ends + row["backward"] + 18 * params, rel=1e-9)
     # the same shape on the transformers stack with flash attention keeps no s² scores: less than Table 2's
     flash = fit_json(capsys, gpt3, "--seq", S, "--gpus", 64, "--tp", T, "--pp", P, "--gpu-mem", "200GiB")
     assert flash["stack"] == "transformers"

@@ -54,15 +54,19 @@ def by_hand(item, lay: dict, mask: int) -> list[dict]:
     prices: layers × their kind's price, and the ends where they sit, × micro-batches in flight
     (pp − i in 1F1B, × 1 + (pp − 1)/(pp·vpp) interleaved); and on the last stage the eager
     loss's working set, once: the fp32 gradients of the log-probabilities and of the logits,
-    2 · s · V · 4 / tp (tests/pricing/test_loss_kernels.py measures it on a real head); and
-    what one layer's backward remakes, the largest of the stage's kinds: its price with nothing
-    recomputed less its price under the mask, all of it under full recompute."""
+    2 · s · V · 4 / tp (tests/pricing/test_loss_kernels.py measures it on a real head); what
+    one layer's backward remakes, the largest of the stage's kinds: its price with nothing
+    recomputed less its price under the mask, all of it under full recompute; what it holds
+    beyond its saves, that and its working set (the pricing's), the largest of the stage's
+    kinds; and the head's tensors of one micro-batch (final norm and logits) on the last stage,
+    which a layer's backward no longer holds."""
     spec, records, grid = item.spec, runs.records(), runs.grid()
     setting = grid.setting({"stack": "transformers", "seq_length": SEQ, "tp": TP, "cp": 1})
     prices = price_layers(spec, records, grid.with_settings([setting]))
     kept = {k: float(prices.full[i, 0] if mask == -1 else prices.total[i, 0, mask]) for i, k in enumerate(prices.kinds)}
     none = {k: float(prices.total[i, 0, 0]) for i, k in enumerate(prices.kinds)}
     remade = {k: none[k] - (0 if mask == -1 else kept[k]) for k in kept}
+    backward = {k: remade[k] + float(prices.working[i, 0]) for i, k in enumerate(prices.kinds)}
     ends = price_ends_at(spec, records, setting, grid.dtype_bytes, load_ends(records))
     pp, vpp = lay["pp"], lay["vpp"]
     out = []
@@ -71,7 +75,8 @@ def by_hand(item, lay: dict, mask: int) -> list[dict]:
         end = (ends["embedding"] if i == 0 else 0) + (ends["final_norm"] + ends["logits"] if i == pp - 1 else 0)
         working = 2 * SEQ * spec["vocab_size"] * 4 / TP if i == pp - 1 else 0
         out.append({"activations": sum(n * kept[k] for k, n in counts.items()) * flight, "ends": end * flight, "working": working,
-                    "remade": max(remade[k] for k in counts)})
+                    "remade": max(remade[k] for k in counts), "backward": max(backward[k] for k in counts),
+                    "head": ends["final_norm"] + ends["logits"] if i == pp - 1 else 0})
     return out
 
 
@@ -81,11 +86,11 @@ def test_the_view_equals_the_figures_by_hand(con, lay):
         con.execute(f"SET VARIABLE {name} = {lay[name]}")
     where = "stack = 'transformers' AND seq_length_tokens = ? AND tp_ranks = ? AND cp_ranks = 1 AND mask IN ?"
     rows = con.execute(
-        f"SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, loss_working_bytes, remade_bytes, weight_bytes, grad_bytes, optimizer_bytes, "
-        f"total_bytes FROM rank_fits WHERE {where}", [SEQ, TP, list(MASKS)],
+        f"SELECT repo_id, mask, fullest_stage, activation_bytes, ends_bytes, loss_working_bytes, remade_bytes, backward_bytes, weight_bytes, grad_bytes, "
+        f"optimizer_bytes, total_bytes FROM rank_fits WHERE {where}", [SEQ, TP, list(MASKS)],
     ).fetchall()  # fmt: skip
     stages = con.execute(
-        f"SELECT repo_id, mask, stage, activation_bytes, ends_bytes, loss_working_bytes, remade_bytes, total_bytes FROM rank_stages('rank_fits_layout') "
+        f"SELECT repo_id, mask, stage, activation_bytes, ends_bytes, loss_working_bytes, remade_bytes, backward_bytes, total_bytes FROM rank_stages('rank_fits_layout') "
         f"WHERE {where} "
         f"ORDER BY stage", [SEQ, TP, list(MASKS)],
     ).fetchall()  # fmt: skip
@@ -97,13 +102,17 @@ def test_the_view_equals_the_figures_by_hand(con, lay):
             want = by_hand(runs.censused(repo), lay, mask)
             each = [s[2:] for s in stages if s[:2] == (repo, mask)]
             assert [s[0] for s in each] == list(range(lay["pp"])), (repo, mask)
-            for (_, act, ends, working, remade, _), w in zip(each, want):
-                assert (act, ends, working, remade) == pytest.approx((w["activations"], w["ends"], w["working"], w["remade"]), rel=1e-9), (repo, mask)
-            fullest = max(range(len(each)), key=lambda i: (each[i][5], -i))  # the most held, the first of equals
-            stage, act, ends, working, remade, weight, grad, optimizer, total = got[(repo, mask)]
-            assert (stage, act, ends, working, remade, total) == (fullest, *each[fullest][1:]), (repo, mask)
-            # the loss's working set and the remade saves never meet: the larger of the two
-            assert total == pytest.approx(act + ends + max(working, remade) + weight + grad + optimizer, rel=1e-12)
+            for (_, act, ends, working, remade, backward, _), w in zip(each, want):
+                assert (act, ends, working, remade, backward) == pytest.approx(
+                    (w["activations"], w["ends"], w["working"], w["remade"], w["backward"]), rel=1e-9), (repo, mask)
+            fullest = max(range(len(each)), key=lambda i: (each[i][6], -i))  # the most held, the first of equals
+            stage, act, ends, working, remade, backward, weight, grad, optimizer, total = got[(repo, mask)]
+            assert (stage, act, ends, working, remade, backward, total) == (fullest, *each[fullest][1:]), (repo, mask)
+            assert backward > remade  # every kind's working set is priced
+            # the loss's moment and a layer's backward never meet: the larger of the two, the
+            # head's tensors of the micro-batch freed by the layer's
+            head = want[fullest]["head"]
+            assert total == pytest.approx(act + ends + max(working, backward - head) + weight + grad + optimizer, rel=1e-12)
 
 
 def test_megatron_18_bytes_per_parameter_by_hand(con):

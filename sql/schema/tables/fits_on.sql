@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS fits_on (
     ends_bytes           DOUBLE,
     loss_working_bytes   DOUBLE,             -- the model's own loss's working set on the rank holding the head (NULL: stored before it was priced)
     remade_bytes         DOUBLE,             -- one layer's saves its backward remakes under the set, the stage's largest (NULL: stored before it was priced)
+    backward_bytes       DOUBLE,             -- one layer's backward beyond its saves: what it remakes and its working set, the stage's largest (NULL: stored before it was priced)
     weight_bytes         DOUBLE,
     grad_bytes           DOUBLE,
     optimizer_bytes      DOUBLE,
