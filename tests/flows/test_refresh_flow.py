@@ -72,9 +72,10 @@ def test_the_broken_config_is_a_failures_row(snapshot_runs):
 
 
 def test_every_config_is_priced_for_every_setting_and_mask(snapshot_runs):
-    # Expected rows per (config, kind): the grid's settings × the 2^switches masks; full
-    # recompute: one per (config, kind, setting).
-    n_settings = len(load_settings().settings)
+    # Expected rows per (config, kind): the grid's settings (and the overload's, for a spec with
+    # routed experts) × the 2^switches masks; full recompute: one per (config, kind, setting).
+    grid = load_settings()
+    routed = dict(rows(snapshot_runs.db, "SELECT config_hash, coalesce(num_experts, 1) > 1 FROM specs"))
     n_masks = 2 ** len(load_records().switches)
     # A setting at which a kind of the config cannot be laid out has no prices but a row of
     # infeasible_settings (catalogue/records/layouts.yaml): the two cover the grid exactly.
@@ -84,9 +85,11 @@ def test_every_config_is_priced_for_every_setting_and_mask(snapshot_runs):
         "SELECT k.config_hash, k.kind, count(p.mask) FROM kinds k LEFT JOIN layer_prices p USING (config_hash, kind) "
         "GROUP BY ALL",
     )
-    assert per_kind and all(n == (n_settings - infeasible.get(h, 0)) * n_masks for h, _, n in per_kind)
+    n_settings = {h: len(grid.settings) + (len(grid.overload) if routed[h] else 0) for h, _, _ in per_kind}
+    assert any(routed.values()) and not all(routed.values())
+    assert per_kind and all(n == (n_settings[h] - infeasible.get(h, 0)) * n_masks for h, _, n in per_kind)
     full = rows(snapshot_runs.db, "SELECT count(*) FROM full_prices")[0][0]
-    assert full == sum(n_settings - infeasible.get(h, 0) for h, _, _ in per_kind)
+    assert full == sum(n_settings[h] - infeasible.get(h, 0) for h, _, _ in per_kind)
     assert 0 < len(infeasible) < len({h for h, _, _ in per_kind})  # SmolLM2's 9 heads, and others; most fit every tp
 
 
@@ -194,7 +197,7 @@ def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(sn
     shutil.copy(snapshot_runs.after_cold, db)
     with duckdb.connect(str(db)) as con:
         newer = [r[0] for r in con.execute("SELECT setting_id FROM settings WHERE seq_length = 32768").fetchall()]
-        assert newer and len(newer) < len(load_settings().settings)
+        assert newer and len(newer) < len(load_settings().stored)
         for table in ("layer_prices", "full_prices", "switch_costs", "end_prices", "loss_prices", "op_costs", "settings"):
             con.execute(f"DELETE FROM {table} WHERE list_contains(?, setting_id)", [newer])
     state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
