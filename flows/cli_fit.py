@@ -31,6 +31,11 @@ def parse_size(text: str) -> float:
     return float(match.group(1)) * WRITTEN[match.group(2).lower()]
 
 
+def offload_count(text: str) -> int | str:
+    """--offload-layers: a whole number of at least 1, or `auto` (every count, weighed on the frontier)."""
+    return text if text == "auto" else count(1)(text)
+
+
 def count(low: int):
     """An argparse type: a whole number of at least `low`."""
 
@@ -83,8 +88,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      "(default: the file's default for --vpp: 1F1B, or interleaved above 1)")
     fit.add_argument("--loss", help="the loss kernel after the head, a name of catalogue/records/ends.yaml's losses: eager, chunked, "
                      "fused-linear (default: the model's own, eager)")
-    fit.add_argument("--offload-layers", type=count(1), help="offload the activations of each rank's first N layers to host memory "
-                     "(reported as host bytes, and the copy's seconds over the accelerator's host link)")
+    fit.add_argument("--offload-layers", type=offload_count, metavar="N|auto",
+                     help="offload the activations of each rank's first N layers to host memory (reported as host bytes, and the "
+                     "copy's seconds over the accelerator's host link); auto: try every count, offload a third action beside "
+                     "keeping and recomputing, and list the (set, count) pairs no other beats on bytes, recompute and copy time")
     fit.add_argument("--moe-overload", type=float, metavar="F", help="the busiest expert-parallel rank's routed tokens over an even "
                      "share (Megatron-LM's overload factor; default 1): the routed experts' activations times F")
     fit.add_argument("--accelerator", help="a name of catalogue/records/accelerators.yaml (default: the file's default, H100-SXM); "
@@ -293,7 +300,8 @@ def fit_command(args: argparse.Namespace) -> int:
     if question is not None:
         print(said(question))
 
-    print(f"{repo_id}: {len(rows)} (layout, switch set) pairs fit {human_bytes(budget)} per GPU "
+    pairs = "(layout, switch set, offload count)" if args.offload_layers == "auto" else "(layout, switch set)"
+    print(f"{repo_id}: {len(rows)} {pairs} pairs fit {human_bytes(budget)} per GPU "
           f"on {args.gpus or 'no number of'} GPUs at seq {args.seq or 'none'}, micro-batch {args.micro_batch or 'none'}; showing {len(shown)}"
           + (f"; {note}" if note else ""))  # fmt: skip
     recipe = about["recipe"]
@@ -301,15 +309,17 @@ def fit_command(args: argparse.Namespace) -> int:
     print(f"spec: {origin}; stack {about['stack']} ({fields}); recipe {recipe['name']} "
           f"({recipe['bytes_per_param']['total']:g} B/param: {recipe['source']}); accelerator {about['accelerator']}; "
           f"schedule {about['schedule']['name']}; loss {about['loss']['name']}"
-          + (f"; the first {args.offload_layers} layers of each rank offloaded to host memory" if args.offload_layers else ""))  # fmt: skip
+          + (f"; {offloaded(args.offload_layers)}" if args.offload_layers else ""))  # fmt: skip
     sizes = ("total", "activations", "ends", "loss_working", "backward", "weight", "grad", "optimizer") + (("host",) if args.offload_layers else ())
-    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", *sizes, "recompute_ms", "overhead_%", "ms_per_seq")
+    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", *(("offload",) if args.offload_layers == "auto" else ()), *sizes,
+               "recompute_ms", "overhead_%", "ms_per_seq")
     columns += ("offload_ms",) if args.offload_layers else ()
     columns += ("note",) if note else ()
     body = []
     for r in shown:
         d = r.as_dict()
-        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + [format_bytes(d[c], args.units) for c in sizes]
+        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + ([str(d["offload_layers"])] if args.offload_layers == "auto" else [])
+                    + [format_bytes(d[c], args.units) for c in sizes]
                     + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}", f"{d['recompute_s_per_seq'] * 1e3:.2f}"]
                     + ([f"{d['offload_s'] * 1e3:.2f}"] if args.offload_layers else [])
                     + (["beyond positions"] if note else []))  # fmt: skip
@@ -317,3 +327,10 @@ def fit_command(args: argparse.Namespace) -> int:
     if not rows:
         print("nothing fits: try more GPUs, a shorter sequence or a larger --gpu-mem", file=sys.stderr)
     return 0
+
+
+def offloaded(asked: int | str) -> str:
+    """The second line's words for --offload-layers."""
+    if asked == "auto":
+        return "offload weighed: every count of each rank's first layers offloaded to host memory tried"
+    return f"the first {asked} layers of each rank offloaded to host memory"

@@ -71,6 +71,7 @@ class Fit:
     weight: float
     grad: float
     optimizer: float
+    offload_layers: int  # layers per rank whose activations go to host memory (its first)
     host: float  # bytes: the offloaded layers' activations in host memory, all micro-batches in flight
     offload_s: float  # their copy out and back per micro-batch over the host link
     total: float
@@ -88,7 +89,7 @@ class Fit:
         return cls(
             layout, row["micro_batch_count"], row["mask"], row["switch_set"], row["fullest_stage"], row["in_flight_count"],
             row["activation_bytes"], row["ends_bytes"], row["loss_working_bytes"], row["remade_bytes"], row["backward_bytes"], row["weight_bytes"], row["grad_bytes"], row["optimizer_bytes"],
-            row["host_bytes"], row["offload_s"], row["total_bytes"], row["recompute_flops"], row["recompute_bytes"], row["recompute_s"], row["overhead_pct"] / 100,
+            row["offload_layers"], row["host_bytes"], row["offload_s"], row["total_bytes"], row["recompute_flops"], row["recompute_bytes"], row["recompute_s"], row["overhead_pct"] / 100,
             row["recompute_s_per_seq"],
         )  # fmt: skip
 
@@ -103,7 +104,7 @@ class Fit:
 def fits(
     spec: Mapping, name: str, accelerator: str, *, gpus: int, seq: int, budget: float, micro_batch: int = 1,
     fixed: Mapping[str, int | None] | None = None, zeros: Iterable[int] = (0, 1, 2, 3), recipe: str | None = None,
-    setting: Mapping | None = None, schedule: str | None = None, loss: str | None = None, offload_layers: int = 0,
+    setting: Mapping | None = None, schedule: str | None = None, loss: str | None = None, offload_layers: int | str = 0,
 ) -> list[Fit]:  # fmt: skip
     """Every (layout, switch set) of `gpus` ranks whose fullest stage fits `budget` bytes, of
     each layout only the sets on its frontier, ranked by estimated recompute seconds per
@@ -112,7 +113,8 @@ def fits(
     layout fields held; `schedule` the pipeline schedule (schedules.yaml; None: each layout's
     default), which a layout it cannot run on (its vpp, its pp) leaves out; `loss` the loss kernel
     after the head (ends.yaml; None: the model's own); `offload_layers` the layers per rank whose
-    activations go to host memory (its first). LayoutError "infeasible" when the held
+    activations go to host memory (its first), or "auto": every count tried, offload weighed on
+    the frontier beside keeping and recomputing (fitting_sets with offload_search). LayoutError "infeasible" when the held
     fields leave no layout, or only ones layouts.yaml refuses at this sequence length."""
     data = planning_data()
     records, grid = data["records"], data["grid"]
@@ -134,7 +136,8 @@ def fits(
     con = held(spec, name, list(at.values()))
     rows = layout_rows(candidates, {key: s["setting_id"] for key, s in at.items()}, recipe or data["states"].default_recipe, budget, accelerator)
     con.register(LAYOUTS_TABLE, rows)
-    asked = {"schedule": schedule, "loss": loss, "offload_layers": offload_layers or None}
+    search = offload_layers == "auto"
+    asked = {"schedule": schedule, "loss": loss, "offload_layers": None if search else offload_layers or None, "offload_search": search or None}
     try:
         for variable, value in asked.items():
             con.execute(sql.render("steps/set_variable", name=variable), {"value": value})

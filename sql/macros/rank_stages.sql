@@ -30,8 +30,9 @@
 -- running before any layer's backward, by which the head's tensors of that micro-batch (final
 -- norm and logits) are freed, so the layer's moment holds them less;
 -- of the activations, those of the rank's first offload_layers layers (the variable, else
--- none) are in host memory, not on the rank: host_bytes, copied out and back each micro-batch
--- over the accelerator's host link (offload_s); and its weights, gradients and optimizer states
+-- none; with the variable offload_search true, a row for every count from none to the most
+-- layers a stage's rank holds) are in host memory, not on the rank: host_bytes, copied out and
+-- back each micro-batch over the accelerator's host link (offload_s); and its weights, gradients and optimizer states
 -- (state_sharding: each parameter group divided among the model-parallel ranks, a state the
 -- ZeRO stage partitions divided again over the data group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
 -- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
@@ -45,8 +46,8 @@
 -- A layout with pp beyond a model's layers, or ep not dividing both its routed experts and
 -- dp·cp, has no rows for it. SET VARIABLE repo_id reads that repo's rows only, and
 -- config_hashes (a list) those specs' only (sql/steps/fits_on.sql sets it).
--- Grain: one row per (layout, repo_id, setting_id, switch set, stage), at the latest night's
--- versions.
+-- Grain: one row per (layout, repo_id, setting_id, switch set, offload count, stage), at the
+-- latest night's versions.
 -- Columns: rank_fits' (see its view), after `layout`, the layout's number, with `stage` (0
 -- first) for fullest_stage and, after it, `fullest`: whether this stage's rank holds the most
 -- of its layout's stages under the set (of stages holding as much, the first).
@@ -64,9 +65,6 @@ chosen AS MATERIALIZED (  -- the pipeline schedule a layout runs (schedules), by
                                                  (SELECT d.schedule FROM schedules AS d
                                                   WHERE d.default_for = CASE WHEN v.virtual THEN 'virtual' ELSE 'single' END))
     WHERE s.interleaved = v.virtual
-),
-offload AS MATERIALIZED (  -- layers per rank whose saves go to host memory: the variable offload_layers, else none
-    SELECT coalesce(getvariable('offload_layers'), 0)::INTEGER AS layers
 ),
 chosen_loss AS MATERIALIZED (  -- the loss kernel after the head (losses): the variable loss, else the model's own
     SELECT coalesce(getvariable('loss')::VARCHAR, (SELECT loss FROM losses WHERE is_default)) AS loss
@@ -111,17 +109,29 @@ stages AS MATERIALIZED (  -- each stage's micro-batches in flight (the schedule'
     FROM pieces AS p JOIN layout AS l USING (layout) JOIN chosen AS c ON c.virtual = (l.vpp > 1)
     GROUP BY ALL
 ),
-offloading AS MATERIALIZED (  -- of each piece, the layers [lo, lo + offloaded) whose saves go to host memory: the rank's
-                              -- first offload_layers layers, in stack order
-    SELECT p.*, least(p.hi - p.lo, greatest(0, o.layers - coalesce(sum(p.hi - p.lo) OVER (
-               PARTITION BY p.layout, p.config_hash, p.stage ORDER BY p.lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))) AS offloaded
-    FROM pieces AS p, offload AS o
+offload AS MATERIALIZED (  -- per layout and spec, the layers per rank whose saves go to host memory: the variable
+                           -- offload_layers, else none; with the variable offload_search, every count from none to the
+                           -- most layers a stage's rank holds (offload a third action beside keeping and recomputing)
+    SELECT layout, config_hash,
+           unnest(CASE WHEN coalesce(getvariable('offload_search'), false) THEN range(0, max(held)::BIGINT + 1)
+                       ELSE [coalesce(getvariable('offload_layers'), 0)::BIGINT] END) AS layers
+    FROM (SELECT layout, config_hash, stage, sum(hi - lo) AS held FROM pieces GROUP BY ALL)
+    GROUP BY ALL
 ),
-stage_kinds AS MATERIALIZED (  -- each stage's layers of each kind, and of those the offloaded
-    SELECT s.layout, s.config_hash, s.stage, r.kind, sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) AS layers,
+offloading AS MATERIALIZED (  -- of each piece, at each count, the layers [lo, lo + offloaded) whose saves go to host memory:
+                              -- the rank's first that many layers, in stack order
+    SELECT p.*, o.layers AS offload, least(p.hi - p.lo, greatest(0, o.layers - coalesce(sum(p.hi - p.lo) OVER (
+               PARTITION BY p.layout, p.config_hash, o.layers, p.stage ORDER BY p.lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))) AS offloaded
+    FROM pieces AS p JOIN offload AS o USING (layout, config_hash)
+),
+stage_kinds AS MATERIALIZED (  -- each stage's layers of each kind at each offload count, and of those the offloaded
+    SELECT s.layout, s.config_hash, s.offload, s.stage, r.kind, sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) AS layers,
            sum(greatest(0, least(s.lo + s.offloaded, r.stop) - greatest(s.lo, r.first))) AS offloaded
     FROM offloading AS s JOIN runs AS r USING (config_hash)
     GROUP BY ALL HAVING sum(greatest(0, least(s.hi, r.stop) - greatest(s.lo, r.first))) > 0
+),
+kinds_held AS MATERIALIZED (  -- each stage's layers of each kind, whatever is offloaded
+    SELECT * EXCLUDE (offload, offloaded) FROM stage_kinds QUALIFY offload = min(offload) OVER (PARTITION BY layout, config_hash)
 ),
 kind_params AS MATERIALIZED (
     SELECT config_hash, census_version, transformers_version, torch_version, kind, replace(column_name, 'params_', '') AS "group", params
@@ -130,7 +140,7 @@ kind_params AS MATERIALIZED (
 ),
 stage_params AS MATERIALIZED (  -- parameters per group on each stage, before model-parallel sharding
     SELECT k.layout, k.config_hash, k.stage, p."group", sum(k.layers * p.params) AS params
-    FROM stage_kinds AS k JOIN latest AS m USING (config_hash)
+    FROM kinds_held AS k JOIN latest AS m USING (config_hash)
     JOIN kind_params AS p ON p.config_hash = k.config_hash AND p.census_version = m.census_version AND p.transformers_version = m.transformers_version
                          AND p.torch_version = m.torch_version AND p.kind = k.kind
     GROUP BY ALL
@@ -273,10 +283,12 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
                             -- which some set could fit, no stage's floor over its budget (each kind's fewest bytes under any set)
     SELECT h.layout, h.config_hash, h.setting_id
     FROM stage_held AS h JOIN layout AS l ON l.layout = h.layout
-    LEFT JOIN (SELECT k.layout, k.config_hash, q.setting_id, k.stage, sum((k.layers - k.offloaded) * f.kept) AS activations
-               FROM stage_kinds AS k JOIN priced AS q USING (layout, config_hash)
-               JOIN (SELECT config_hash, kind, setting_id, min(kept) AS kept FROM points GROUP BY ALL) AS f
-                 ON f.config_hash = k.config_hash AND f.kind = k.kind AND f.setting_id = q.setting_id
+    LEFT JOIN (SELECT layout, config_hash, setting_id, stage, min(activations) AS activations  -- at the count offloading most
+               FROM (SELECT k.layout, k.config_hash, q.setting_id, k.stage, k.offload, sum((k.layers - k.offloaded) * f.kept) AS activations
+                     FROM stage_kinds AS k JOIN priced AS q USING (layout, config_hash)
+                     JOIN (SELECT config_hash, kind, setting_id, min(kept) AS kept FROM points GROUP BY ALL) AS f
+                       ON f.config_hash = k.config_hash AND f.kind = k.kind AND f.setting_id = q.setting_id
+                     GROUP BY ALL)
                GROUP BY ALL) AS a
       ON a.layout = h.layout AND a.config_hash = h.config_hash AND a.setting_id = h.setting_id AND a.stage = h.stage
     GROUP BY h.layout, h.config_hash, h.setting_id
@@ -287,10 +299,10 @@ stage_totals AS (  -- each stage's rank under each set: what it holds by part, a
                    -- never meet, the loss's (its working set) and one layer's backward (beyond its saves: what it remakes, an
                    -- offloaded layer's saves whole, and its working set; the largest of the stage's kinds), whichever holds
                    -- more: by a layer's backward its micro-batch's head tensors (final norm and logits) have been freed
-    SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
+    SELECT a.layout, a.config_hash, a.setting_id, a.mask, a.offload, a.stage, h.flight, a.activations * h.flight AS activations, h.ends,
            h.transient, a.remade, a.backward, h.weight, h.grad, h.optimizer, a.offloaded * h.flight AS host, a.offloaded AS offloaded,
            a.activations * h.flight + h.ends + greatest(h.transient, a.backward - h.head) + h.weight + h.grad + h.optimizer AS total
-    FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.stage, sum((k.layers - k.offloaded) * p.kept) AS activations,
+    FROM (SELECT k.layout, k.config_hash, q.setting_id, p.mask, k.offload, k.stage, sum((k.layers - k.offloaded) * p.kept) AS activations,
                  sum(k.offloaded * p.kept) AS offloaded,
                  greatest(max(CASE WHEN k.layers > k.offloaded THEN p.remade ELSE 0 END),
                           max(CASE WHEN k.offloaded > 0 THEN p.kept_none ELSE 0 END)) AS remade,
@@ -303,8 +315,8 @@ stage_totals AS (  -- each stage's rank under each set: what it holds by part, a
           GROUP BY ALL) AS a
     JOIN stage_held AS h USING (layout, config_hash, setting_id, stage)
 ),
-fullest AS (  -- per layout, spec, setting and set, the stage whose rank holds the most (of equals, the first)
-    SELECT layout, config_hash, setting_id, mask, arg_max(stage, (total, -stage)) AS stage
+fullest AS (  -- per layout, spec, setting, set and offload count, the stage whose rank holds the most (of equals, the first)
+    SELECT layout, config_hash, setting_id, mask, offload, arg_max(stage, (total, -stage)) AS stage
     FROM stage_totals GROUP BY ALL
 ),
 step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
@@ -316,7 +328,7 @@ first_costs AS (  -- the first stage's layers, per micro-batch: each point's rec
     SELECT k.layout, k.config_hash, p.setting_id, p.mask, sum(k.layers * coalesce(c.flops, 0)) AS flops,
            sum(k.layers * coalesce(c.moved, 0)) AS moved, round(sum(k.layers * coalesce(c.seconds, 0)), 15) AS seconds,  -- to the femtosecond: sums of the same terms in another order rank alike
            sum(k.layers * f.seconds * s.forwards) AS step_seconds
-    FROM stage_kinds AS k JOIN layout AS l ON l.layout = k.layout
+    FROM kinds_held AS k JOIN layout AS l ON l.layout = k.layout
     JOIN possible AS q ON q.layout = k.layout AND q.config_hash = k.config_hash
     JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
                          AND p.kind = k.kind AND p.setting_id = q.setting_id
@@ -336,7 +348,7 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.remade AS remade_bytes,
        x.backward AS backward_bytes,
        x.weight AS weight_bytes,
-       x.grad AS grad_bytes, x.optimizer AS optimizer_bytes, (SELECT layers FROM offload) AS offload_layers, x.host AS host_bytes,
+       x.grad AS grad_bytes, x.optimizer AS optimizer_bytes, x.offload AS offload_layers, x.host AS host_bytes,
        2 * x.offloaded / a.host_link_bytes_per_s AS offload_s,
        x.total AS total_bytes, l.budget_bytes, x.total <= l.budget_bytes AS fits, l.budget_bytes - x.total AS headroom_bytes,
        l.accelerator, c.flops AS recompute_flops, c.moved AS recompute_bytes, c.seconds AS recompute_s,
@@ -350,5 +362,5 @@ JOIN repos AS r ON r.config_hash = x.config_hash
 JOIN settings AS g ON g.setting_id = x.setting_id
 LEFT JOIN switch_sets AS w ON w.mask = x.mask
 LEFT JOIN fullest AS u ON u.layout = x.layout AND u.config_hash = x.config_hash AND u.setting_id = x.setting_id AND u.mask = x.mask
-                      AND u.stage = x.stage
+                      AND u.offload = x.offload AND u.stage = x.stage
 LEFT JOIN first_costs AS c ON c.layout = x.layout AND c.config_hash = x.config_hash AND c.setting_id = x.setting_id AND c.mask = x.mask;

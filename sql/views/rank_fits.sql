@@ -46,7 +46,7 @@
 --   weight_bytes           bytes    its weights
 --   grad_bytes             bytes    its gradients
 --   optimizer_bytes        bytes    its optimizer states
---   offload_layers         count    layers per rank whose activations go to host memory (variable offload_layers, default 0)
+--   offload_layers         count    layers per rank whose activations go to host memory (variable offload_layers, default 0; fitting_sets with offload_search: each count tried)
 --   host_bytes             bytes    the activations of the rank's first offload_layers layers, all micro-batches in flight, in host memory
 --   offload_s              seconds  their copy out and back per micro-batch over the accelerator's host link (one direction's bandwidth each way)
 --   total_bytes            bytes    what the rank must hold at its peak: activations, ends and model states, and the larger of loss_working_bytes and backward_bytes

@@ -7,7 +7,12 @@ layers cross the host link out and back: 2 x 4 layers / 64 GB/s, H100-SXM's PCIe
 direction (its datasheet's 128 GB/s both ways). An offloaded layer's saves come back to the GPU
 for its backward, with the saves its switch set recomputes remade: the stage's backward then
 holds one layer's saves with nothing recomputed at once, which the total holds instead of the
-remade saves alone."""
+remade saves alone.
+
+With `--offload-layers auto` offload is the third action on fit's frontier beside keeping and
+recomputing: every count from none to a stage's layers is tried with every switch set, and the
+(set, count) pairs listed are those no other beats on the bytes, the recompute time and the
+copy time."""
 
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ def test_four_layers_offloaded_on_llama_70b_at_tp8_pp8(capsys):
         assert before["remade"] == pytest.approx(none_layer - (0 if name == "full" else layer), abs=1), name
         assert after["remade"] == pytest.approx(none_layer, abs=1), name  # an offloaded layer's saves, back whole
         if after["stage"] == before["stage"]:  # the GPU holds less by what the host holds, more by one layer's saves back
-            back = max(after["loss_working"], after["remade"]) - max(before["loss_working"], before["remade"])
+            back = max(after["loss_working"], after["backward"]) - max(before["loss_working"], before["backward"])
             assert before["total"] - after["total"] == pytest.approx(after["host"] - back, abs=2), name
         for field in ("ends", "loss_working", "weight", "grad", "optimizer", "recompute_s"):
             assert after[field] == before[field], (name, field)
@@ -66,3 +71,22 @@ def test_more_layers_than_a_stage_holds_offloads_them_all(capsys):
     assert none["activations"] == 0 and none["host"] == pytest.approx(LAYERS_PER_STAGE * layer * none["in_flight"], rel=1e-9)
     # no activations left on the ranks: the last stage, holding the head and the loss, is now the fullest
     assert none["stage"] == 7 and none["loss_working"] > 0
+
+
+def test_offload_weighed_on_the_frontier(capsys):
+    budget = ("--gpu-mem", "40GiB")  # after rows()'s own 1000GiB: the last one given counts
+    searched = [r for r in rows(capsys, *budget, "--offload-layers", "auto")[0]["rows"] if r["dp"] == 1]
+    plain = {r["switch_set"]: r for r in rows(capsys, *budget)[0]["rows"] if r["dp"] == 1}
+    # nothing recomputed fits 40 GiB only with layers offloaded: the fewest that fit are 4
+    assert "none" not in plain
+    kept = [r for r in searched if r["switch_set"] == "none"]
+    assert min(r["offload_layers"] for r in kept) == OFFLOADED and all(r["recompute_s"] == 0 for r in kept)
+    # each listed pair is what --offload-layers N prices for it
+    for n in {r["offload_layers"] for r in searched}:
+        fixed = {r["switch_set"]: r for r in rows(capsys, *budget, "--offload-layers", n)[0]["rows"] if r["dp"] == 1} if n else plain
+        for r in (r for r in searched if r["offload_layers"] == n and r["switch_set"] in fixed):
+            assert {k: v for k, v in r.items() if k != "offload_layers"} == {k: v for k, v in fixed[r["switch_set"]].items() if k != "offload_layers"}
+    # and no listed pair beats another on bytes, recompute and copy time
+    key = [(r["total"], r["recompute_s"], r["offload_s"]) for r in searched]
+    for i, a in enumerate(key):
+        assert not any(j != i and all(x <= y for x, y in zip(b, a)) and b != a for j, b in enumerate(key)), searched[i]
