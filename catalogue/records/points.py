@@ -27,6 +27,7 @@ from speccat.catalogue.records.names import PricingError
 from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.pricing import price_layers
 from speccat.catalogue.records.settings import Grid
+from speccat.catalogue.records.working import price_working_sets
 from speccat.catalogue.vocabulary import CACHED, END_PARTS
 
 CENSUS_POINT = "census"  # the census's own measurement (the spec's `measured`)
@@ -59,6 +60,7 @@ def price_points(spec: Mapping, records: Records, grid: Grid, costs: Costs | Non
     column = {setting_id: i for i, setting_id in enumerate(settings)}
     at = grid.with_settings(settings.values())
     prices = price_layers(spec, records, at)
+    working = price_working_sets(spec, records, at, prices.kinds)
     priced = op_costs(spec, records, at, costs or load_costs(records))
     forward = dict(zip(priced.kinds, priced.forward()[0]))  # kind -> [setting]
     rows = []
@@ -66,7 +68,7 @@ def price_points(spec: Mapping, records: Records, grid: Grid, costs: Costs | Non
         i, mask = column[setting["setting_id"]], records.mask_of(point["recompute"])
         for k, kind in enumerate(prices.kinds):
             per_token = float(prices.total[k, i, mask]) / point["seq_length"]
-            peak = float(prices.working[k, i]) / point["seq_length"] if prices.working is not None else float("nan")
+            peak = float(working[k, i]) / point["seq_length"]
             rows.append({"kind": kind, "point": point["point"], "priced_per_token": per_token, "forward_flops": float(forward[kind][i]),
                          "backward_peak_per_token": None if peak != peak else peak})
     return rows

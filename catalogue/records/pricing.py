@@ -28,22 +28,22 @@ __all__ = ["METHODS", "LayerPrices", "PriceTables", "PricingError", "model_total
 
 
 def price_layers(spec: Mapping, records: Records, grid: Grid, method: str = "fast") -> LayerPrices:
-    """All (kind, setting, mask) prices of `spec` as arrays, with each kind's backward working
-    set at each setting (the same for both methods); `method` is fast or direct."""
+    """All (kind, setting, mask) prices of `spec` as arrays; `method` is fast or direct."""
     if method not in METHODS:
         raise ValueError(f"unknown pricing method {method!r}; methods: {', '.join(METHODS)}")
-    prices = METHODS[method](spec, records, grid)
-    return dataclasses.replace(prices, working=price_working_sets(spec, records, grid, prices.kinds))
+    return METHODS[method](spec, records, grid)
 
 
 def price_spec(spec: Mapping, records: Records, settings: Grid, method: str = "fast", costs: Costs | None = None) -> PriceTables:
     """Price every switch set × kind × setting of `spec` (a plain ModelSpec mapping with flavours).
 
-    `settings` is a Grid. With `costs` (cost.load_costs) the tables carry the recompute costs
+    `settings` is a Grid. full_prices carries each kind's backward working set at each setting
+    (catalogue/records/working.py). With `costs` (cost.load_costs) the tables carry the recompute costs
     and the frontier too (`switch_costs`, catalogue/records/switchcosts.py), as the catalogue
     stores them.
     """
     prices = price_layers(spec, records, settings, method)
+    prices = dataclasses.replace(prices, working=price_working_sets(spec, records, settings, prices.kinds))
     tables = prices.to_tables()
     if costs is None:
         return tables

@@ -19,6 +19,7 @@ from support import store_runs as runs
 from speccat.catalogue.records.cost import load_accelerators, load_costs, op_costs, recomputed
 from speccat.catalogue.records.ends import load_ends, price_ends_at
 from speccat.catalogue.records.pricing import price_layers
+from speccat.catalogue.records.working import price_working_sets
 from speccat.catalogue.store.file import open_readonly, publish
 from speccat.flows.fit_engine import fits
 
@@ -66,7 +67,8 @@ def by_hand(item, lay: dict, mask: int) -> list[dict]:
     kept = {k: float(prices.full[i, 0] if mask == -1 else prices.total[i, 0, mask]) for i, k in enumerate(prices.kinds)}
     none = {k: float(prices.total[i, 0, 0]) for i, k in enumerate(prices.kinds)}
     remade = {k: none[k] - (0 if mask == -1 else kept[k]) for k in kept}
-    backward = {k: remade[k] + float(prices.working[i, 0]) for i, k in enumerate(prices.kinds)}
+    working = price_working_sets(spec, records, grid.with_settings([setting]), prices.kinds)
+    backward = {k: remade[k] + float(working[i, 0]) for i, k in enumerate(prices.kinds)}
     ends = price_ends_at(spec, records, setting, grid.dtype_bytes, load_ends(records))
     pp, vpp = lay["pp"], lay["vpp"]
     out = []
