@@ -125,4 +125,8 @@ def summary(spec) -> str:
             lines.append(f"    forward FLOPs of one layer at s={measured['seq_length']}: {measured['forward_flops']:,}")
         if "backward_peak" in measured:
             lines.append(f"    backward peak of one layer (beyond what was alive before it began) at s={measured['seq_length']}: {_fmt(measured['backward_peak'] / measured['seq_length'])} bytes/token")
+        if "working_set" in measured:  # what is alive at that peak: count × width (elements a token) and dtype
+            widths = measured["working_set"]["widths"]
+            lines.append("      working set: " + " ".join(f"{n:+d}×{w:,} {dtype}" for w, dtype, n in widths)
+                         + (f" {measured['working_set']['constant_bytes']:+,} B" if measured["working_set"]["constant_bytes"] else ""))
     return "\n".join(lines)

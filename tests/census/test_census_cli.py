@@ -53,6 +53,7 @@ def test_census_summary_is_readable(capsys):
     line = next(x for x in out.splitlines() if "backward peak of one layer (beyond what was alive before it began) at s=4096:" in x)
     h, k = 4096, 2
     assert float(line.split(":")[-1].split()[0].replace(",", "")) == h * 2 + k * h * (3 * 4 + 2) - k * 8
+    assert "      working set: -1×2 int64 +1×4,096 compute +1×8,192 compute +3×8,192 float32\n" in out
 
 
 def test_census_of_a_missing_file_is_one_error_line(capsys, tmp_path):
