@@ -174,7 +174,7 @@ def backward_windows(layers: dict[int, nn.Module], begin: Callable[[int, torch.T
 def working_set(at_peak: tuple[list[tuple[int, torch.dtype]], list[tuple[int, torch.dtype]]] | None, tokens: int, compute: torch.dtype) -> dict:
     """A layer's working set at its backward peak as the spec states it (`measured.working_set`):
     the tensors made since its backward began and still alive, less the saves freed since, by
-    width (elements per token of the layer's `tokens`) and dtype (`compute` for the layer's
+    width (elements per token of the sequence's `tokens`) and dtype (`compute` for the layer's
     compute dtype, else torch's name of it), each a net count; and the bytes of those whose size
     is no whole number of elements per token (a vector of a norm's width), as one constant. The
     records price the widths at any setting (catalogue/records/records.yaml, `working`)."""

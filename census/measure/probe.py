@@ -243,7 +243,9 @@ def _run_layers(
                     torch.autograd.backward(hidden_out.float().sum(), inputs=_stack_inputs(extra, built))
                 for index, probe in watcher.probes.items():
                     probe.backward_peak = peak.peaks.get(index, 0)
-                    probe.working_set = working_set(peak.at_peak.get(index), probe.tokens, built.embedding.weight.dtype)
+                    # per token of the sequence (one sequence), as the records price it: a layer called
+                    # with several streams of hidden states (gemma3n's, hyper-connections) holds their widths
+                    probe.working_set = working_set(peak.at_peak.get(index), seq_length, built.embedding.weight.dtype)
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
         raise ModelCodeError(
             "unsupported_layer",
