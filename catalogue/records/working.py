@@ -15,12 +15,17 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from speccat.catalogue.records.expr import Expr, ExprError
 from speccat.catalogue.records.names import LayerNames, PricingError, bind, kind_values
+from speccat.catalogue.records.priced import layers
+from speccat.catalogue.records.settings import Grid
+
+if TYPE_CHECKING:  # the records load their working_set section with parse_working_set, below
+    from speccat.catalogue.records.oprecords import Records
 
 KEYS = ("dtypes", "classes", "unmatched_formed", "unmatched_freed", "tokens")
 CLASS_KEYS = ("when", "width", "held")
@@ -104,22 +109,18 @@ def kind_working_set(working: WorkingSet, stated: Mapping, held: list, names: La
     return max(total, 0.0)
 
 
-def price_working_sets(spec: Mapping, records: Any, grid: Any, kinds: tuple[str, ...]) -> np.ndarray:
+def price_working_sets(spec: Mapping, records: Records, grid: Grid, kinds: tuple[str, ...]) -> np.ndarray:
     """[kind, setting]: one rank's bytes of each kind's working set at each setting of `grid`;
     NaN for a kind whose spec states none, or every kind when the records price none."""
     out = np.full((len(kinds), len(grid.settings)), np.nan)
-    working = getattr(records, "working_set", None)
-    if working is None:
-        return out
-    measured = spec.get("measured", {})
-    for k, kind in enumerate(kinds):
-        stated = measured.get(kind, {}).get("working_set")
-        if stated is None:
-            continue
-        kv = kind_values(spec, kind)
+    working, measured = records.working_set, spec.get("measured", {})
+    stating = [(k, kind) for k, kind in enumerate(kinds) if measured.get(kind, {}).get("working_set") is not None] if working else []
+    kvs = [kind_values(spec, kind) for _, kind in stating]
+    held = []  # per kind stating one, each width's class matched as the census ran
+    for kv, (_, kind) in zip(kvs, stating):
         ran = grid.setting({"stack": "transformers", "seq_length": measured[kind]["seq_length"], "tp": 1, "cp": 1, "sequence_parallel": False})
-        held = held_per_token(working, stated["widths"], bind(kv, ran, grid.dtype_bytes, records))
-        for i, setting in enumerate(grid.settings):
-            names = bind(kv, setting, grid.dtype_bytes, records)
-            out[k, i] = kind_working_set(working, stated, held, names, f"kind {kind!r}, setting {setting['setting_id']}")
+        held.append(held_per_token(working, measured[kind]["working_set"]["widths"], bind(kv, ran, grid.dtype_bytes, records)))
+    for j, i, names, where in layers(kvs, records, grid):
+        k, kind = stating[j]
+        out[k, i] = kind_working_set(working, measured[kind]["working_set"], held[j], names, where)
     return out
