@@ -35,10 +35,6 @@ from speccat.census.measure.watcher import Watcher
 from speccat.census.structure.kernel_registry import storage_key
 
 
-# a save's CUDA dtype by its CUDA bytes an element, where the watcher books it at those
-CUDA_DTYPES = {1: torch.bool, 4: torch.float32}
-
-
 class BackwardPeak(TorchDispatchMode):
     """Follows what is alive during the backward and, per layer index, the most beyond what was
     alive before its backward began (`peaks`), and what that is at the peak (`at_peak`)."""
@@ -61,20 +57,12 @@ class BackwardPeak(TorchDispatchMode):
         for key, savers in self.watcher.seen.items():
             holders = [holder for holder in (held() for _, _, _, held, _ in savers) if holder is not None]
             if holders:
-                nbytes, left, dtype = savers[0][2], [len(holders)], self._cuda_dtype(key, holders[0].tensor, savers[0][2])
+                nbytes, left = savers[0][2], [len(holders)]
+                dtype = self.watcher.cuda_dtypes.get(key, holders[0].tensor.dtype)  # a dropout's mask, a LayerNorm's statistics: CUDA's
                 self.saved += nbytes
                 for holder in holders:
                     weakref.finalize(holder, self._released, left, nbytes, dtype)
         return super().__enter__()
-
-    def _cuda_dtype(self, key: int, tensor: torch.Tensor, nbytes: int) -> torch.dtype:
-        """The dtype a save has on CUDA: the tensor's, or for a storage the watcher books at its
-        CUDA bytes (census/measure/cuda_widths.py: a dropout's bool mask, a LayerNorm's fp32
-        statistics) the dtype of that many bytes an element."""
-        if key not in self.watcher.cuda_nbytes:
-            return tensor.dtype
-        elements = tensor.untyped_storage().nbytes() // tensor.element_size()
-        return CUDA_DTYPES.get(nbytes // elements, tensor.dtype) if elements else tensor.dtype
 
     def _released(self, left: list[int], nbytes: int, dtype: torch.dtype) -> None:
         left[0] -= 1

@@ -34,6 +34,7 @@ def layer_norm_stats_cuda_nbytes(func, args, out) -> dict[int, int]:
 def note_layer_norm_stats(watcher, probe, func, args, kwargs, out) -> None:
     """A LayerNorm's statistics: booked at their CUDA bytes, held alive so no later storage takes their identity."""
     watcher.cuda_nbytes.update(layer_norm_stats_cuda_nbytes(func, args, out))
+    watcher.cuda_dtypes.update({storage_key(stat): _acc_dtype(args[0].dtype) for stat in out[1:]})
     watcher.kept.extend(stat.untyped_storage() for stat in out[1:])
 
 

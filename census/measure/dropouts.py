@@ -29,4 +29,5 @@ def note_dropout(watcher, probe, func, args, kwargs, out) -> None:
         key = storage_key(mask)
         watcher.dropout_storages.add(key)
         watcher.cuda_nbytes[key] = mask.numel() * CUDA_MASK_DTYPE.itemsize
+        watcher.cuda_dtypes[key] = CUDA_MASK_DTYPE
         watcher.kept.append(mask.untyped_storage())  # alive, so no later storage can take its identity

@@ -124,6 +124,7 @@ class Watcher:
         self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
+        self.cuda_dtypes: dict[int, torch.dtype] = {}  # those of them CUDA keeps (not empty) -> their CUDA dtype
         self.excluded_outputs: set[int] = set()
         self.forward_done = False
         self.layer_inputs: set[int] = set()
