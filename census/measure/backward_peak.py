@@ -170,7 +170,7 @@ def working_set(at_peak: tuple[list[tuple[int, torch.dtype]], list[tuple[int, to
     counts: dict[tuple[int, str], int] = {}
     constant = 0
     for sign, tensors in ((1, made), (-1, freed)):
-        for nbytes, dtype in tensors:
+        for nbytes, dtype in (t for t in tensors if t[0]):  # a buffer CUDA leaves empty holds nothing
             size = torch.empty((), dtype=dtype).element_size()
             if nbytes % (size * tokens):
                 constant += sign * nbytes

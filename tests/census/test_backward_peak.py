@@ -80,3 +80,14 @@ def test_full_recompute_adds_the_saves_the_records_price_remade():
     remade = float(prices.total[0, 0, 0])  # nothing recomputed: none of it is the layer's input
     assert remade > measured["backward_peak"] and float(prices.full[0, 0]) == S * config["hidden_size"] * 2
     assert real_peak(config, recompute=True) == remade + measured["backward_peak"]
+
+
+def test_a_working_set_leaves_out_what_holds_nothing():
+    """A save the watcher books at 0 bytes (log_sigmoid's buffer, which CUDA leaves empty) freed in
+    a layer's backward states no width: the spec would refuse a width of 0."""
+    import torch
+
+    from speccat.census.measure.backward_peak import working_set
+
+    made, freed = [(3 * 8 * 2, torch.bfloat16)], [(0, torch.float32), (3 * 16 * 4, torch.float32)]
+    assert working_set((made, freed), 3, torch.bfloat16) == {"widths": [[8, "compute", 1], [16, "float32", -1]], "constant_bytes": 0}
