@@ -300,7 +300,8 @@ def fit_command(args: argparse.Namespace) -> int:
     if question is not None:
         print(said(question))
 
-    pairs = "(layout, switch set, offload count)" if args.offload_layers == "auto" else "(layout, switch set)"
+    searched = args.offload_layers == "auto"  # offload weighed: each row names its count
+    pairs = "(layout, switch set, offload count)" if searched else "(layout, switch set)"
     print(f"{repo_id}: {len(rows)} {pairs} pairs fit {human_bytes(budget)} per GPU "
           f"on {args.gpus or 'no number of'} GPUs at seq {args.seq or 'none'}, micro-batch {args.micro_batch or 'none'}; showing {len(shown)}"
           + (f"; {note}" if note else ""))  # fmt: skip
@@ -311,14 +312,14 @@ def fit_command(args: argparse.Namespace) -> int:
           f"schedule {about['schedule']['name']}; loss {about['loss']['name']}"
           + (f"; {offloaded(args.offload_layers)}" if args.offload_layers else ""))  # fmt: skip
     sizes = ("total", "activations", "ends", "loss_working", "backward", "weight", "grad", "optimizer") + (("host",) if args.offload_layers else ())
-    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", *(("offload",) if args.offload_layers == "auto" else ()), *sizes,
+    columns = ("dp", "tp", "pp", "ep", "cp", "zero", "switch_set", *(("offload",) if searched else ()), *sizes,
                "recompute_ms", "overhead_%", "ms_per_seq")
     columns += ("offload_ms",) if args.offload_layers else ()
     columns += ("note",) if note else ()
     body = []
     for r in shown:
         d = r.as_dict()
-        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + ([str(d["offload_layers"])] if args.offload_layers == "auto" else [])
+        body.append([str(d[c]) for c in columns[:6]] + [d["switch_set"]] + ([str(d["offload_layers"])] if searched else [])
                     + [format_bytes(d[c], args.units) for c in sizes]
                     + [f"{d['recompute_s'] * 1e3:.2f}", f"{d['overhead'] * 100:.2f}", f"{d['recompute_s_per_seq'] * 1e3:.2f}"]
                     + ([f"{d['offload_s'] * 1e3:.2f}"] if args.offload_layers else [])
