@@ -34,17 +34,15 @@ records price from the census's statement of that moment.
 from __future__ import annotations
 
 import gc
-import json
 
 import torch
 from support.storage_tracker import PlainIndexPut, StorageTracker
-from support.tiny_models import HYBRID, S, VOCAB, WIDTH, one_thread, tiny_config
+from support.tiny_models import HYBRID, S, VOCAB, WIDTH, one_thread, tiny_config, two_stage_fit
 from torch.autograd import Variable
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import speccat.census.kernels  # noqa: F401  every kernel's record registered (kernels_swapped reads them)
 from speccat.census.measure.kernel_stand_ins import kernels_swapped
-from speccat.flows.cli import main
 
 RECIPE_BYTES = 18  # bytes a parameter: states.yaml's default recipe at dp 1
 (QWEN3_NEXT,) = HYBRID
@@ -103,10 +101,7 @@ def stage_peaks(config: dict) -> list[float]:
 
 def test_fits_total_is_the_hybrids_fullest_stage_peak_less_a_layers_backward(tmp_path, capsys):
     config = tiny_config(QWEN3_NEXT)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    argv = ["fit", str(tmp_path), "--seq", str(S), "--gpus", "2", "--pp", "2", "--zero", "0", "--gpu-mem", "1000GiB", "--json", "--top", "0"]
-    assert main(argv) == 0
-    row = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["switch_set"] == "none")
+    row = two_stage_fit(config, tmp_path, capsys)
     peaks = stage_peaks(config)
     assert row["stage"] == max(range(2), key=lambda i: peaks[i]) == 0
     v_heads, in_flight = config["linear_num_value_heads"], 2

@@ -19,15 +19,12 @@ working sets are smaller at this size than the loss's, which fit adds once on th
 from __future__ import annotations
 
 import gc
-import json
 
 import pytest
 import torch
 from support.storage_tracker import StorageTracker
-from support.tiny_models import HEAD_DIM, MODELS, S, VOCAB, WIDTH, tiny_config
+from support.tiny_models import HEAD_DIM, MODELS, S, VOCAB, WIDTH, tiny_config, two_stage_fit
 from transformers import AutoConfig, AutoModelForCausalLM
-
-from speccat.flows.cli import main
 
 RECIPE_BYTES = 18  # bytes a parameter: states.yaml's default recipe at dp 1
 
@@ -75,10 +72,7 @@ def stage_peaks(config: dict) -> list[float]:
 @pytest.mark.parametrize("repo", sorted(MODELS))
 def test_fits_total_is_the_fullest_stages_peak(repo, tmp_path, capsys):
     config = tiny_config(repo)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    argv = ["fit", str(tmp_path), "--seq", str(S), "--gpus", "2", "--pp", "2", "--zero", "0", "--gpu-mem", "1000GiB", "--json", "--top", "0"]
-    assert main(argv) == 0
-    row = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["switch_set"] == "none")
+    row = two_stage_fit(config, tmp_path, capsys)
     peaks = stage_peaks(config)
     assert row["stage"] == max(range(2), key=lambda i: peaks[i]) == 1
     unpriced = 2 * S * HEAD_DIM * 2 + S * WIDTH * 2  # rotary cos and sin; the received activation

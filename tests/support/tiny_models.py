@@ -5,6 +5,7 @@ tests/census/test_whole_hybrid.py, tests/flows/test_fit_whole_hybrid.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 
 import torch
 from conftest import load_shipped
@@ -63,3 +64,14 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def two_stage_fit(config: dict, folder, capsys) -> dict:
+    """`speccat fit`'s row with nothing recomputed for `config` (written to `folder`) on two GPUs
+    at pp 2, ZeRO 0 and a budget nothing exceeds, as the whole-step checks compare it."""
+    from speccat.flows.cli import main
+
+    (folder / "config.json").write_text(json.dumps(config))
+    argv = ["fit", str(folder), "--seq", str(S), "--gpus", "2", "--pp", "2", "--zero", "0", "--gpu-mem", "1000GiB", "--json", "--top", "0"]
+    assert main(argv) == 0
+    return next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["switch_set"] == "none")
