@@ -28,7 +28,7 @@ from speccat.catalogue.datafile import Loader, read_yaml, version_of
 from speccat.catalogue.errors import ReasonError
 from speccat.catalogue.records.expr import FUNCTIONS, Expr, ExprError
 from speccat.catalogue.records.names import LAYER_NAMES, TOTAL
-from speccat.catalogue.records.working import WorkingSet, parse_working_set
+from speccat.catalogue.records.working_records import WorkingSet, parse_working_set
 from speccat.catalogue.shared import SHARED_PATH, SWITCH_SECTIONS, switch_sections
 from speccat.catalogue.vocabulary import OPS, PARTS
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from speccat.catalogue.records.expr import ExprError
 from speccat.catalogue.records.names import KindValues, LayerNames, PricingError, bind, kind_values
 from speccat.catalogue.vocabulary import PARTS
+from speccat.catalogue.records.oprecords import Records
 from speccat.catalogue.records.settings import Grid
-
-if TYPE_CHECKING:  # the records import working.py, which walks the layers with `layers` below
-    from speccat.catalogue.records.oprecords import Records
 
 COLUMNS = (*PARTS, "total")
 
