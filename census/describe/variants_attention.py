@@ -146,13 +146,20 @@ def stream_conv_bytes(view: AttentionFacts, top_k: int | None) -> int:
 @variant
 def qk_norm_per_head(view: AttentionFacts, top_k: int | None) -> bool:
     """QK-norm weights (a `q_norm`/`k_norm`-named norm held by the attention module) of one head's
-    width: each head normalised on its own."""
+    width, or such a norm with no weight whose ops ran on rows one head wide (nanochat's): each
+    head normalised on its own."""
     kernels = view.attention_kernels()
     if not kernels:
         return False
     head_dim = kernels[0]["q"][3]
+
+    def per_head(child: str, name: str, norm) -> bool:
+        if getattr(norm, "weight", None) is not None:
+            return norm.weight.shape[-1] == head_dim
+        return any(op.out_last == head_dim for op in view.probe.norm_ops.get(f"{child}.{name}", []))
+
     return any(
-        QK_NORM_NAME.match(n) and is_norm(m) and getattr(m, "weight", None) is not None and m.weight.shape[-1] == head_dim
+        QK_NORM_NAME.match(n) and is_norm(m) and per_head(child, n, m)
         for child in view.mixer_children
         for n, m in view.module(child).named_children()
     )

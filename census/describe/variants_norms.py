@@ -35,6 +35,15 @@ def norm_scale_fp32(view: LayerRoles, top_k: int | None) -> bool:
 
 
 @variant
+def norm_weightless(view: LayerRoles, top_k: int | None) -> bool:
+    """The layer's first norm on its hidden stream holds no parameters: an RMS norm with no weight
+    (nanochat's, dory's L2 norm) keeps its input (fp32 when it upcasts) and its statistic, and no
+    normalised input for a weight to multiply."""
+    norms = view.stream_norm_paths()
+    return bool(norms) and not any(True for _ in view.module(norms[0]).parameters())
+
+
+@variant
 def norm_weight_copy(view: LayerRoles, top_k: int | None) -> bool:
     """The layer's first norm saved a tensor with no token dimension: a computed copy of its
     weight (Gemma's and Qwen3-Next's fp32 `1 + weight`), which the final norm keeps too (ends.yaml)."""
