@@ -44,6 +44,7 @@ class Ends:
     """`ends.yaml` read: one price expression per end but the loss's, and the loss kernels."""
 
     parts: Mapping[str, Expr]  # BODY_PARTS
+    transform: Expr  # what a transform before the head keeps, under every loss kernel
     losses: Mapping[str, Loss]
     default_loss: str  # the model's own loss, which the census measures
     unmeasured: Mapping[str, float]  # the logit facts of a spec that states no ends
@@ -61,7 +62,7 @@ def load_ends(records: Records, path: str | Path | None = None) -> Ends:
     loader = ExprLoader(path.name)
     loader.error = EndsError
     data = read_yaml(path, lambda reason, what: loader.fail(reason, "", what))
-    fields = ("parts", "unmeasured", "default_loss", "losses")
+    fields = ("parts", "transform", "unmeasured", "default_loss", "losses")
     top = loader.mapping("", data, fields, fields)
     unmeasured = loader.mapping("unmeasured", top["unmeasured"], LOGIT_FACTS, LOGIT_FACTS)
     for fact, value in unmeasured.items():
@@ -70,6 +71,7 @@ def load_ends(records: Records, path: str | Path | None = None) -> Ends:
     body = loader.mapping("parts", top["parts"], BODY_PARTS, BODY_PARTS)
     known = frozenset(LAYER_NAMES) | frozenset(records.derived) | frozenset(records.defaults) | {"V", *LOGIT_FACTS}
     parts = {name: loader.expr(f"parts.{name}", body[name], known) for name in BODY_PARTS}
+    transform = loader.expr("transform", top["transform"], known)
     losses = {}
     if not isinstance(top["losses"], Mapping) or not top["losses"]:
         raise loader.fail("bad_value", "losses", "must map each loss kernel's name to its fields")
@@ -87,7 +89,7 @@ def load_ends(records: Records, path: str | Path | None = None) -> Ends:
                             None if chunk is None else float(chunk), entry["source"])
     if top["default_loss"] not in losses:
         raise loader.fail("bad_value", "default_loss", f"{top['default_loss']!r} is none of the losses {sorted(losses)}")
-    return Ends(parts, losses, top["default_loss"], {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
+    return Ends(parts, transform, losses, top["default_loss"], {fact: float(v) for fact, v in unmeasured.items()}, version_of(data))
 
 
 def end_prices(spec: Mapping, records: Records, grid, ends: Ends, skip: frozenset[str] = frozenset()) -> list[dict]:
@@ -113,7 +115,7 @@ def loss_prices(spec: Mapping, records: Records, grid, ends: Ends, skip: frozens
             continue
         names = _names(spec, kv, records, setting, grid.dtype_bytes, ends)
         for loss in ends.losses.values():
-            kept, working = _losses(loss, names)
+            kept, working = _losses(loss, ends, names)
             rows.append({"setting_id": setting["setting_id"], "loss": loss.name, "kept_bytes": kept, "working_bytes": working})
     return rows
 
@@ -136,12 +138,13 @@ def _names(spec: Mapping, kv: KindValues, records: Records, setting: Mapping, dt
     return names
 
 
-def _losses(loss: Loss, names: Any) -> tuple[float, float]:
-    """(what `loss` keeps, its working set) with `names` bound."""
+def _losses(loss: Loss, ends: Ends, names: Any) -> tuple[float, float]:
+    """(what the logits end keeps under `loss`: the kernel's own and a transform before the head; the
+    kernel's working set) with `names` bound."""
     if loss.chunk is not None:
         names["chunk"] = loss.chunk
     try:
-        return float(loss.keeps(names)), float(loss.working(names))
+        return float(loss.keeps(names)) + float(ends.transform(names)), float(loss.working(names))
     except ExprError as err:
         raise EndsError("bad_value", f"ends: losses.{loss.name}: {err}") from None
     finally:
@@ -154,5 +157,5 @@ def _priced(spec: Mapping, kv: KindValues, records: Records, setting: Mapping, d
         body = {name: float(expr(names)) for name, expr in ends.parts.items()}
     except ExprError as err:
         raise EndsError("bad_value", f"ends: {err}") from None
-    body[LOSS_PART] = _losses(ends.losses[ends.default_loss], names)[0]
+    body[LOSS_PART] = _losses(ends.losses[ends.default_loss], ends, names)[0]
     return {part: body[part] for part in END_PARTS}

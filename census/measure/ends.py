@@ -88,7 +88,9 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     """What each end of the model keeps for backward, at `seq_length` tokens, micro-batch 1
     (`hidden_width`: the layers' width, which the stack's output has): {"bytes_per_token": per
     end, "logit_saved" and "logit_saved_fp32": the tensors over the vocabulary the head's
-    forward and loss keep in the compute dtype and in fp32}; None for a model with no output
+    forward and loss keep in the compute dtype and in fp32; "transform_saved" and
+    "transform_rows_fp32": the hidden-wide tensors in the compute dtype and fp32 values per token
+    that a transform before the head keeps}; None for a model with no output
     head or no final norm beside its layers (ends that ends.yaml does not describe), or whose
     causal LM's forward cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
@@ -137,9 +139,16 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
             for hook in hooks:
                 hook.remove()
     vocabulary = head.weight.shape[0]
-    wide = [t.dtype for t, _ in booked["logits"].values() if t.dim() > 0 and t.shape[-1] == vocabulary]
+    logits = booked["logits"].values()
+    wide = [t.dtype for t, _ in logits if t.dim() > 0 and t.shape[-1] == vocabulary]
+    hidden_wide = sum(1 for t, _ in logits if t.dim() > 0 and t.shape[-1] == hidden_width and t.dtype == hidden.dtype)
+    rows = sum(n for t, n in logits if t.is_floating_point() and t.numel() == seq_length and t.shape[-1] != vocabulary)
     return {
         "bytes_per_token": {name: sum(n for _, n in booked[name].values()) / seq_length for name in END_PARTS},
         "logit_saved": wide.count(hidden.dtype),
         "logit_saved_fp32": wide.count(torch.float32),
+        # beyond the head's own input: what a transform before the head keeps (the LM head
+        # module's dense, activation and LayerNorm: roberta-prelayernorm's)
+        "transform_saved": max(hidden_wide - 1, 0),
+        "transform_rows_fp32": rows // (4 * seq_length),
     }

@@ -79,6 +79,69 @@ def test_a_loss_on_the_bf16_logits_keeps_its_log_probabilities_in_bf16(records, 
     assert priced["logits"] == SEQ * (h * 2 + v * 2 + 8) + 8 + 4  # the labels ends.yaml books apart
 
 
+@pytest.mark.parametrize("model_type", ["roberta-prelayernorm", "modernbert-decoder"])
+def test_a_transform_before_the_head(model_type, records, grid):
+    """roberta-prelayernorm's and modernbert-decoder's LM head modules run a dense layer, an
+    activation and a LayerNorm before the vocabulary projection: beyond the head's input they keep
+    three bf16 tensors of the hidden width (the dense's input, the activation's input, the
+    LayerNorm's input) and the LayerNorm's fp32 mean and rstd per token, under any loss."""
+    from bench.bench_registry import default_config
+    from speccat.census import run_census
+
+    spec = run_census(default_config(model_type), name=model_type, seq_length=SEQ).to_dict()
+    h, v = spec["hidden_size"], spec["vocab_size"]
+    assert (spec["ends"]["transform_saved"], spec["ends"]["transform_rows_fp32"]) == (3, 2)
+    transform = SEQ * (3 * h * 2 + 2 * 4)
+    assert spec["ends"]["bytes_per_token"]["logits"] * SEQ == SEQ * (h * 2 + v * 4 + 8) + 8 + 4 + transform
+    ends = load_ends(records)
+    priced = price_ends_at(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, ends)
+    assert priced["logits"] == spec["ends"]["bytes_per_token"]["logits"] * SEQ
+    from speccat.catalogue.records.ends import loss_prices
+
+    at = grid.with_settings([grid.setting({"seq_length": SEQ})])
+    kept = {row["loss"]: row["kept_bytes"] for row in loss_prices(spec, records, at, ends)}
+    without = dict(spec, ends=dict(spec["ends"], transform_saved=0, transform_rows_fp32=0))
+    plain = {row["loss"]: row["kept_bytes"] for row in loss_prices(without, records, at, ends)}
+    assert {loss: kept[loss] - plain[loss] for loss in kept} == {loss: transform for loss in kept}
+
+
+def test_a_real_transform_before_the_head_keeps_what_is_priced(records, grid):
+    """A tiny roberta-prelayernorm's head run for real on CPU in bf16 with transformers' loss: every
+    storage its graph keeps (the head's input, its transform's saves, the fp32 log-probabilities,
+    the labels, the loss's count), parameters left out and the LayerNorm's statistics at their
+    CUDA width (fp32; the CPU kernel keeps bf16), equals ends.yaml's logits end at the census's
+    facts."""
+    import torch
+    from support.layer_runs import tiny_model
+
+    from bench.bench_registry import default_config
+    from speccat.census import run_census
+
+    config = {**default_config("roberta-prelayernorm"), "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+              "num_hidden_layers": 1, "vocab_size": 300}
+    model = tiny_model(config, torch.bfloat16)
+    seq = 32
+    torch.manual_seed(1)
+    hidden = torch.randn(1, seq, 64, dtype=torch.bfloat16, requires_grad=True)
+    ids = torch.randint(0, 300, (1, seq))
+    kept: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        kept.setdefault(t.untyped_storage()._cdata, t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.loss_function(model.lm_head(hidden), ids, vocab_size=300)
+    for p in model.parameters():
+        kept.pop(p.untyped_storage()._cdata, None)
+    stats = [t for t in kept.values() if t.numel() == seq and t.is_floating_point()]
+    assert len(stats) == 2  # the LayerNorm's mean and rstd
+    real = sum(t.untyped_storage().nbytes() for t in kept.values()) + sum(t.numel() * (4 - t.element_size()) for t in stats)
+    spec = run_census(config, name="tiny-roberta-prelayernorm", seq_length=seq).to_dict()
+    priced = price_ends_at(spec, records, grid.setting({"seq_length": seq}), grid.dtype_bytes, load_ends(records))
+    assert priced["logits"] == real
+
+
 def test_a_spec_with_no_ends_is_priced_as_the_causal_lm_loss_keeps_its_logits(records, grid):
     spec = spec_of("meta-llama/Llama-3.2-1B-Instruct")
     measured = price_ends_at(spec, records, grid.setting({"seq_length": SEQ}), grid.dtype_bytes, load_ends(records))
@@ -94,7 +157,7 @@ def test_a_change_of_the_ends_prices_alone_changes_the_version_stored_prices_are
 
     shipped = current_versions()["records"]
     changed = tmp_path / "ends.yaml"
-    changed.write_text(ends.ENDS_PATH.read_text().replace("unmeasured: {logit_saved: 0, logit_saved_fp32: 1}", "unmeasured: {logit_saved: 1, logit_saved_fp32: 1}"))
+    changed.write_text(ends.ENDS_PATH.read_text().replace("unmeasured: {logit_saved: 0,", "unmeasured: {logit_saved: 1,"))
     assert load_ends(records, changed).unmeasured["logit_saved"] == 1
     monkeypatch.setattr(ends, "ENDS_PATH", changed)
     assert current_versions()["records"] != shipped
