@@ -40,15 +40,39 @@ def act_inline(view: FeedForwardFacts, top_k: int | None) -> bool:
 def act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
     """The storages autograd keeps that the dense MLP's activation region made or took as input (a
     per-layer input gate's activation calls counted with it; an activation module in the mixer,
-    the RG-LRU block's GELU, not), per activation call: a count of tensors its code keeps (1 for
-    one torch op, 4 for gelu_new's Python tanh chain: x, tanh's output, 0.5x and 1 + tanh), never
-    their bytes; 0 without a dense MLP."""
+    the RG-LRU block's GELU, not), per activation call: a count of tensors with a token dimension
+    its code keeps, bool masks apart (`act_masks`): 1 for one torch op, 4 for gelu_new's Python
+    tanh chain (x, tanh's output, 0.5x and 1 + tanh), never their bytes; 0 without a dense MLP."""
+    calls = _act_calls(view)
+    if not calls:
+        return 0
+    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in view.mixer_children)
+    return (_act_storages(view, masks=False) - mixers) // calls
+
+
+@variant
+def act_masks(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The bool storages with a token dimension that the dense MLP's activation region kept, per
+    activation call: the conditions of a `where` written in Python (apertus' xIELU: 1), one byte
+    an element; 0 for one torch op and without a dense MLP."""
+    calls = _act_calls(view)
+    return _act_storages(view, masks=True) // calls if calls else 0
+
+
+def _act_calls(view: FeedForwardFacts) -> int:
+    """The dense MLP's activation calls, a per-layer input gate's with them; 0 with routed experts."""
     calls = view.activations()
     if view.experts is not None or not calls:
         return 0
-    calls += sum(view.probe.activations[owner] for owner in view.gate.activations) if view.gate else 0
-    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in view.mixer_children)
-    return (view.probe.saved_storages["ffAct"] - mixers) // calls
+    return calls + (sum(view.probe.activations[owner] for owner in view.gate.activations) if view.gate else 0)
+
+
+def _act_storages(view: FeedForwardFacts, masks: bool) -> int:
+    """The storages booked to `ffAct` with a token dimension (at least two dims: the per-layer
+    scalars xIELU derives from its parameters are not), bool ones or the others."""
+    return sum(
+        n for (op, tail, dtype), n in view.probe.kept_tails.items() if op == "ffAct" and len(tail) == 2 and (dtype == torch.bool) == masks
+    )
 
 
 @variant

@@ -6,8 +6,7 @@ QK-norms one head wide, `qk_norm_per_head`, though they hold no weight to read t
 from __future__ import annotations
 
 import pytest
-import torch
-from support.layer_runs import priced_vs_measured, saves_and_grads, tiny_model
+from support.layer_runs import priced_vs_measured, rotary_layer_bytes
 
 from speccat.census import run_census
 
@@ -43,20 +42,9 @@ def test_the_norms_bytes_worked_by_hand(spec):
 
 
 def test_the_price_is_what_a_real_layer_keeps():
-    """A tiny nanochat's layer run for real on CPU in bf16 (forward and backward, attention
-    through speccat's kernel): the bytes it saves per token, the rotary tables (every layer's
-    input) left out, equal the records' price of the kind the census states for it."""
-    from speccat.census.kernels.attention import ATTENTION_IMPL, register
-
+    """A tiny nanochat's layer run for real on CPU in bf16: the bytes it saves per token equal the
+    records' price of the kind the census states for it."""
     config = nanochat_config(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2, vocab_size=256)
-    register()
-    model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
-    torch.manual_seed(1)
-    x = torch.randn(1, SEQ, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
-    rotary = model.model.rotary_emb(x, torch.arange(SEQ).unsqueeze(0))
-    kept, _ = saves_and_grads(model, model.model.layers[0], x, position_embeddings=rotary)
-    tables = {t.untyped_storage()._cdata for t in rotary}
-    real = sum(t.untyped_storage().nbytes() for k, t in kept.items() if k not in tables) / SEQ
     spec = run_census(config, name="tiny-nanochat", seq_length=SEQ)
     priced, measured = priced_vs_measured(spec, SEQ)["decoder"]
-    assert priced == measured == real
+    assert priced == measured == rotary_layer_bytes(config, SEQ)

@@ -43,6 +43,22 @@ def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True, **inputs
     return {k: t for k, t in saved.items() if k not in left_out}, grads
 
 
+def rotary_layer_bytes(config: dict, seq: int) -> float:
+    """Bytes per token that layer 0 of the tiny model of `config` (a rotary decoder) saves in one
+    real bf16 forward and backward on CPU, its attention through speccat's kernel: every storage
+    but the parameters, the layer's input and output and the rotary tables (every layer's input)."""
+    from speccat.census.kernels.attention import ATTENTION_IMPL, register
+
+    register()
+    model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
+    torch.manual_seed(1)
+    x = torch.randn(1, seq, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
+    rotary = model.model.rotary_emb(x, torch.arange(seq).unsqueeze(0))
+    kept, _ = saves_and_grads(model, model.model.layers[0], x, position_embeddings=rotary)
+    tables = {t.untyped_storage()._cdata for t in rotary}
+    return sum(t.untyped_storage().nbytes() for k, t in kept.items() if k not in tables) / seq
+
+
 def layer_saves(monkeypatch, modeling, kernels: dict, config: dict, index: int, seq: int, **inputs) -> dict[int, torch.Tensor]:
     """One real bf16 forward and backward of the tiny model's layer `index` on CPU, with the
     modeling module's kernel functions swapped for speccat's stand-ins (`kernels`: name -> op) and
