@@ -7,7 +7,6 @@ config by hand. Shared by the census, pricing and refresh tests.
 # census's own limits (docs/census.md, Known limits), not transformers'.
 REFUSED = {
     "databricks/dbrx-instruct": ("unsupported_layer", "its experts (DbrxExperts) keep every expert's weights in 2-D matrices and loop over the experts the router chose: neither the experts interface nor stacked experts (tests/census/test_census_dbrx.py)"),
-    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": ("unsupported_layer", "latent MoE (moe_latent_size 1024): its experts run in a latent width, not a whole number of hidden-size projections"),
 }
 
 
@@ -15,6 +14,7 @@ REFUSED = {
 OWN_TESTS = {
     "ArthurZ/mamba-130m": "tests/census/test_census_mamba.py",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "tests/census/test_census_mamba2.py",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "tests/census/test_census_latent_moe.py",
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": "tests/census/test_census_llama4.py",
     "MiniMaxAI/MiniMax-M1-80k": "tests/census/test_census_remote.py",
 }
