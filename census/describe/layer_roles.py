@@ -27,6 +27,7 @@ from speccat.census.structure.predicates import (
     layer_parts,
     part_blocks,
     part_of,
+    stacked_shapes,
 )
 from speccat.census.structure.shapes import Shape
 
@@ -148,9 +149,10 @@ class LayerRoles:
             return self.experts_path.rsplit(".", 1)[0] if "." in self.experts_path else ""
         return self.experts_path
 
-    def experts_weights(self) -> list[nn.Parameter]:
-        """The 3-D weights of the routed experts (every module of a group), in module order."""
-        return [p for path in self.experts_group for p in self.module(path).parameters(recurse=False) if p.dim() == 3]
+    def experts_weights(self) -> list[tuple[int, int, int]]:
+        """(experts, rows, columns) of the routed experts' weights (every module of a group), in
+        module order (predicates.stacked_shapes)."""
+        return [shape for path in self.experts_group for shape in stacked_shapes(self.module(path))]
 
     def in_experts(self, name: str) -> bool:
         return any(name.startswith(path + ".") for path in self.experts_group)

@@ -48,6 +48,7 @@ from speccat.census.structure.predicates import is_stacked_experts
 _TOPK = {torch.topk, torch.Tensor.topk}
 _UNBIND = {torch.unbind, torch.Tensor.unbind}
 _NONZERO = {torch.nonzero, torch.Tensor.nonzero}
+_ONE_HOT = {torch.nn.functional.one_hot}
 
 
 def even_counts(slots: int, experts: int) -> list[int]:
@@ -64,6 +65,7 @@ class EvenExpertCounts(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.last: tuple[int, int] | None = None  # (candidates, slots) of the last top-k
+        self.classes: int | None = None  # the classes of a one-hot of the last top-k's slots (as many as the candidates, or more)
         self.answers: dict[int, tuple[torch.Tensor, int]] = {}  # id of an unbound count or hit -> (it, kept alive; its value)
         self.hits: tuple[torch.Tensor, list[int]] | None = None  # the answered experts hit, kept alive; their indices
         self._hit_rows: list[torch.Tensor] = []  # the rows of the answered hits
@@ -76,6 +78,10 @@ class EvenExpertCounts(TorchFunctionMode):
             if any(t is args[0] for t in self._hit_rows):
                 self.expert = value
             return value
+        if func is torch.Tensor.__getitem__ and len(args) == 2:
+            indexed = self._read_index(args[0], args[1])
+            if indexed is not None:
+                return indexed
         answered = self._positions(func, args, kwargs)
         if answered is not None:
             return answered
@@ -93,7 +99,27 @@ class EvenExpertCounts(TorchFunctionMode):
             dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
             candidates = int(scores.shape[dim])
             self.last = (candidates, scores.numel() // candidates * int(k))
+            self.classes = None
+        elif func in _ONE_HOT and self.last is not None and isinstance(out, torch.Tensor) and args[0].numel() == self.last[1]:
+            self.classes = int(out.shape[-1])
         return out
+
+    def _read_index(self, tensor, index) -> torch.Tensor | None:
+        """An answered expert index (a row of the hits, or its one element) indexing a tensor is
+        read as its value, as torch reads a 0-d integer index (dbrx's `expert_mask[expert_idx]`
+        after `expert_idx = expert_idx[0]`); that element, taken from a hit row, is an answered
+        index too. None for any other indexing."""
+        answer = self.answers.get(id(index)) if isinstance(index, torch.Tensor) else None
+        if answer is not None and answer[0] is index and any(t is index for t in self._hit_rows):
+            self.expert = answer[1]
+            return tensor[answer[1]]
+        answer = self.answers.get(id(tensor))
+        if answer is not None and answer[0] is tensor and any(t is tensor for t in self._hit_rows) and tensor.numel() == 1 and isinstance(index, int):
+            element = tensor.__getitem__(index)
+            self._hit_rows.append(element)
+            self.answers[id(element)] = (element, answer[1])
+            return element
+        return None
 
     def _positions(self, func, args, kwargs) -> torch.Tensor | tuple[torch.Tensor, ...] | None:
         """The experts hit (a nonzero of a per-candidate mask), or the last read expert's slots
@@ -109,8 +135,8 @@ class EvenExpertCounts(TorchFunctionMode):
             return None
         candidates, slots = self.last
         counts = even_counts(slots, candidates)
-        if not as_tuple and mask.dim() == 1 and int(mask.shape[0]) == candidates:
-            hit = [i for i, n in enumerate(counts) if n]
+        if not as_tuple and mask.dim() == 1 and int(mask.shape[0]) in (candidates, self.classes):
+            hit = [i for i, n in enumerate(counts) if n]  # a one-hot's classes beyond the candidates are never chosen
             self.hits = (torch.empty(len(hit), 1, dtype=torch.int64, device=mask.device), hit)
             self._hit_rows = []
             return self.hits[0]

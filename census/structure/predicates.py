@@ -40,8 +40,10 @@ def is_norm(module: nn.Module) -> bool:
     """A normalisation module: torch's norms, and the models' own classes whose name ends in a norm
     (LlamaRMSNorm, Qwen3NextRMSNormGated, NemotronLayerNorm1P, StableLmLayerNormPerHead, a gated
     norm holding its gate MLP: AXK2GatedRMSNorm). A class that only carries "Norm" inside its
-    name is not one: roberta-prelayernorm's RobertaPreLayerNormIntermediate is a feed-forward block."""
-    return _is_norm_class(type(module))
+    name is not one: roberta-prelayernorm's RobertaPreLayerNormIntermediate is a feed-forward block;
+    nor is a block so named that holds an attention (dbrx's DbrxNormAttentionNorm: norm_1, attn,
+    norm_2), which no normalisation does."""
+    return _is_norm_class(type(module)) and not (any(True for _ in module.children()) and any(uses_attention_interface(m) for m in module.modules()))
 
 
 @lru_cache(maxsize=None)
@@ -108,26 +110,83 @@ def has_expert_dimension(module: nn.Module) -> bool:
 
 
 _STACKED = "_speccat_stacked_experts"  # set on the built layer's module by mark_stacked_experts
+_FLAT = "_speccat_flat_experts"  # the experts flattened into its weights' rows, set beside _STACKED
 
 
-def mark_stacked_experts(layer: nn.Module, names: list[str] | None = None) -> list[str]:
+def holds_flat_weights(module: nn.Module) -> bool:
+    """The shape of experts whose expert dimension is flattened into their weights' rows: the
+    module's own parameters are 2-D weights (and 1-D biases), its children hold none, and it is
+    no projection, norm, embedding or convolution. Most modules with 2-D weights of their own
+    are projections; what tells these apart is the router beside them (flat_router)."""
+    own = list(module.parameters(recurse=False))
+    if not any(p.dim() == 2 for p in own) or any(p.dim() not in (1, 2) for p in own):
+        return False
+    if is_projection(module) or is_norm(module) or isinstance(module, (nn.Embedding, nn.modules.conv._ConvNd)) or is_experts_interface(module):
+        return False
+    return not any(True for c in module.children() for _ in c.parameters())
+
+
+def flat_router(layer: nn.Module, name: str, experts: nn.Module) -> nn.Module | None:
+    """The router of experts flattened into their weights' rows (holds_flat_weights; dbrx's
+    DbrxExpertGLU: w1, v1, w2 each (16 experts x 10752 rows, 6144)): a projection outside them,
+    in the nearest block around them that holds one, whose input is every weight's columns (the
+    hidden size) and whose outputs (the experts) are at least two and divide every weight's rows
+    and bias's length into at least two rows an expert. The fewest such outputs where a block
+    holds several."""
+    own = list(experts.parameters(recurse=False))
+    inside = set(map(id, experts.modules()))
+    path = name.split(".")
+    for depth in range(len(path) - 1, -1, -1):
+        block = layer.get_submodule(".".join(path[:depth])) if depth else layer
+        if any(is_experts_interface(m) for m in block.modules()):
+            return None
+        outputs = [
+            m for m in block.modules()
+            if id(m) not in inside and is_projection(m) and _splits_rows(own, int(m.weight.shape[0]), int(m.weight.shape[1]))
+        ]  # fmt: skip
+        if outputs:
+            return min(outputs, key=lambda m: int(m.weight.shape[0]))
+    return None
+
+
+def _splits_rows(own: list[nn.Parameter], experts: int, hidden: int) -> bool:
+    """Every 2-D weight is (experts x rows, hidden) and every 1-D bias experts x rows long, at least
+    two experts of at least two rows each."""
+    return experts >= 2 and all(
+        int(p.shape[0]) % experts == 0 and int(p.shape[0]) >= 2 * experts and (p.dim() == 1 or int(p.shape[1]) == hidden) for p in own
+    )
+
+
+def mark_stacked_experts(layer: nn.Module, marks: dict[str, int] | None = None) -> dict[str, int]:
     """Mark the layer's stacked experts, told by structure: a module with an expert dimension
     (has_expert_dimension) in a block that holds no experts of the interface and a router, a
-    projection with one output per expert (router_of). How they run (every expert over every
-    token, or only the chosen slots) is measured by the probe, never read from the class. The
-    mark is an attribute of this built module only. Returns the marked modules' names; given
-    `names` (what a layer built alike got), marks those without looking again."""
-    if names is None:
-        names = []
+    projection with one output per expert (router_of); or a module whose 2-D weights hold the
+    experts one after another in their rows (holds_flat_weights), with a router whose outputs
+    divide those rows (flat_router): read as if its weights were (experts, rows / experts,
+    columns). How they run (every expert over every token, or only the chosen slots) is
+    measured by the probe, never read from the class. The mark is an attribute of this built
+    module only. Returns the marked modules' names -> the experts flattened into their rows (0
+    for an expert dimension); given `marks` (what a layer built alike got), marks those without
+    looking again."""
+    if marks is None:
+        marks = {}
         for name, module in layer.named_modules():
-            if not name or not has_expert_dimension(module):
+            if not name:
                 continue
-            block = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
-            if not any(is_experts_interface(m) for m in block.modules()) and router_of(block, module) is not None:
-                names.append(name)
-    for name in names:
-        object.__setattr__(layer.get_submodule(name), _STACKED, True)
-    return names
+            if has_expert_dimension(module):
+                block = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
+                if not any(is_experts_interface(m) for m in block.modules()) and router_of(block, module) is not None:
+                    marks[name] = 0
+            elif holds_flat_weights(module):
+                router = flat_router(layer, name, module)
+                if router is not None:
+                    marks[name] = int(router.weight.shape[0])
+    for name, flat in marks.items():
+        module = layer.get_submodule(name)
+        object.__setattr__(module, _STACKED, True)
+        if flat:
+            object.__setattr__(module, _FLAT, flat)
+    return marks
 
 
 def is_stacked_experts(module: nn.Module) -> bool:
@@ -140,12 +199,22 @@ def is_experts(module: nn.Module) -> bool:
     return is_experts_interface(module) or is_stacked_experts(module)
 
 
+def stacked_shapes(module: nn.Module) -> list[tuple[int, int, int]]:
+    """(experts, rows, columns) of each weight of stacked experts, in module order: a 3-D weight's
+    shape, or a weight holding the experts in its rows (mark_stacked_experts) seen as one slice
+    of rows an expert, as its code views it (dbrx's (16 x 10752, 6144) as (16, 10752, 6144))."""
+    flat = getattr(module, _FLAT, 0)
+    if flat:
+        return [(flat, int(p.shape[0]) // flat, int(p.shape[1])) for p in module.parameters(recurse=False) if p.dim() == 2]
+    return [tuple(int(n) for n in p.shape) for p in module.parameters(recurse=False) if p.dim() == 3]
+
+
 def expert_count(module: nn.Module) -> int:
     """The routed experts a module holds that compute: the leading dimension every one of its
     weights has (the smallest)."""
     if is_experts_interface(module):
         return int(module.num_experts)
-    return min(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 3)
+    return min(shape[0] for shape in stacked_shapes(module))
 
 
 def expert_candidates(module: nn.Module) -> int:
@@ -155,7 +224,7 @@ def expert_candidates(module: nn.Module) -> int:
     census/describe/feed_forward_facts.py's router_candidates)."""
     if is_experts_interface(module):
         return int(module.num_experts)
-    return max(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() == 3)
+    return max(shape[0] for shape in stacked_shapes(module))
 
 
 def expert_width(module: nn.Module, hidden: int) -> int:
@@ -163,21 +232,23 @@ def expert_width(module: nn.Module, hidden: int) -> int:
     last weight (the one back to the hidden size) when it is (experts, width, hidden), as bmm
     multiplies, or (experts, hidden, width), as F.linear's (out, in) (longcat_flash's down_proj
     after a gate_up_proj of (experts, 2·width, hidden)); else the input width of the last weight
-    that maps back to the hidden size, else the output width of one read from it."""
+    that maps back to the hidden size, else the output width of one read from it. Weights
+    holding the experts in their rows are read as stacked_shapes sees them (dbrx's w2, (16 x
+    10752, 6144): 10752)."""
     if is_experts_interface(module):
         stated = getattr(module, "intermediate_dim", None) or getattr(module, "intermediate_size", None)
         if stated:
             return int(stated)  # else read off its weights, as for stacked experts (ergo's ErgoExperts states no width)
-    weights = [p for p in module.parameters(recurse=False) if p.dim() == 3]
+    weights = stacked_shapes(module)
     last = weights[-1]
-    if int(last.shape[2]) == hidden:
-        return int(last.shape[1])
-    if int(last.shape[1]) == hidden and len(weights) > 1 and int(weights[0].shape[2]) == hidden:
-        return int(last.shape[2])
-    back = [p for p in weights if int(p.shape[2]) == hidden]
+    if last[2] == hidden:
+        return last[1]
+    if last[1] == hidden and len(weights) > 1 and weights[0][2] == hidden:
+        return last[2]
+    back = [shape for shape in weights if shape[2] == hidden]
     if back:
-        return int(back[-1].shape[1])
-    return int(next(p for p in weights if int(p.shape[1]) == hidden).shape[2])
+        return back[-1][1]
+    return next(shape for shape in weights if shape[1] == hidden)[2]
 
 
 def router_of(block: nn.Module, experts: nn.Module) -> nn.Module | None:
@@ -189,10 +260,12 @@ def router_of(block: nn.Module, experts: nn.Module) -> nn.Module | None:
 
 
 def experts_bias(module: nn.Module) -> bool:
-    """The experts' projections carry biases."""
+    """The experts' projections carry biases: one dimension fewer than the weights (2-D beside
+    3-D weights; 1-D beside weights holding the experts in their rows)."""
     if is_experts_interface(module):
         return bool(module.has_bias)
-    return any(p.dim() == 2 for p in module.parameters(recurse=False))
+    bias_dim = 1 if getattr(module, _FLAT, 0) else 2
+    return any(p.dim() == bias_dim for p in module.parameters(recurse=False))
 
 
 def is_state_space_mixer(name: str, module: nn.Module) -> bool:

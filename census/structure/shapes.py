@@ -131,7 +131,7 @@ def _built_alike(layer: nn.Module) -> tuple:
 def classify(layers: nn.ModuleList) -> list[tuple[int, Shape]]:
     """Each layer's index and its distinct shape (shared objects for equal signatures)."""
     shapes: dict[tuple, Shape] = {}
-    seen: dict[tuple, tuple[tuple, list[str]]] = {}  # _built_alike -> (signature, stacked-expert marks)
+    seen: dict[tuple, tuple[tuple, dict[str, int]]] = {}  # _built_alike -> (signature, stacked-expert marks)
     stack = []
     for index, layer in enumerate(layers):
         alike = _built_alike(layer)

@@ -5,9 +5,9 @@ config by hand. Shared by the census, pricing and refresh tests.
 
 # Refused, each with its reason and why. Remote code is refused by design; the others are the
 # census's own limits (docs/census.md, Known limits), not transformers'.
-REFUSED = {
-    "databricks/dbrx-instruct": ("unsupported_layer", "its experts (DbrxExperts) keep every expert's weights in 2-D matrices and loop over the experts the router chose: neither the experts interface nor stacked experts (tests/census/test_census_dbrx.py)"),
-}
+# None since dbrx's experts, 2-D weights holding the experts in their rows, are stacked experts
+# (tests/census/test_census_dbrx.py).
+REFUSED: dict[str, tuple[str, str]] = {}
 
 
 # Censused and checked in test files of their own (their kinds and counts read from the config by hand).
@@ -17,6 +17,7 @@ OWN_TESTS = {
     "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8": "tests/census/test_census_latent_moe.py",
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": "tests/census/test_census_llama4.py",
     "MiniMaxAI/MiniMax-M1-80k": "tests/census/test_census_remote.py",
+    "databricks/dbrx-instruct": "tests/census/test_census_dbrx.py",
 }
 
 
