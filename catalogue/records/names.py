@@ -36,7 +36,7 @@ SETTING_NAMES: tuple[str, ...] = (
     "bytes_compute", "param_casts", "ulysses", "micro_factor", "se", "kernel_flash", "kernel_efficient", "kernel_math",
 )  # fmt: skip
 # The spec's flags a formula reads as names (1.0 or 0.0).
-FLAG_NAMES: tuple[str, ...] = ("layer_norms", "attn_output_gate", "mlp_bias", "shared_expert_gate", "sdpa_refused")
+FLAG_NAMES: tuple[str, ...] = ("layer_norms", "mlp_bias", "shared_expert_gate", "sdpa_refused")
 KIND_NAMES: tuple[str, ...] = (
     "h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "hff", "hff_exp",
     "n_exp", "n_chosen_exp", "n_shared_exp", "bytes_softmax", "bytes_dropout",

@@ -1,14 +1,27 @@
 """What a probed layer's attention is, read off its kernel calls and its modules: keys appended
 to the layer's own (docs/census.md, "Appended keys"), QK-norm, the q, k, v and o biases, an
-output gate and MLA's latent ranks. The attention's variant facts are read in
+output gate of any width and MLA's latent ranks. The attention's variant facts are read in
 census/describe/variants_attention.py.
 """
 
 from __future__ import annotations
 
-from speccat.census.describe.layer_roles import LayerRoles, has_bias
+from collections import Counter
+from typing import NamedTuple
+
+import torch
+
+from speccat.census.describe.layer_roles import HALF, LayerRoles, has_bias
 from speccat.census.spec import SpecError
 from speccat.census.structure.predicates import QK_NORM_NAME, is_norm, is_projection
+
+
+class OutputGate(NamedTuple):
+    """An attention output gate (AttentionFacts.output_gate), each per query head and token."""
+
+    width: int  # elements of the gate the product reads: 1 (a gate per head), head_dim (per channel); 0 without one
+    kept: int  # elements backward keeps of the gate's ops in the compute dtype (a sigmoid's output)
+    kept_fp32: int  # and in fp32 (a softplus computed in fp32 keeps its fp32 input)
 
 
 class AttentionFacts(LayerRoles):
@@ -46,18 +59,31 @@ class AttentionFacts(LayerRoles):
     def o_bias(self) -> bool:
         return any(has_bias(self.module(n)) for n in self.probe.output_projections)
 
-    def output_gate(self, heads: int, head_dim: int) -> bool:
-        """The attention's output multiplied by a sigmoid gate of the heads' width: the gate made
-        by q_proj beside the queries (twice heads × head_dim wide: Qwen3-Next), or a projection of
-        its own in the attention whose output's sigmoid multiplies a tensor (afmoe's gate_proj)."""
-        for child in self.mixer_children:
-            q_proj = getattr(self.module(child), "q_proj", None)
-            if q_proj is not None and is_projection(q_proj) and q_proj.weight.shape[0] == 2 * heads * head_dim:
-                return True
-        return any(
-            products and self.part(path) in self.mixer_children and self.module(path).weight.shape[0] == heads * head_dim
-            for path, products in self.probe.sigmoid_gates.items()
-        )
+    def output_gate(self) -> OutputGate:
+        """The attention's output gate, read off what ran (census/measure/output_gates.py): a
+        product, in a child where an attention kernel ran and after it, that a projection of
+        that child reads, of a factor made from a projection's output by elementwise ops alone
+        (lfm3's sigmoid of g_proj, one per head; laguna's softplus of g_proj in fp32; Qwen3-Next's
+        sigmoid of q_proj's second half, head_dim per head). Its width is that factor's elements
+        per query head and token; what it keeps is what backward keeps of those ops' outputs,
+        booked to that child, per query head and token by dtype. No gate: all 0."""
+        kernels = self.attention_kernels()
+        children = {k.child for k in kernels if k.child}
+        reads = self.projection_reads(children)
+        gates = {
+            projection: elements
+            for product, (projection, elements, _) in self.probe.gated_products.items()
+            if product in reads and self.part(projection) in children
+        }
+        if not gates:
+            return OutputGate(0, 0, 0)
+        per_head = self.probe.tokens * kernels[0]["q"][1]  # the tokens times the query heads
+        ops = {f"child:{c}" for c in children}
+        kept = Counter()
+        for (projection, op, dtype), elements in self.probe.gate_kept.items():
+            if projection in gates and op in ops:
+                kept["half" if dtype in HALF else str(dtype)] += elements
+        return OutputGate(max(gates.values()) // per_head, kept["half"] // per_head, kept[str(torch.float32)] // per_head)
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""

@@ -73,7 +73,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         "num_hidden_layers": len(built.layers),
         "vocab_size": int(embedding.shape[0]),
     }
-    model_wide, differing = attention_dims(views)
+    model_wide, _ = attention_dims(views)
     facts.update(model_wide)
     max_positions = getattr(built.config, "max_position_embeddings", None)
     if isinstance(max_positions, int) and max_positions > 0:
@@ -147,7 +147,6 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
     if window:
         facts["sliding_window"] = window
     full = [v for v in views if v.attention_kernels()]
-    own = {v.index: differing.get(v.index, model_wide) for v in full}
     norms = [m for v in views for m in v.layer_norm_modules()]
     facts.update(
         qkv_bias=any(v.qkv_bias() for v in views),
@@ -155,7 +154,7 @@ def model_facts(built: Built, views: list[LayerView], stack: list[tuple[int, Sha
         mlp_bias=any(v.mlp_bias() for v in views),
         norm_bias=any(has_bias(m) for m in norms),
         qk_norm=any(v.qk_norm() for v in full if v.shape.mixer != "cross"),  # a cross kind's QK-norm: its qk_norm_per_head
-        attn_output_gate=any(v.output_gate(own[v.index]["num_attention_heads"], own[v.index].get("head_dim", 0)) for v in full),
+        attn_output_gate=any(v.output_gate().width for v in full),
         shared_expert_gate=any(v.shared_gate() for v in views),
         tie_word_embeddings=built.tied,
         layer_norms=any(is_layer_norm(m) for m in norms),

@@ -9,6 +9,7 @@ reads).
 
 from __future__ import annotations
 
+from speccat.census.measure.output_gates import book_gate_kept
 from speccat.census.measure.watcher import Watcher
 
 
@@ -24,6 +25,7 @@ def book_bytes(watcher: Watcher) -> None:
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
+            book_gate_kept(watcher, probe, key, op, nbytes)
             probe.kept_tails[(op, *watcher.tails[key])] += 1
             tail, dtype = watcher.tails[key]
             if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:

@@ -1,5 +1,7 @@
 """An attention output multiplied by a sigmoid gate of a projection of its own (afmoe's
-`gate_proj`) is the attention output gate the records price (as Qwen3-Next's, made by q_proj)."""
+`gate_proj`) is the attention output gate the records price (as Qwen3-Next's, made by q_proj): a gate of
+head_dim per head whose sigmoid keeps its output (tests/census/test_census_head_gate.py: gates
+of other widths and activations)."""
 
 from __future__ import annotations
 
@@ -21,4 +23,7 @@ def test_an_output_gate_of_its_own_projection_is_the_attention_output_gate():
     assert (heads, head_dim, hidden) == (16, 128, 2048) and spec["attn_output_gate"] is True
     for kind in ("full_dense", "full_moe"):
         assert spec["measured"][kind]["bytes_per_token"]["attMM"] == 2 * hidden + 2 * (2 * heads * head_dim)
+        # a gate per head channel (head_dim per head) whose sigmoid's bf16 output is kept, no fp32
+        facts = spec["variants"][kind]
+        assert (facts["attn_gate_width"], facts["attn_gate_kept"], facts["attn_gate_kept_fp32"]) == (head_dim, head_dim, 0)
     assert all(abs(priced / measured - 1) <= 0.02 for priced, measured in priced_vs_measured(spec, 256).values())

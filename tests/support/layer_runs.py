@@ -5,6 +5,8 @@ beside what the census measured."""
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 
@@ -53,7 +55,9 @@ def rotary_layer_bytes(config: dict, seq: int) -> float:
     model = tiny_model({**config, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
     torch.manual_seed(1)
     x = torch.randn(1, seq, config["hidden_size"], dtype=torch.bfloat16, requires_grad=True)
-    rotary = model.model.rotary_emb(x, torch.arange(seq).unsqueeze(0))
+    # a rotary of several layer types (lfm3's) is asked for layer 0's
+    per_type = "layer_type" in inspect.signature(model.model.rotary_emb.forward).parameters
+    rotary = model.model.rotary_emb(x, torch.arange(seq).unsqueeze(0), **({"layer_type": config["layer_types"][0]} if per_type else {}))
     kept, _ = saves_and_grads(model, model.model.layers[0], x, position_embeddings=rotary)
     tables = {t.untyped_storage()._cdata for t in rotary}
     return sum(t.untyped_storage().nbytes() for k, t in kept.items() if k not in tables) / seq

@@ -135,7 +135,9 @@ def qwen35_9b() -> dict:
         flavours={"linear_attention": {"attention": "linear", "ffn": "dense"}, "full_attention": DENSE},
         variants={
             "linear_attention": _variants("norm_upcast", "norm_scale_fp32", "gated_norm"),
-            "full_attention": _variants("norm_upcast", "norm_scale_fp32", "q_heads_major", "qk_norm_per_head"),
+            # the output gate: q_proj's second half, a sigmoid per head channel whose output is kept
+            "full_attention": _variants("norm_upcast", "norm_scale_fp32", "q_heads_major", "qk_norm_per_head")
+            | {"attn_gate_width": c["head_dim"], "attn_gate_kept": c["head_dim"]},
         },
     )  # fmt: skip
     return spec

@@ -1,0 +1,97 @@
+"""Output gates: a projection's output carried through elementwise ops alone (views, a cast, a
+copy, an activation) to a product taken after the attention kernel of the same child (lfm3's
+sigmoid of one gate per head, laguna's softplus in fp32, Qwen3-Next's sigmoid of q_proj's
+second half). The watcher follows each projection's output through such ops (its gate chain:
+Watcher.gate_chains), notes each product that reads a chain after its child's kernel ran
+(LayerProbe.gated_products), and booking notes what backward keeps of each chain
+(LayerProbe.gate_kept), which census/describe/attention_facts.py reads as the gate's facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from speccat.census.kernels.scope import current_kernel
+from speccat.census.structure.kernel_registry import storage_key
+from speccat.census.structure.predicates import is_norm
+
+CAST_OP = torch.ops.aten._to_copy.default
+PRODUCT_OP = torch.ops.aten.mul.Tensor
+
+
+def projection_returned(watcher, path: str, output: Any) -> None:
+    """A projection's output starts a gate chain of its own (held: its storage's identity stays its own)."""
+    if isinstance(output, torch.Tensor):
+        watcher.gate_chains[storage_key(output)] = (path, None)
+        watcher.kept.append(output.untyped_storage())
+
+
+def _elementwise_of_one(func, args: tuple) -> torch.Tensor | None:
+    """The one tensor an elementwise op of one tensor read (an activation, a copy, a scalar
+    product), or a cast's input; None for any other op."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if len(tensors) != 1:
+        return None
+    return tensors[0] if func is CAST_OP or torch.Tag.pointwise in func.tags else None
+
+
+def note_gate_op(watcher, probe, func, args, kwargs, out) -> None:
+    """An op outside any kernel and norm (called for every op: the cheap tests first): an
+    elementwise op of one tensor carries a gate chain to its output (each storage noting the one
+    it was made from), and a gated product to its output (axk2's product in fp32 cast back
+    before o_proj); a product of a chain with a tensor of no chain, after the kernel of the
+    child it runs in, is a gated product."""
+    if not isinstance(out, torch.Tensor) or current_kernel() is not None:
+        return
+    if func is PRODUCT_OP and _note_product(watcher, probe, args, out):
+        return
+    read = _elementwise_of_one(func, args)
+    key = storage_key(read) if read is not None else None
+    if (key not in watcher.gate_chains and key not in probe.gated_products) or _in_norm(watcher):
+        return
+    made = storage_key(out)
+    if key in watcher.gate_chains:
+        watcher.gate_chains[made] = (watcher.gate_chains[key][0], key)
+    if key in probe.gated_products:
+        probe.gated_products[made] = probe.gated_products[key]
+    watcher.kept.append(out.untyped_storage())
+
+
+def _in_norm(watcher) -> bool:
+    """The op runs inside a norm (whose saves are the norm's, not a gate's)."""
+    return any(is_norm(m) for _, m in watcher.path)
+
+
+def _lineage(watcher, key: int) -> frozenset[int]:
+    """The storages of a gate chain from its projection's output to `key`, each made from the one before."""
+    keys = []
+    while key is not None:
+        keys.append(key)
+        key = watcher.gate_chains[key][1]
+    return frozenset(keys)
+
+
+def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
+    """A product of two tensors: noted with the chain's projection, the factor's elements and the
+    chain's storages up to the factor when it is a gated product; false for a scalar product."""
+    factors = [a for a in args if isinstance(a, torch.Tensor)]
+    gated = [a for a in factors if storage_key(a) in watcher.gate_chains]
+    if len(factors) != 2 or len(gated) != 1 or _in_norm(watcher):
+        return len(factors) == 2
+    child = watcher.child()
+    if child is not None and watcher.kernel_count_in_child[child] > 0:
+        key = storage_key(gated[0])
+        probe.gated_products[storage_key(out)] = (watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key))
+        watcher.kept.append(out.untyped_storage())
+    return len(factors) == 2
+
+
+def book_gate_kept(watcher, probe, key: int, op: str, nbytes: int) -> None:
+    """A storage backward keeps, booked to `op`: counted among a gate's kept elements, by dtype,
+    when it lies on the gate's chain up to its product (LayerProbe.gate_kept)."""
+    projection = next((p for p, _, lineage in probe.gated_products.values() if key in lineage), None)
+    if projection is not None:
+        dtype = watcher.tails[key][1]
+        probe.gate_kept[(projection, op, dtype)] += nbytes // dtype.itemsize
