@@ -77,17 +77,55 @@ class FeedForwardFacts(LayerRoles):
     def shared_gate(self) -> bool:
         return any(is_projection(m) and m.weight.shape[0] == 1 for _, m in self.shared_children())
 
+    def latent_projections(self) -> tuple[list[str], list[str]]:
+        """A latent MoE's projections (census/measure/expert_links.py): (those whose output the
+        routed experts ran on, those that read what the experts returned), each a projection of
+        the MoE block outside its experts and shared experts, down from the hidden size to the
+        experts' input width and back up to it, where that width is not the hidden size
+        (Nemotron-3-Super's fc1_latent_proj, 4096 → 1024, and fc2_latent_proj); ([], []) unless
+        both ran."""
+        width = self.probe.experts_input_widths.get(self.experts_path or "", self.hidden)
+        if width == self.hidden:
+            return [], []
+        shared = [path for path, _ in self.shared_children()]
+
+        def around(paths: set[str], shape: tuple[int, int]) -> list[str]:
+            return sorted(
+                p
+                for p in paths
+                if self.part(p) == self.moe_block
+                and not self.in_experts(p)
+                and not any(p == s or p.startswith(s + ".") for s in shared)
+                and tuple(self.module(p).weight.shape) == shape
+            )
+
+        down, up = around(self.probe.experts_fed_by, (width, self.hidden)), around(self.probe.experts_read_by, (self.hidden, width))
+        return (down, up) if down and up else ([], [])
+
+    def moe_latent_width(self) -> int:
+        """The width the routed experts run in between a latent MoE's projections
+        (latent_projections); 0 for experts that run in the hidden size."""
+        down, _ = self.latent_projections()
+        return int(self.module(down[0]).weight.shape[0]) if down else 0
+
+    def experts_input_width(self) -> int:
+        """The width of the routed experts' input and output: a latent MoE's latent width, else
+        the hidden size."""
+        return self.moe_latent_width() or self.hidden
+
     def expert_width(self) -> int | None:
-        """One expert's width (predicates.expert_width); for a group of stacked projections, the
-        width the last one (back to the hidden size) reads: its weight's size that is not the
-        hidden size."""
+        """One expert's width (predicates.expert_width, read against the experts' input width:
+        a latent MoE's experts map back to the latent width, not the hidden size); for a group of
+        stacked projections, the width the last one (back to that width) reads: its weight's
+        size that is not that width."""
         experts = self.experts
         if experts is None:
             return None
+        across = self.experts_input_width()
         if len(self.experts_group) > 1:
             last = self.experts_weights()[-1]
-            return int(next(n for n in last.shape[1:] if n != self.hidden)) if self.hidden in last.shape[1:] else None
-        return expert_width(experts, self.hidden)
+            return next(n for n in last[1:] if n != across) if across in last[1:] else None
+        return expert_width(experts, across)
 
     def router_ops(self) -> list:
         """The ops the probe saw in the feed-forward children's router regions (census/measure/layer_probe.py
@@ -127,11 +165,14 @@ class FeedForwardFacts(LayerRoles):
         return self.probe.experts_rows[self.experts_path] == count * self.probe.tokens and count > self.top_k()
 
     def ff_matmuls(self) -> int:
-        """The layer's feed-forward weights over one h×width projection's (one expert's for MoE)."""
+        """The layer's feed-forward weights over one h×width projection's (one expert's for MoE,
+        over one projection between its input width and its width: a latent MoE's experts run
+        in the latent width)."""
         experts = self.experts
+        across = self.hidden
         if experts is not None:
-            width = self.expert_width()
-            weights = sum(p.numel() // int(p.shape[0]) for p in self.experts_weights())  # one expert's slice of each
+            width, across = self.expert_width(), self.experts_input_width()
+            weights = sum(rows * columns for _, rows, columns in self.experts_weights())  # one expert's slice of each
         else:
             if self.shape.ffn == "none":
                 return 0  # a mixer-only block (Mamba, Mamba2, an attention-only block): no feed-forward
@@ -140,11 +181,11 @@ class FeedForwardFacts(LayerRoles):
             weights = sum(m.weight.numel() for _, m in self.dense_projections())
         if not width:
             raise SpecError("unsupported_layer", f"layer {self.index}: no feed-forward projection back to the hidden size {self.hidden}")
-        count, rest = divmod(weights, self.hidden * width)
+        count, rest = divmod(weights, across * width)
         if rest or not count:
             raise SpecError(
                 "unsupported_layer",
-                f"layer {self.index}: feed-forward weights {weights} are not a whole number of {self.hidden}x{width} projections",
+                f"layer {self.index}: feed-forward weights {weights} are not a whole number of {across}x{width} projections",
             )
         return count
 

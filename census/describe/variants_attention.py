@@ -198,3 +198,41 @@ def v_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
         and bool(outputs & view.probe.value_storages)
         for path, outputs in view.probe.norm_outputs.items()
     )
+
+
+@variant
+def attn_gate_width(view: AttentionFacts, top_k: int | None) -> int:
+    """A product, after the attention kernel in its child, that a projection of that child reads,
+    of a factor made from a projection's output by elementwise ops alone (views, casts, copies,
+    an activation): that factor's elements per query head and token; 0 without one."""
+    return view.output_gate().width
+
+
+@variant
+def attn_gate_kept(view: AttentionFacts, top_k: int | None) -> int:
+    """With such a gate: the elements per query head and token of the outputs of its elementwise
+    ops (and of its projection) that backward keeps, booked to the attention's child, in a half
+    dtype (the compute dtype); 0 without one."""
+    return view.output_gate().kept
+
+
+@variant
+def attn_gate_kept_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """With such a gate: those elements kept in fp32 (the fp32 cast a softplus in fp32 reads); 0 without one."""
+    return view.output_gate().kept_fp32
+
+
+@variant
+def qkv_kept(view: AttentionFacts, top_k: int | None) -> int:
+    """The storages booked to the attention kernel's child whose last dim is q's, k's and v's
+    widths together (heads × d + kv heads × (d + dv), from the kernel's arguments), in a half
+    dtype: the fused q, k, v projection's output kept by the attention's own code beside what
+    the kernel keeps (dbrx's clamp of Wqkv's output, clip_qkv, keeps its input: 1); 0 for MLA's
+    attention and the others."""
+    kernels = [k for k in view.attention_kernels() if k.child]
+    if not kernels or view.mla():
+        return 0
+    q, k, v = kernels[0]["q"], kernels[0]["k"], kernels[0]["v"]
+    width = q[1] * q[3] + k[1] * k[3] + v[1] * v[3]
+    children = {f"child:{call.child}" for call in kernels}
+    return sum(n for (op, dims, dtype), n in view.probe.kept_tails.items() if op in children and dims[-1:] == (width,) and dtype in HALF)

@@ -151,3 +151,34 @@ def ff_out_gate(view: FeedForwardFacts, top_k: int | None) -> bool:
     inline sigmoid reads, and whose products with that sigmoid no projection of the feed-forward
     reads: the MLP's output is gated (RWKV's channel-mixing receptance)."""
     return bool(view.out_gates())
+
+
+@variant
+def moe_latent_width(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The width of the input the routed experts were called with, where a projection of the MoE
+    block (outside its experts and shared experts) made it from the hidden size and another
+    projection of the block read what the experts returned back up to the hidden size
+    (census/measure/expert_links.py): Nemotron-3-Super's `fc1_latent_proj` (4096 → 1024) and
+    `fc2_latent_proj`. The experts' weights are read in that width (their matmuls,
+    `moe_intermediate_size`); the projections' parameters are `ffn_router`. 0 for experts that
+    run in the hidden size."""
+    return view.moe_latent_width()
+
+
+@variant
+def experts_loop(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """Stacked experts that ran over the chosen slots (not every token), and the ops of the MoE
+    block outside its experts and shared MLP hold an `index_add`: the block's own code sums each
+    expert's weighted output back into the tokens, one expert at a time (dbrx's loop over the
+    experts hit, its slots taken by a `where`)."""
+    if view.experts is None or view.experts_impl() != "stacked":
+        return False
+    return any(op.name in ("index_add", "index_add_") for op in view.router_ops())
+
+
+@variant
+def router_jitter(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """The ops of the MoE block outside its experts and shared MLP: a `uniform_` of the hidden
+    width (a random factor the router's input is multiplied by: dbrx's moe_jitter_eps in
+    training)."""
+    return view.experts is not None and any(op.name == "uniform_" and op.out_last == view.hidden for op in view.router_ops())

@@ -42,6 +42,13 @@ class LayerProbe:
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
     output_projections: list[str] = field(default_factory=list)
     token_mixes: Counter = field(default_factory=Counter)  # top-level child -> products of a token-shifted copy of the hidden states (RWKV's x_{t-1}·(1 − μ))
+    # a product after its child's attention kernel of a tensor made from a projection's output by
+    # elementwise ops alone (census/measure/output_gates.py), and what elementwise ops made of the
+    # product -> (that projection, the factor's elements, the chain's storages up to the factor)
+    gated_products: dict[int, tuple[str, int, frozenset[int]]] = field(default_factory=dict)
+    # (projection, op, dtype) -> elements backward keeps of those chains' storages, booked to op
+    # (an output gate's activation's saves)
+    gate_kept: Counter = field(default_factory=Counter)
     sigmoid_gates: dict[str, set[int]] = field(default_factory=dict)  # projection whose output an inline sigmoid read next (RWKV's receptance) -> the products of that sigmoid's output
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
@@ -58,6 +65,11 @@ class LayerProbe:
     routing_weights_dtype: torch.dtype | None = None  # the dtype of the weights the experts multiply by
     experts_top_k: int = 0  # experts each token is sent to: the last dim of the index the experts are called with
     experts_rows: Counter = field(default_factory=Counter)  # experts' path -> token slots they ran over (the chosen ones, or every expert for every token)
+    # the routed experts' path -> the width of the input they were called with (a latent MoE's
+    # experts run narrower than the hidden size: census/measure/expert_links.py)
+    experts_input_widths: dict[str, int] = field(default_factory=dict)
+    experts_fed_by: set[str] = field(default_factory=set)  # projections whose output the routed experts were called with
+    experts_read_by: set[str] = field(default_factory=set)  # projections called with what the routed experts returned
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
     kept_by_call: dict[int, set[str]] = field(default_factory=dict)  # call index -> the ops (or part) that keep the storages it made
     booked_as: dict[int, str] = field(default_factory=dict)  # call index -> the op its first kept storage is booked to

@@ -34,7 +34,8 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
 from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
-from speccat.census.measure import readers
+from speccat.census.measure import output_gates, readers
+from speccat.census.measure.expert_links import ExpertLinks
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
 from speccat.census.measure.op_notes import OP_NOTES
 from speccat.census.structure.kernel_registry import CallSeen, KernelCall, kernel_named, kernel_of, shapes, storage_key
@@ -83,7 +84,7 @@ class Made(NamedTuple):
     storage: StorageWeakRef
     probe: LayerProbe
     call: int  # the call's index among the probe's calls
-    nested_norm: bool  # made inside a norm nested in a child (MLA's latent norms)
+    nested_norm: bool  # made inside a norm nested in a child, not on the hidden stream (MLA's latent norms)
     position: int  # the tensor's position among the call's output tensors
 
 
@@ -119,6 +120,7 @@ class Watcher:
         self.shifted: set[int] = set()  # token-shifted copies of the hidden states (census/measure/token_shift.py)
         self.last_projection: tuple[str, int, Any] | None = None  # the projection that returned last, its output's storage key and the storage (held: its key stays its own)
         self.gate_outputs: dict[int, str] = {}  # the output of a sigmoid of a projection -> that projection
+        self.gate_chains: dict[int, tuple[str, int | None]] = {}  # a projection's output, and what elementwise ops made of it -> (that projection, the storage it was made from) (census/measure/output_gates.py)
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
         self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
@@ -132,6 +134,7 @@ class Watcher:
         self.creator: dict[int, Made] = {}  # storage -> the call that made it
         self.linear_modules: dict[int, set[tuple[str, ...]]] = {}  # layer -> module paths a linear attention ran in
         self.fallbacks: list[str] = []  # kernel mixers that ran a depthwise convolution in torch (census/measure/kernel_fallback.py)
+        self.expert_links = ExpertLinks()  # the projections feeding and reading the routed experts (census/measure/expert_links.py)
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -244,7 +247,8 @@ class Watcher:
             key = storage_key(tensor)
             known = self.creator.get(key)
             if known is None or known.storage.expired():  # new, or a dead storage's identity reused
-                nested_norm = any(is_norm(m) and "." in name for name, m in self.path)
+                stream = {path for path, _ in probe.stream_norms}  # a stream norm inside a child (dbrx's norm_attn_norm.norm_1) is no latent norm
+                nested_norm = any(is_norm(m) and "." in name and name not in stream for name, m in self.path)
                 self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
 
     def _made_elsewhere(self, tensor: torch.Tensor, probe: LayerProbe) -> bool:
@@ -272,6 +276,7 @@ class Watcher:
             return
         for note in OP_NOTES.get(func, ()):
             note(self, probe, func, args, kwargs, out)
+        output_gates.note_gate_op(self, probe, func, args, kwargs, out)  # any elementwise op: not one of OP_NOTES' keys
 
     def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool) -> None:
         """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one call."""
@@ -308,6 +313,7 @@ class Watcher:
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()
+            self.expert_links.clear()
             hidden = args[0] if args else kwargs.get("hidden_states")
             hidden_key = storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
             if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
@@ -349,6 +355,8 @@ class Watcher:
                 probe.norm_calls[name] += 1
             if is_norm(module) and self._on_stream(name, module, args, depth_one):
                 probe.stream_norms.append((name, storage_key(args[0])))
+            if is_experts(module) and args:
+                self.expert_links.experts_called(probe, name, args[0])
             if is_experts_interface(module) and len(args) > 2 and isinstance(args[2], torch.Tensor):
                 probe.routing_weights_dtype = args[2].dtype
                 probe.experts_top_k = int(args[1].shape[-1])
@@ -362,6 +370,7 @@ class Watcher:
                 probe.projection_order.setdefault(child, []).append(name)
                 if args and isinstance(args[0], torch.Tensor):
                     probe.projection_inputs.setdefault(child, set()).add(storage_key(args[0]))
+                    self.expert_links.projection_called(probe, name, args[0])
                 if not depth_one and self.kernel_count_in_child[child] > 0:
                     probe.output_projections.append(name)
             if is_activation_region(module) and not self._inside_activation():
@@ -374,6 +383,10 @@ class Watcher:
             name, module = self.path.pop()
             if is_projection(module) and isinstance(output, torch.Tensor):
                 self.last_projection = (name, storage_key(output), output.untyped_storage())
+                output_gates.projection_returned(self, name, output)
+                self.expert_links.projection_returned(name, output)
+            if is_experts(module):
+                self.expert_links.experts_returned(output)
             if is_norm(module) and isinstance(output, torch.Tensor):
                 self.current.norm_outputs.setdefault(name, set()).add(storage_key(output))
             if not self.path:

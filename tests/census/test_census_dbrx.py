@@ -266,6 +266,26 @@ def _real_kept() -> list[tuple]:
     return sorted(((t.dtype, t.untyped_storage().nbytes()) for key, t in kept.items() if key not in rotary), key=str)
 
 
+def test_every_point_the_night_measures_is_priced(config):
+    """The night censuses across settings: a second length, a cp rank, each recompute switch and
+    all of them. The first norm runs inside the attention block's child (norm_attn_norm.norm_1),
+    yet it is a norm on the hidden stream: Wqkv's input is its output, no MLA latent norm's
+    (the part attUp, which recomputing MLA's up-projections drops and the records price at 0
+    here). Read as a latent norm's, `recompute all` measured 5% below the price."""
+    from speccat.catalogue.records import points
+    from speccat.census import run_census
+    from speccat.flows.analysis import pricing_inputs
+
+    records, grid, _, ends = pricing_inputs()
+    spec = run_census(config, name=REPO, seq_length=512, across=True)
+    assert {p["point"] for p in spec["measured_at"]} >= {"recompute all", "recompute normOp", "cp 2"}
+    rows = points.price_points(spec, records, grid) + points.price_ends(spec, records, grid, ends)
+    points.check_prices(spec, rows, records)
+    everything = next(row for row in rows if row["point"] == "recompute all")
+    measured = points.measured_per_token(spec)[(everything["kind"], "recompute all")]
+    assert everything["priced_per_token"] / measured == pytest.approx(1, abs=0.001)
+
+
 def test_a_tiny_layer_keeps_what_the_census_books():
     """The real layer keeps the hand-worked storages; the census books the same per op, plus the
     layer's input (norm_1 keeps it; the real run leaves the input out) and the norms' statistics
