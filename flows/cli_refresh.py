@@ -63,12 +63,23 @@ def register(subparsers) -> None:
         "refresh", help="run the nightly refresh flow now",
         epilog="examples:\n  speccat refresh                      # the shipped snapshot into catalogue.duckdb\n"
         "  speccat refresh --source hub --limit 50 --db /data/catalogue.duckdb\n"
+        "  speccat refresh --source hub --scope all --hub-tier pro   # every text-generation repo, incrementally\n"
         "  speccat refresh --lake sqlite:lake.sqlite --lake-data lake/ --json\n"
         "exit status: 0 ok (also an empty night), 2 refused input, 3 catalogue locked or source unavailable",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     run.add_argument("--source", choices=("snapshot", "hub"), default="snapshot")
     run.add_argument("--limit", type=positive_int, default=None, help="the top N repos by downloads, N >= 1 (hub)")
+    run.add_argument(
+        "--scope", choices=("top", "all"), default="top",
+        help="hub: the top repos by downloads (default; with --limit), or every text-generation repo, "
+        "listing only what changed since the last night and fetching only new or changed shas",
+    )  # fmt: skip
+    run.add_argument(
+        "--hub-tier", default=None, metavar="TIER",
+        help="with --scope all: the Hub plan whose rate limits the night stays within (anonymous, free, pro; "
+        "default: flows/hub_limits.yaml tier)",
+    )  # fmt: skip
     run.add_argument("--db", default=None, help=f"the catalogue file to publish (default ${DB_ENV}, else {DEFAULT_DB})")
     run.add_argument(
         "--lock-wait", type=seconds, default=None, metavar="S",
@@ -117,6 +128,12 @@ def refresh_command(args: argparse.Namespace) -> int:
         raise InputError("bad_argument", "--lake and --lake-data go together")
     if args.memory_limit is not None and not args.memory_limit > 0:
         raise InputError("bad_argument", f"--memory-limit must be a positive number of MiB, got {args.memory_limit:g}")
+    if args.scope == "all" and (args.source != "hub" or args.limit is not None):
+        raise InputError("bad_argument", "--scope all crawls the whole Hub: it needs --source hub and no --limit")
+    if args.hub_tier is not None:
+        from speccat.flows.hub_budget import LIMITS
+
+        LIMITS.quotas(args.hub_tier)  # an unknown tier is refused before the night starts
     if args.snapshot_dir is not None and not Path(args.snapshot_dir).is_dir():
         raise InputError("not_found", f"--snapshot-dir {args.snapshot_dir}: no such folder")
     _prefect_environment()
@@ -139,6 +156,8 @@ def refresh_command(args: argparse.Namespace) -> int:
         lake_data=args.lake_data,
         lock_wait=args.lock_wait,
         report=args.report,
+        scope=args.scope,
+        hub_tier=args.hub_tier,
     )
     if args.json:
         print(json.dumps(counts, sort_keys=True))
@@ -170,6 +189,16 @@ def format_counts(counts: dict[str, Any], lake: bool = False) -> str:
     ]
     if counts["failing_repos"]:
         lines.append(f"  failing repos: {', '.join(counts['failing_repos'])}")
+    crawl = counts.get("crawl")
+    if crawl:
+        budget = crawl["budget"]
+        spent = ", ".join(f"{bucket} {n}" for bucket, n in budget["requests"].items())
+        lines.append(
+            f"  Hub crawl ({crawl['listing']} listing, {crawl['tier']} tier): {crawl['n_listed']} listed, {crawl['n_fetched']} fetched, "
+            f"{crawl['n_unchanged']} unchanged, {crawl['n_pending']} left for the next night, {crawl['n_gone']} gone; "
+            f"requests {spent} over {budget['windows']} window(s), {budget['waited_s']} s waited"
+            + (f"; stopped: the {crawl['stopped']} budget is spent" if crawl["stopped"] else "")
+        )
     if counts["status"] == "empty":
         lines.append("  the source listed no repo: the night is recorded as empty, and the latest night is unchanged")
     if lake:

@@ -11,9 +11,14 @@ commit sha, through the standard cache (a pinned file already cached costs no re
 from huggingface_hub's own environment (`HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`, `HF_TOKEN` or
 the token file); speccat never reads, logs or stores the token.
 
+`HubSource.crawl(since)` lists every transformers text-generation repo instead, the most
+recently changed first (`sort="last_modified"`), with the Hub's safetensors parameter counts,
+and stops at `since`: the `--scope all` night (flows/crawl.py), whose requests a Budget counts
+(flows/hub_budget.py). A fetch stopped by that budget (BudgetSpent) is no failure of the repo.
+
 huggingface_hub already retries the listing and the file's metadata request on 429 (honouring
-`Retry-After`), 5xx and timeouts; what is still transient after that (say a 503 on the
-download itself) is marked `transient` here so the flow's task retries it with backoff.
+`RateLimit` or `Retry-After`), 5xx and timeouts; what is still transient after that (say a 503
+on the download itself) is marked `transient` here so the flow's task retries it with backoff.
 
 SnapshotSource reads the configs shipped in `flows/snapshot/<org>__<name>/config.json`. Its
 listings are honest snapshot rows: no sha, downloads, likes or licence are invented.
@@ -24,10 +29,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 from speccat.catalogue.errors import ReasonError
+from speccat.flows.hub_budget import BudgetSpent
 
 SNAPSHOT_DIR = Path(__file__).with_name("snapshot")
 CONFIG_FILE = "config.json"
@@ -43,6 +50,8 @@ TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 # What the Hub is asked to return for each listed model (docs/refresh.md).
 LIST_EXPAND = ("sha", "gated", "downloads", "likes", "lastModified", "pipeline_tag", "tags")
+# ... and by a `--scope all` crawl, which also asks for the Hub's own parameter counts per dtype.
+CRAWL_EXPAND = (*LIST_EXPAND, "safetensors")
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,9 @@ class Listing:
     gated: bool | str | None = None  # the Hub's own value: False, "auto" or "manual"
     license: str | None = None
     pipeline_tag: str | None = None
+    # The Hub's parameter counts of the repo's safetensors weights, per dtype ((dtype, count), ...);
+    # listed by a `--scope all` crawl only (flows/crawl.py), not stored yet.
+    safetensors: tuple[tuple[str, int], ...] | None = None
 
 
 class FetchError(ReasonError):
@@ -168,20 +180,38 @@ class HubSource:
             limit=limit,
             expand=list(LIST_EXPAND),
         )
-        return [
-            Listing(
-                repo_id=m.id,
-                source=self.name,
-                sha=m.sha,
-                last_modified=m.last_modified.isoformat() if m.last_modified else None,
-                downloads=m.downloads,
-                likes=m.likes,
-                gated=m.gated,
-                license=_license_of(m.tags),
-                pipeline_tag=m.pipeline_tag,
-            )
-            for m in models
-        ]
+        return [self._listing(m) for m in models]
+
+    def crawl(self, since: datetime | None = None) -> Iterator[Listing]:
+        """Every transformers text-generation repo, the most recently changed first, down to
+        `since` (a repo changed at `since` itself is listed; None: every repo). The listing is
+        huggingface_hub's, page by page as the `Link` headers lead: stopping the iteration stops
+        the paging, so a night asks only for the pages it reads."""
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=self.endpoint)
+        models = api.list_models(
+            filter="transformers", pipeline_tag="text-generation", sort="last_modified", expand=list(CRAWL_EXPAND),
+        )  # fmt: skip
+        for m in models:
+            if since is not None and m.last_modified is not None and m.last_modified < since:
+                return
+            yield self._listing(m)
+
+    def _listing(self, m) -> Listing:
+        safetensors = getattr(m, "safetensors", None)
+        return Listing(
+            repo_id=m.id,
+            source=self.name,
+            sha=m.sha,
+            last_modified=m.last_modified.isoformat() if m.last_modified else None,
+            downloads=m.downloads,
+            likes=m.likes,
+            gated=m.gated,
+            license=_license_of(m.tags),
+            pipeline_tag=m.pipeline_tag,
+            safetensors=tuple(sorted(safetensors.parameters.items())) if safetensors is not None else None,
+        )
 
     def fetch(self, listing: Listing) -> Path:
         from huggingface_hub import hf_hub_download
@@ -196,6 +226,8 @@ class HubSource:
                     cache_dir=self.cache_dir,
                 )
             )
+        except BudgetSpent:  # no failure of the repo: it waits for the next night (flows/crawl.py)
+            raise
         except Exception as err:  # every failure becomes a reasoned FetchError
             raise classify(err, listing.repo_id) from None
 

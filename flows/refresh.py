@@ -54,6 +54,7 @@ from speccat.catalogue.vocabulary import UNEXPECTED_REASONS
 
 from speccat.flows import isolate, progress
 from speccat.flows.hub import FetchError, Listing, make_source
+from speccat.flows.hub_budget import BudgetSpent
 from speccat.flows.targets import make_target
 from speccat.flows.tasks import (
     Analysis,
@@ -62,6 +63,7 @@ from speccat.flows.tasks import (
     Fetched,
     Job,
     analyse_config,
+    crawl_repos,
     fetch_config,
     list_repos,
     versions_key,
@@ -70,6 +72,7 @@ from speccat.flows.versions import current_versions
 
 FETCH_THREADS = 8
 TASK_RUNNERS = ("local", "dask")
+SCOPES = ("top", "all")  # the Hub's top `limit` by downloads, or every repo (flows/crawl.py)
 DEFAULT_RETRY_DELAYS = (5.0, 30.0, 120.0)
 SUMMARY_ARTIFACT = "refresh-summary"
 REPORT_ARTIFACT = "refresh-report"
@@ -82,6 +85,9 @@ class Night:
     listings: list[Listing] = field(default_factory=list)
     fetched: dict[str, Fetched] = field(default_factory=dict)  # repo_id -> fetched
     failures: dict[str, Failure] = field(default_factory=dict)  # repo_id -> its failure
+    crawl: dict[str, Any] | None = None  # a `--scope all` night's crawls row (flows/crawl.py)
+    known: dict[str, str] = field(default_factory=dict)  # repo_id -> config_hash of a repo listed unchanged, not fetched
+    budget: dict[str, Any] | None = None  # the Hub requests it spent (flows/hub_budget.py Budget.report)
     analyses: dict[str, Analysis] = field(default_factory=dict)  # config_hash -> analysis
     stored: int = 0  # configs the catalogue already held, specced and priced
     new_hashes: set[str] = field(default_factory=set)  # configs it held no spec of
@@ -120,17 +126,84 @@ def make_task_runner(kind: str, dask_address: str | None, workers: int | None):
 # -- stages -------------------------------------------------------------------------------
 
 
-def fetch_stage(night: Night, source, retry_delays: list[float]) -> None:
+def fetch_stage(night: Night, source, retry_delays: list[float], listings: list[Listing] | None = None) -> list[Listing]:
+    """Fetch `listings` (default: every listed repo); return those the night's Hub budget left
+    unfetched (BudgetSpent: no failure, they wait for the next night)."""
     fetch = fetch_config.with_options(retry_delay_seconds=list(retry_delays), retries=len(retry_delays))
-    futures = {fetch.submit(source, listing): listing for listing in night.listings}
+    listings = night.listings if listings is None else listings
+    futures = {fetch.submit(source, listing): listing for listing in listings}
+    pending = []
     for done, future in enumerate(as_completed(list(futures)), 1):
         listing = futures[future]
         result = future.result(raise_on_failure=False)
         if isinstance(result, Fetched):
             night.fetched[listing.repo_id] = result
+        elif isinstance(result, BudgetSpent):
+            pending.append(listing)
         else:
             night.fail([listing.repo_id], "fetch", *_fetch_failure(result))
         progress.step("fetch", done, len(futures))
+    return pending
+
+
+class Crawling:
+    """A `--scope all` night between its listing and its fetch (flows/crawl.py): the crawl state
+    it started from, what it listed, and the Hub budget installed in huggingface_hub's client
+    until `fetch` (or `close`) ends it."""
+
+    def __init__(self, state, tier: str, budget, installed, listed: list[Listing], complete: bool):
+        self.state, self.tier, self.budget, self._installed = state, tier, budget, installed
+        self.listed, self.complete = listed, complete
+
+    def close(self) -> None:
+        self._installed.close()
+
+    def fetch(self, night: Night, source, retry_delays: list[float], current: frozenset[str]) -> None:
+        """Fetch the new and changed shas (and those whose config is not `current`: measured at
+        tonight's versions), oldest change first; an unchanged repo keeps its stored config_hash;
+        leave out of tonight's rows the repos the budget left (they wait for the next night) and
+        write the night's crawl row."""
+        from speccat.flows.crawl import RETRIED, crawl_row, to_fetch
+
+        try:
+            fetch, unchanged = to_fetch(self.listed, self.state, current)
+            night.known = {l.repo_id: self.state.hashes[l.repo_id] for l in unchanged if l.repo_id in self.state.hashes}
+            pending = fetch_stage(night, source, retry_delays, fetch)
+        finally:
+            self.close()
+        left = {l.repo_id for l in pending}
+        night.listings = [l for l in self.listed if l.repo_id not in left]
+        retried = [l for l in fetch if l.repo_id in night.failures and night.failures[l.repo_id].reason in RETRIED]
+        night.budget = self.budget.report()
+        night.crawl = crawl_row(
+            self.state, self.tier, self.listed, self.complete, len(fetch) - len(pending), len(unchanged), pending, retried, night.budget,
+        )  # fmt: skip
+        progress.note(
+            f"crawl: {len(fetch) - len(pending)} fetched, {len(unchanged)} unchanged, {len(pending)} left for the next night; "
+            f"Hub requests {night.budget['requests']} in {night.budget['windows']} window(s)"
+        )
+
+
+def crawl_stage(night: Night, source, target, tier: str | None, retry_delays: list[float]) -> Crawling:
+    """List a scope-all night's repos within the Hub budget (flows/crawl.py, flows/hub_budget.py)."""
+    from speccat.flows.crawl import state_of
+    from speccat.flows.hub_budget import LIMITS, Budget
+
+    tier = tier or LIMITS.tier
+    budget = Budget.from_limits(LIMITS, tier)
+    state = state_of(target, LIMITS.full_listing_every)
+    installed = contextlib.ExitStack()
+    installed.enter_context(budget.installed())
+    try:
+        crawler = crawl_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
+        listed, complete = crawler(source, state.listing_since, LIMITS.night_s)
+    except BaseException:
+        installed.close()
+        raise
+    night.listings = listed
+    progress.note(f"crawl: {state.listing} listing since {state.listing_since or 'the start'}: {len(listed)} repos"
+                  f"{'' if complete else ' (cut off by the Hub budget)'}")  # fmt: skip
+    return Crawling(state, tier, budget, installed, listed, complete)
 
 
 def _fetch_failure(err: BaseException) -> tuple[str, str]:
@@ -154,6 +227,19 @@ def library_versions(versions: dict[str, str]) -> dict[str, str]:
     """The libraries that measure a spec, part of its identity in the catalogue: a spec
     measured by another transformers or torch is not carried, its config is censused again."""
     return {"transformers": versions["transformers"], "torch": versions["torch"]}
+
+
+def held_now(target, versions: dict[str, str], rebuild: bool) -> frozenset[str]:
+    """The config_hashes the catalogue holds specced and priced at tonight's versions and grid
+    (as `plan_jobs` asks; none with `rebuild`)."""
+    from speccat.catalogue.records.settings import load_settings
+
+    if rebuild:
+        return frozenset()
+    settings = load_settings()
+    grid = [s["setting_id"] for s in settings.settings]
+    overload = [s["setting_id"] for s in settings.overload]
+    return target.stored(versions["census"], versions["records"], grid, library_versions(versions), overload).priced
 
 
 def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
@@ -258,7 +344,7 @@ def night_data(
                 "gated": listing.gated,
                 "license": listing.license,
                 "pipeline_tag": listing.pipeline_tag,
-                "config_hash": fetched.config_hash if fetched else None,
+                "config_hash": fetched.config_hash if fetched else night.known.get(listing.repo_id),
             }
         )
     # Repos sharing a config_hash may differ in what the hash leaves out (names): store the
@@ -297,6 +383,7 @@ def night_data(
         op_prices=op_prices,
         **reference_rows(records, grid, questions=True),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
+        crawl=night.crawl,
         reason=reason,
         message=message,
     )
@@ -334,7 +421,16 @@ def summary(night: Night, run_id: str, db: str, seconds: float, status: str) -> 
         "seconds": round(seconds, 1),
         "wall_seconds": round(process_seconds(), 1),
         "stage_seconds": dict(night.seconds),
+        "crawl": _crawl_counts(night),
     }
+
+
+def _crawl_counts(night: Night) -> dict[str, Any] | None:
+    """A scope-all night's crawl and Hub budget, as the summary states them (None otherwise)."""
+    if night.crawl is None:
+        return None
+    crawl = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in night.crawl.items()}
+    return {**crawl, "budget": night.budget}
 
 
 def publish_summary(counts: dict[str, Any]) -> None:
@@ -350,10 +446,28 @@ def publish_summary(counts: dict[str, Any]) -> None:
         *({"measure": f"refused: {reason}", "value": n} for reason, n in counts["refused"].items()),
         *({"measure": f"failed: {reason}", "value": n} for reason, n in counts["failed"].items()),
         {"measure": "failing repos", "value": ", ".join(counts["failing_repos"]) or "none"},
+        *_crawl_rows(counts.get("crawl")),
         {"measure": "duration of the flow (s)", "value": counts["seconds"]},
         {"measure": "wall time with Prefect's start (s)", "value": counts["wall_seconds"]},
     ]
     create_table_artifact(key=SUMMARY_ARTIFACT, table=rows, description=f"speccat refresh into {counts['db']}")
+
+
+def _crawl_rows(crawl: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if crawl is None:
+        return []
+    budget = crawl["budget"]
+    spent = ", ".join(f"{bucket} {n} of {budget['quotas'][bucket]} a window" for bucket, n in budget["requests"].items())
+    return [
+        {"measure": "Hub listing", "value": f"{crawl['listing']} since {crawl['since'] or 'the start'}"
+                                            f"{'' if crawl['listing_complete'] else ' (cut off)'}"},
+        {"measure": "repos fetched / unchanged / left for the next night", "value": f"{crawl['n_fetched']} / {crawl['n_unchanged']} / {crawl['n_pending']}"},
+        {"measure": "repos gone since the last full listing", "value": crawl["n_gone"]},
+        {"measure": f"Hub requests ({crawl['tier']} tier)", "value": spent},
+        {"measure": "Hub windows, seconds waited", "value": f"{budget['windows']}, {budget['waited_s']}"},
+        {"measure": "stopped by the Hub budget", "value": crawl["stopped"] or "no"},
+        {"measure": "next listing since", "value": crawl["next_since"] or "the start"},
+    ]  # fmt: skip
 
 
 def report_dir(target) -> Path:
@@ -402,8 +516,14 @@ def refresh(
     lake_data: str | None = None,
     lock_wait: float | None = None,
     report: bool = True,
+    scope: str = "top",
+    hub_tier: str | None = None,
 ) -> dict[str, Any]:
     """Refresh the catalogue at `db` from `source` ("snapshot" or "hub", the top `limit` repos).
+
+    With `scope` "all" (hub only) the night crawls every transformers text-generation repo
+    instead, listing only what changed since the last crawl and fetching only new or changed
+    shas, within `hub_tier`'s request budget (flows/hub_limits.yaml; docs/refresh.md).
 
     `task_runner` "local" censuses on `workers` local processes (default: one per core);
     "dask" on the cluster at `dask_address`. `time_limit` stops one config's census;
@@ -420,7 +540,7 @@ def refresh(
     try:
         return night_flow(
             log, source, limit, db, task_runner, dask_address, workers, snapshot_dir, time_limit,
-            memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait, report,
+            memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait, report, scope, hub_tier,
         )  # fmt: skip
     except ReasonError as err:
         # Expected: one line for the operator, no traceback; the caller still gets the error.
@@ -430,12 +550,16 @@ def refresh(
 
 def night_flow(
     log, source, limit, db, task_runner, dask_address, workers, snapshot_dir, time_limit,
-    memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait, report,
+    memory_limit, seq_length, rebuild, retry_delays, lake, lake_data, lock_wait, report, scope="top", hub_tier=None,
 ) -> dict[str, Any]:  # fmt: skip
     """The night, stage by stage (the flow `refresh` is this, with expected refusals turned
     into a Failed state)."""
     if limit is not None and limit < 1:
         raise InputError("bad_argument", f"limit must be at least 1, got {limit}")
+    if scope not in SCOPES:
+        raise InputError("bad_argument", f"unknown scope {scope!r}; allowed: {', '.join(SCOPES)}")
+    if scope == "all" and (source != "hub" or limit is not None):
+        raise InputError("bad_argument", "scope all crawls the whole Hub: it needs source hub and no limit")
     started = datetime.now(timezone.utc)
     run_id = str(flow_run.id)
     runner = make_task_runner(task_runner, dask_address, workers)
@@ -452,23 +576,33 @@ def night_flow(
         memory_limit = LIMITS.census_memory_mib
     night = Night()
 
+    crawling = None
     with night.timed("list"):
         try:
-            lister = list_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
-            night.listings = lister(src, limit)
+            if scope == "all":
+                crawling = crawl_stage(night, src, target, hub_tier, retry_delays)
+            else:
+                lister = list_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
+                night.listings = lister(src, limit)
         except FetchError as err:
+            if crawling is not None:
+                crawling.close()
             night.fail(["(listing)"], "list", err.reason, str(err))
             target.publish(night_data(night, run_id, started, "failed", source, versions, err.reason, str(err)))
             raise
     progress.note(f"list: {len(night.listings)} repos from {source}")
+    if crawling is not None:
+        with night.timed("fetch"):
+            crawling.fetch(night, src, retry_delays, held_now(target, versions, rebuild))
     if not night.listings:
         target.publish(night_data(night, run_id, started, "empty", source, versions))
         log.warning("refresh %s listed no repo from %s: recorded as empty; the latest night is unchanged", run_id, source)
         counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds(), "empty")
         publish_summary(counts)
         return counts
-    with night.timed("fetch"):
-        fetch_stage(night, src, retry_delays)
+    if crawling is None:
+        with night.timed("fetch"):
+            fetch_stage(night, src, retry_delays)
     with night.timed("plan"):
         jobs = plan_jobs(night, target, versions, seq_length, rebuild)
     progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} to census or price")

@@ -1,6 +1,6 @@
 """The refresh flow's Prefect tasks, one per stage: list, fetch, census-and-price.
 
-- `list_repos` and `fetch_config` talk to the source. A transient error (429, 5xx, timeout,
+- `list_repos` (or, for a `--scope all` night, `crawl_repos`) and `fetch_config` talk to the source. A transient error (429, 5xx, timeout,
   see flows/hub.py) is retried with backoff through `retry_condition_fn`; anything else fails
   the task at once and becomes a failures row. huggingface_hub lists with no read timeout, so
   a listing that stalls is given up after LIST_TIMEOUT_S and counted as transient.
@@ -26,6 +26,7 @@ from prefect.states import Failed, State
 from speccat.catalogue.errors import ReasonError
 from speccat.flows import isolate
 from speccat.flows.hub import FETCH_FAILED, FetchError, Listing, Source
+from speccat.flows.hub_budget import BudgetSpent
 
 # What a census child runs (flows/analysis.py; named, so only the children import torch).
 ANALYSE = "speccat.flows.analysis:analyse"
@@ -143,12 +144,40 @@ def _within(seconds: float, fn, *args):
     return box["value"]
 
 
+@task(name="crawl-repos", retry_condition_fn=is_transient)
+def crawl_repos(source, since, seconds: float) -> tuple[list[Listing], bool]:
+    """A `--scope all` listing (flows/crawl.py): the repos changed since `since`, newest first,
+    and whether the listing reached `since` (or its end). The night's Hub budget running out
+    (BudgetSpent) cuts it short: what was listed is kept, and the next night lists again from
+    the top. A listing that takes more than `seconds` is given up, as a transient error."""
+    from speccat.flows.hub import classify
+
+    listed: list[Listing] = []
+
+    def listing() -> bool:
+        try:
+            for item in source.crawl(since):
+                listed.append(item)
+        except BudgetSpent:
+            return False
+        return True
+
+    try:
+        complete = _within(seconds, listing)
+    except FetchError:
+        raise
+    except Exception as err:
+        raise classify(err, "(listing)") from None
+    return list(listed), complete
+
+
 @task(name="fetch-config", retry_condition_fn=is_transient, task_run_name="fetch {listing.repo_id}")
-def fetch_config(source: Source, listing: Listing) -> Fetched | ReasonError:
+def fetch_config(source: Source, listing: Listing) -> Fetched | ReasonError | BudgetSpent:
     """Fetch and parse one repo's config.json. A transient error raises (and is retried); a
     final one (gated, not found, not JSON: SpecError bad_json) is the task's answer, the error
     itself: a refusal of the repo is expected, so the task completes and the flow logs it at
-    INFO, rather than Prefect logging a failed task at ERROR."""
+    INFO, rather than Prefect logging a failed task at ERROR. A night whose Hub budget is spent
+    answers BudgetSpent, without a request: the repo waits for the next night."""
     from speccat.census import config_hash, load_config_file
     from speccat.census.spec import SpecError
 
@@ -160,6 +189,8 @@ def fetch_config(source: Source, listing: Listing) -> Fetched | ReasonError:
             raise
         return err
     except SpecError as err:
+        return err
+    except BudgetSpent as err:
         return err
 
 

@@ -66,6 +66,7 @@ TABLES: tuple[str, ...] = (
     "op_prices",
     "fits_on",
     "failures",
+    "crawls",
 )
 # Reference tables: tonight's, never carried: the vocabulary the ENUM types are made from
 # (filled before the schema runs), the grid's default setting and the data files' tables the

@@ -46,6 +46,11 @@ REPO_FIELDS: tuple[str, ...] = (
     "config_hash",
 )
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
+# A `--scope all` Hub night's crawl row (sql/schema/tables/crawls.sql; flows/crawl.py).
+CRAWL_FIELDS: tuple[str, ...] = (
+    "listing", "tier", "since", "next_since", "listing_complete", "n_listed", "n_fetched", "n_unchanged", "n_pending",
+    "n_gone", "api_requests", "resolver_requests", "windows", "waited_s", "stopped",
+)
 INFEASIBLE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "rule", "message")
 POINT_PRICE_FIELDS: tuple[str, ...] = ("kind", "point", "priced_per_token", "forward_flops", "backward_peak_per_token")
 # fields a row may leave None: a backward peak the records do not price (a spec with no working set)
@@ -173,6 +178,7 @@ class NightData:
     flag_sets: Sequence[Mapping[str, Any]] = ()
     fits_on_sizes: Sequence[Mapping[str, Any]] = ()
     fits_on_layouts: Sequence[Mapping[str, Any]] = ()
+    crawl: Mapping[str, Any] | None = None  # CRAWL_FIELDS: a `--scope all` Hub night's crawl, else None
     reason: str | None = None
     message: str | None = None
 
@@ -229,6 +235,8 @@ class NightData:
                 _bad(f"repos[{i}].gated", f"{repo['gated']!r} is not one of False, 'auto', 'manual' or None")
         for i, failure in enumerate(self.failures):
             _check_row(f"failures[{i}]", failure, FAILURE_FIELDS, required=FAILURE_FIELDS)
+        if self.crawl is not None:
+            _check_row("crawl", self.crawl, CRAWL_FIELDS, required=("listing", "tier", "listing_complete"))
         for config_hash, spec in self.specs.items():
             if not isinstance(spec, Mapping) or "layers" not in spec:
                 _bad(f"specs[{config_hash!r}]", "must be a ModelSpec mapping")
@@ -281,6 +289,10 @@ class NightData:
             "runs": pa.Table.from_pylist(runs),
             "repo_history": _table(history, ("run_id",) + REPO_FIELDS),
             "failures": _table(failures, ("run_id",) + FAILURE_FIELDS),
+            "crawls": _table(
+                [] if self.crawl is None else [{"run_id": self.run_id, **{k: self.crawl.get(k) for k in CRAWL_FIELDS}}],
+                ("run_id",) + CRAWL_FIELDS,
+            ),
             "settings": pa.Table.from_pylist([dict(s) for s in self.settings]),
             "setting_defaults": pa.Table.from_pylist([dict(self.setting_defaults)]),
             "switch_sets": pa.Table.from_pylist(switch_set_rows(self.switches)),

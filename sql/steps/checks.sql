@@ -116,7 +116,8 @@ WHERE config_hash IS NOT NULL AND config_hash NOT IN (SELECT config_hash FROM co
 UNION ALL
 SELECT 'rows name a stored run', format('{} {} run {}', tbl, repo_id, run_id)
 FROM (SELECT 'repo_history' AS tbl, repo_id, run_id FROM repo_history
-      UNION ALL SELECT 'failures', repo_id, run_id FROM failures) AS r
+      UNION ALL SELECT 'failures', repo_id, run_id FROM failures
+      UNION ALL SELECT 'crawls', '', run_id FROM crawls) AS r
 WHERE run_id NOT IN (SELECT run_id FROM runs)
 UNION ALL
 SELECT 'setting_defaults holds one row', format('{} rows', count(*))

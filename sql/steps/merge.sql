@@ -200,6 +200,12 @@ WHERE run_id IN (SELECT run_id FROM (SELECT * FROM runs WHERE run_id IN (SELECT 
 INSERT INTO runs BY NAME
 SELECT * FROM (SELECT * FROM incoming.runs EXCEPT SELECT * FROM runs);
 
+DELETE FROM crawls
+WHERE run_id IN (SELECT run_id FROM (SELECT * FROM crawls WHERE run_id IN (SELECT run_id FROM incoming.runs)
+                                     EXCEPT SELECT * FROM incoming.crawls));
+INSERT INTO crawls BY NAME
+SELECT * FROM (SELECT * FROM incoming.crawls EXCEPT SELECT * FROM crawls);
+
 DELETE FROM repo_history
 WHERE run_id IN (SELECT run_id FROM incoming.runs)
   AND repo_id IN (SELECT repo_id FROM (

@@ -9,6 +9,17 @@ runs against it once HF_ENDPOINT points there:
 - `HEAD|GET /{org}/{name}/resolve/{revision}/{file}`: the file of that commit, with the
   `X-Repo-Commit`, `ETag` and `Content-Length` headers the client relies on; the Hub's error
   codes (`X-Error-Code: RepoNotFound | GatedRepo | RevisionNotFound | EntryNotFound`) otherwise.
+  A repo whose files live in LFS storage (`Repo.lfs`) answers as the Hub does for those: a 302 to
+  a signed CDN URL with `X-Linked-Etag` and `X-Linked-Size`; the CDN is this server under the name
+  `localhost`, another origin to the client, so huggingface_hub's HEAD stops at the 302 (it
+  follows only redirects that stay on the Hub) and its GET goes to the CDN without the token.
+- Sorting by `downloads`, `likes` or `lastModified`, newest first; `expand=safetensors` gives the
+  Hub's parameter counts per dtype (`Repo.safetensors`).
+- Rate limits (`StandinHub(limits={"api": N, "resolvers": M}, window_s=W)`): fixed windows per
+  bucket (`/api/` and `/resolve/` paths, as the Hub counts them); every answer in a limited
+  bucket carries `RateLimit: "bucket";r=LEFT;t=SECONDS` and `RateLimit-Policy: "fixed
+  window";"bucket";q=N;w=W`, and a request past the quota is a 429 with `r=0` (huggingface_hub
+  waits `t` and tries again). `hub.throttled` counts the 429s.
 
 Faults are scripted per request: `hub.fail(method, path, status, headers)` makes the next
 request with that method and path answer with the status (a queue, so a 429 then success is
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import socket
 import struct
 import threading
@@ -44,6 +56,8 @@ class Repo:
     access: int | None = None  # 401 or 403: the caller has no access (gated); None: open
     license: str | None = "apache-2.0"
     last_modified: str = "2026-11-01T00:00:00.000Z"
+    safetensors: dict[str, int] | None = None  # the Hub's parameter counts per dtype
+    lfs: bool = False  # its files are served from LFS storage: the resolver redirects to the CDN
 
     def item(self, expand: list[str]) -> dict:
         full = {
@@ -56,6 +70,8 @@ class Repo:
             "library_name": self.library_name,
             "tags": [self.library_name, self.pipeline_tag] + ([f"license:{self.license}"] if self.license else []),
         }
+        if self.safetensors is not None:
+            full["safetensors"] = {"parameters": dict(self.safetensors), "total": sum(self.safetensors.values())}
         return {"id": self.repo_id, "_id": self.repo_id, **{k: full[k] for k in expand if k in full}}
 
 
@@ -73,11 +89,34 @@ def git_blob_sha(content: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
+# The listing's sort keys, as the Hub's query names them, and the Repo attribute of each.
+SORT_KEYS = {"downloads": "downloads", "likes": "likes", "lastModified": "last_modified"}
+CDN_PATH = "/cdn/"
+
+
+def bucket_of(path: str) -> str | None:
+    """The Hub's rate-limit bucket of a path: every /api/ endpoint, every /resolve/ URL."""
+    if path.startswith("/api/"):
+        return "api"
+    if "/resolve/" in path:
+        return "resolvers"
+    return None
+
+
 class StandinHub:
     PAGE_SIZE = 3  # small, so listing more than a few repos exercises the client's paging
 
-    def __init__(self, repos: list[Repo] = ()):
+    def __init__(
+        self, repos: list[Repo] = (), *, page_size: int | None = None, limits: dict[str, int] | None = None,
+        window_s: float = 300.0,
+    ):  # fmt: skip
         self.repos: dict[str, Repo] = {r.repo_id: r for r in repos}
+        self.page_size = page_size or self.PAGE_SIZE
+        self.limits = dict(limits or {})
+        self.window_s = window_s
+        self.throttled = 0
+        self._window: dict[str, tuple[float, int]] = {}  # bucket -> (its window's start, requests in it)
+        self._sorted: dict[tuple, list[Repo]] = {}  # the listing's order per query, until the repos change
         self.requests: list[Request] = []
         self._faults: dict[tuple[str, str], deque] = defaultdict(deque)
         self._lock = threading.Lock()
@@ -94,7 +133,22 @@ class StandinHub:
 
     def add(self, repo: Repo) -> Repo:
         self.repos[repo.repo_id] = repo
+        self.changed()
         return repo
+
+    def remove(self, repo_id: str) -> None:
+        del self.repos[repo_id]
+        self.changed()
+
+    def changed(self) -> None:
+        """Call after changing a repo in place (its sha, lastModified, downloads): the listing's
+        order is kept between requests until then."""
+        with self._lock:
+            self._sorted.clear()
+
+    def cdn_url(self) -> str:
+        """The CDN's origin: this server under another name (module docstring)."""
+        return f"http://localhost:{self._server.server_address[1]}"
 
     def fail(
         self,
@@ -172,8 +226,12 @@ class StandinHub:
         query = parse_qs(parts.query)
         with self._lock:
             self.requests.append(Request(method, parts.path, query, time.monotonic(), h.headers.get("authorization")))
-            faults = self._faults.get((method, parts.path))
+            limit_headers, over = self._count(bucket_of(parts.path))
+            faults = None if over else self._faults.get((method, parts.path))
             fault = faults.popleft() if faults else None
+        if over:
+            return self._reply(h, method, 429, b"Too Many Requests", limit_headers)
+        h.limit_headers = limit_headers
         if fault is not None and fault[0] == "reset":
             h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             h.connection.close()  # linger 0: the kernel sends RST, not FIN
@@ -186,32 +244,77 @@ class StandinHub:
             return self._reply(h, method, status, body, headers, declared_length)
         if parts.path == "/api/models":
             return self._list(h, method, query)
+        if parts.path.startswith(CDN_PATH):
+            return self._cdn(h, method, parts.path[len(CDN_PATH):])
         segments = parts.path.strip("/").split("/")
         if len(segments) >= 5 and segments[2] == "resolve":
             repo_id, revision, filename = "/".join(segments[:2]), segments[3], "/".join(segments[4:])
             return self._resolve(h, method, repo_id, revision, filename)
         return self._reply(h, method, 404, b"Not Found")
 
-    def _list(self, h, method: str, query: dict) -> None:
+    def _count(self, bucket: str | None) -> tuple[dict, bool]:
+        """Count a request in its bucket's window (under the lock): its RateLimit headers, and
+        whether it is past the quota."""
+        if bucket is None or bucket not in self.limits:
+            return {}, False
+        quota, now = self.limits[bucket], time.monotonic()
+        start, used = self._window.get(bucket, (now, 0))
+        if now - start >= self.window_s:
+            start, used = start + (now - start) // self.window_s * self.window_s, 0
+        over = used >= quota
+        if not over:
+            used += 1
+        else:
+            self.throttled += 1
+        self._window[bucket] = (start, used)
+        reset = max(0, math.ceil(start + self.window_s - now))
+        headers = {
+            "RateLimit": f'"{bucket}";r={quota - used};t={reset}',
+            "RateLimit-Policy": f'"fixed window";"{bucket}";q={quota};w={int(self.window_s)}',
+        }
+        return headers, over
+
+    def _listed(self, query: dict) -> list[Repo]:
+        key = (tuple(query.get("filter", [])), tuple(query.get("pipeline_tag", [])), query.get("sort", [None])[0])
+        with self._lock:
+            cached = self._sorted.get(key)
+        if cached is not None:
+            return cached
         repos = list(self.repos.values())
         for library in query.get("filter", []):
             repos = [r for r in repos if r.library_name == library]
         for tag in query.get("pipeline_tag", []):
             repos = [r for r in repos if r.pipeline_tag == tag]
-        sort = query.get("sort", [None])[0]
+        sort = key[2]
         if sort is not None:
-            repos.sort(key=lambda r: getattr(r, sort), reverse=True)
+            attribute = SORT_KEYS[sort]
+            repos.sort(key=lambda r: getattr(r, attribute), reverse=True)
+        with self._lock:
+            self._sorted[key] = repos
+        return repos
+
+    def _list(self, h, method: str, query: dict) -> None:
+        repos = self._listed(query)
         if "limit" in query:
             repos = repos[: int(query["limit"][0])]
         offset = int(query.get("offset", ["0"])[0])
-        page = repos[offset : offset + self.PAGE_SIZE]
+        page = repos[offset : offset + self.page_size]
         expand = query.get("expand", [])
-        headers = {"Content-Type": "application/json"}
-        if offset + self.PAGE_SIZE < len(repos):
-            following = {**query, "offset": [str(offset + self.PAGE_SIZE)]}
+        headers = {"Content-Type": "application/json", **h.limit_headers}
+        if offset + self.page_size < len(repos):
+            following = {**query, "offset": [str(offset + self.page_size)]}
             headers["Link"] = f'<{self.url}/api/models?{urlencode(following, doseq=True)}>; rel="next"'
         body = json.dumps([r.item(expand) for r in page]).encode()
         self._reply(h, method, 200, body, headers)
+
+    def _cdn(self, h, method: str, name: str) -> None:
+        """The CDN's answer for a signed URL: `{etag}?repo=...` names the content."""
+        etag, _, repo_id = name.partition("/")
+        repo = self.repos.get(repo_id)
+        content = next((c for c in (repo.files.values() if repo else ()) if git_blob_sha(c) == etag), None)
+        if content is None:
+            return self._reply(h, method, 404, b"")
+        self._reply(h, method, 200, content, {"ETag": f'"{etag}"', "Content-Type": "application/octet-stream"})
 
     def _resolve(self, h, method: str, repo_id: str, revision: str, filename: str) -> None:
         repo = self.repos.get(repo_id)
@@ -225,7 +328,14 @@ class StandinHub:
         content = repo.files.get(filename)
         if content is None:
             return self._reply(h, method, 404, b"", {"X-Error-Code": "EntryNotFound", **commit})
-        headers = {**commit, "ETag": f'"{git_blob_sha(content)}"', "Content-Type": "application/octet-stream"}
+        etag = git_blob_sha(content)
+        if repo.lfs:
+            # As the Hub answers for a file in LFS storage: a redirect to the CDN, the file's
+            # etag and size on headers of their own (the 302's own Content-Length is its body's).
+            linked = {**commit, **h.limit_headers, "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": str(len(content)),
+                      "ETag": f'"{etag}"', "Location": f"{self.cdn_url()}{CDN_PATH}{etag}/{repo_id}"}  # fmt: skip
+            return self._reply(h, method, 302, b"", linked)
+        headers = {**commit, **h.limit_headers, "ETag": f'"{etag}"', "Content-Type": "application/octet-stream"}
         self._reply(h, method, 200, content, headers)
 
     @staticmethod

@@ -24,7 +24,7 @@ BROKEN_REPO = "speccat-test/broken-config"
 # A config cut off mid-file, as a failed upload leaves it.
 BROKEN_TEXT = '{\n  "architectures": ["LlamaForCausalLM"],\n  "model_type": "llama",\n  "hidden_si'
 # Tables that record each run rather than the catalogue's content.
-RUN_TABLES = ("runs", "repo_history", "failures")
+RUN_TABLES = ("runs", "repo_history", "failures", "crawls")
 
 
 @pytest.fixture(scope="session")
