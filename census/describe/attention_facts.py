@@ -22,6 +22,7 @@ class OutputGate(NamedTuple):
     width: int  # elements of the gate the product reads: 1 (a gate per head), head_dim (per channel); 0 without one
     kept: int  # elements backward keeps of the gate's ops in the compute dtype (a sigmoid's output)
     kept_fp32: int  # and in fp32 (a softplus computed in fp32 keeps its fp32 input)
+    before_copy: bool  # the product is taken on the kernel's heads-major output, before the copy o_proj reads
 
 
 class AttentionFacts(LayerRoles):
@@ -66,24 +67,27 @@ class AttentionFacts(LayerRoles):
         (lfm3's sigmoid of g_proj, one per head; laguna's softplus of g_proj in fp32; Qwen3-Next's
         sigmoid of q_proj's second half, head_dim per head). Its width is that factor's elements
         per query head and token; what it keeps is what backward keeps of those ops' outputs,
-        booked to that child, per query head and token by dtype. No gate: all 0."""
+        booked to that child, per query head and token by dtype; and whether the product is taken
+        on the kernel's output as the kernel laid it out (dots3's, heads-major), so that the copy
+        o_proj reads is made after it. No gate: all 0."""
         kernels = self.attention_kernels()
         children = {k.child for k in kernels if k.child}
         reads = self.projection_reads(children)
         gates = {
-            projection: elements
-            for product, (projection, elements, _) in self.probe.gated_products.items()
+            projection: (elements, before_copy)
+            for product, (projection, elements, _, before_copy) in self.probe.gated_products.items()
             if product in reads and self.part(projection) in children
         }
         if not gates:
-            return OutputGate(0, 0, 0)
+            return OutputGate(0, 0, 0, False)
         per_head = self.probe.tokens * kernels[0]["q"][1]  # the tokens times the query heads
         ops = {f"child:{c}" for c in children}
         kept = Counter()
         for (projection, op, dtype), elements in self.probe.gate_kept.items():
             if projection in gates and op in ops:
                 kept["half" if dtype in HALF else str(dtype)] += elements
-        return OutputGate(max(gates.values()) // per_head, kept["half"] // per_head, kept[str(torch.float32)] // per_head)
+        width = max(elements for elements, _ in gates.values()) // per_head
+        return OutputGate(width, kept["half"] // per_head, kept[str(torch.float32)] // per_head, any(before for _, before in gates.values()))
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""

@@ -223,6 +223,14 @@ def attn_gate_kept_fp32(view: AttentionFacts, top_k: int | None) -> int:
 
 
 @variant
+def attn_gate_before_copy(view: AttentionFacts, top_k: int | None) -> bool:
+    """With such a gate: the product's other factor was not contiguous, a view of the attention
+    kernel's output as the kernel laid it out (heads-major: dots3_note's, bailing_hybrid's), so
+    the product is laid out so too and the token-major copy o_proj reads is made from it."""
+    return view.output_gate().before_copy
+
+
+@variant
 def qkv_kept(view: AttentionFacts, top_k: int | None) -> int:
     """The storages booked to the attention kernel's child whose last dim is q's, k's and v's
     widths together (heads × d + kv heads × (d + dv), from the kernel's arguments), in a half

@@ -44,8 +44,9 @@ class LayerProbe:
     token_mixes: Counter = field(default_factory=Counter)  # top-level child -> products of a token-shifted copy of the hidden states (RWKV's x_{t-1}·(1 − μ))
     # a product after its child's attention kernel of a tensor made from a projection's output by
     # elementwise ops alone (census/measure/output_gates.py), and what elementwise ops made of the
-    # product -> (that projection, the factor's elements, the chain's storages up to the factor)
-    gated_products: dict[int, tuple[str, int, frozenset[int]]] = field(default_factory=dict)
+    # product -> (that projection, the factor's elements, the chain's storages up to the factor,
+    # whether the other factor was the kernel's output in its own heads-major layout)
+    gated_products: dict[int, tuple[str, int, frozenset[int], bool]] = field(default_factory=dict)
     # (projection, op, dtype) -> elements backward keeps of those chains' storages, booked to op
     # (an output gate's activation's saves)
     gate_kept: Counter = field(default_factory=Counter)

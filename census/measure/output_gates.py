@@ -74,8 +74,10 @@ def _lineage(watcher, key: int) -> frozenset[int]:
 
 
 def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
-    """A product of two tensors: noted with the chain's projection, the factor's elements and the
-    chain's storages up to the factor when it is a gated product; false for a scalar product."""
+    """A product of two tensors: noted with the chain's projection, the factor's elements, the
+    chain's storages up to the factor and whether the other factor is laid out as the kernel left
+    it (not contiguous: a view of its heads-major output, so the product is too and the copy
+    o_proj reads is made after it) when it is a gated product; false for a scalar product."""
     factors = [a for a in args if isinstance(a, torch.Tensor)]
     gated = [a for a in factors if storage_key(a) in watcher.gate_chains]
     if len(factors) != 2 or len(gated) != 1 or _in_norm(watcher):
@@ -83,7 +85,8 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
     child = watcher.child()
     if child is not None and watcher.kernel_count_in_child[child] > 0:
         key = storage_key(gated[0])
-        probe.gated_products[storage_key(out)] = (watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key))
+        other = next(a for a in factors if a is not gated[0])
+        probe.gated_products[storage_key(out)] = (watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key), not other.is_contiguous())
         watcher.kept.append(out.untyped_storage())
     return len(factors) == 2
 
@@ -91,7 +94,7 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
 def book_gate_kept(watcher, probe, key: int, op: str, nbytes: int) -> None:
     """A storage backward keeps, booked to `op`: counted among a gate's kept elements, by dtype,
     when it lies on the gate's chain up to its product (LayerProbe.gate_kept)."""
-    projection = next((p for p, _, lineage in probe.gated_products.values() if key in lineage), None)
+    projection = next((p for p, _, lineage, _ in probe.gated_products.values() if key in lineage), None)
     if projection is not None:
         dtype = watcher.tails[key][1]
         probe.gate_kept[(projection, op, dtype)] += nbytes // dtype.itemsize

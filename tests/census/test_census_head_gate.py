@@ -103,3 +103,27 @@ def test_the_price_is_what_a_real_gated_layer_keeps(config, facts):
     assert spec["attn_output_gate"] is (facts[0] > 0)
     priced, measured = priced_vs_measured(spec, SEQ)[kind]
     assert priced == measured == rotary_layer_bytes(config, SEQ)
+
+
+@pytest.mark.parametrize(("model_type", "kind"), [("dots3_note_text", "full_dense"), ("bailing_hybrid", "full_moe")])
+def test_a_gate_on_the_kernels_own_layout_is_no_second_tensor(model_type, kind):
+    """dots3_note's and bailing_hybrid's MLA kernels leave their output heads-major (q was built
+    by cat), and the gate multiplies that output before the token-major copy o_proj reads: the
+    copy (o_copy's) is made from the product, so the heads' width is kept once, not twice. Read
+    as multiplying o_proj's input itself, the kind would price a second a·dv bf16 tensor."""
+    spec = run_census(default(model_type), name=model_type, seq_length=256).to_dict()
+    facts = spec["variants"][kind]
+    assert facts["attn_gate_before_copy"] is True and facts["attn_gate_width"] == 1 and facts["q_heads_major"] is True
+    assert priced_at_census_point(spec)
+    after = dict(spec, variants=dict(spec["variants"], **{kind: dict(facts, attn_gate_before_copy=False)}))
+    heads, head_width = spec["num_attention_heads"], spec["v_head_dim"]
+    assert priced_vs_measured(after, 256)[kind][0] - priced_vs_measured(spec, 256)[kind][0] == heads * head_width * 2
+
+
+def test_a_gate_after_the_copy_is_a_tensor_of_its_own():
+    """Qwen3-Next's attention copies its heads-major output token-major first, then multiplies
+    the copy by the gate: o_proj keeps the product and the multiply keeps the copy."""
+    spec = run_census(default("qwen3_next"), name="qwen3_next", seq_length=256).to_dict()
+    facts = spec["variants"]["full_attention"]
+    assert facts["q_heads_major"] is True and facts["attn_gate_before_copy"] is False and facts["attn_gate_width"] == spec["head_dim"]
+    assert priced_at_census_point(spec)
