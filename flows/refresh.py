@@ -584,9 +584,7 @@ def night_flow(
             else:
                 lister = list_repos.with_options(retries=len(retry_delays), retry_delay_seconds=list(retry_delays))
                 night.listings = lister(src, limit)
-        except FetchError as err:
-            if crawling is not None:
-                crawling.close()
+        except FetchError as err:  # crawl_stage has given huggingface_hub its own client back
             night.fail(["(listing)"], "list", err.reason, str(err))
             target.publish(night_data(night, run_id, started, "failed", source, versions, err.reason, str(err)))
             raise

@@ -108,6 +108,22 @@ def test_the_hubs_ratelimit_headers_are_honoured():
     assert spend.quotas["api"] == int(10 * hub_budget.LIMITS.share)
 
 
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["refresh", "--scope", "all"], "needs --source hub and no --limit"),
+        (["refresh", "--source", "hub", "--scope", "all", "--limit", "5"], "needs --source hub and no --limit"),
+        (["refresh", "--source", "hub", "--scope", "all", "--hub-tier", "gold"], "unknown Hub tier 'gold'"),
+    ],
+)
+def test_a_bad_scope_or_tier_is_refused_in_one_line_before_the_night(argv, says, capsys):
+    from speccat.flows.cli import main
+
+    assert main(argv + ["--db", "/nonexistent/never-written.duckdb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad_argument" in err and says in err
+
+
 # -- huggingface_hub through the budget, against the stand-in --------------------------------
 
 
