@@ -2,7 +2,9 @@
 built from the configs the project ships (flows/snapshot/*/config.json).
 
 Config k is shipped config `k % S` (S shipped) with its vocabulary grown by `64 * (k // S)` tokens
-(a tokenizer variant: another config_hash); k < S is the shipped config itself. Repo r is a
+(a tokenizer variant: another config_hash); k < S is the shipped config itself. Shipped configs
+that share a config_hash (DeepSeek-V3 and R1, Qwen2 and Qwen2.5 7B) stay one config each, so 5,000
+variants of the 50 shipped configs are 4,800 distinct config_hashes. Repo r is a
 fine-tune of config `r % M`, uploaded in one of three dtypes (`torch_dtype`, which the config_hash
 leaves out: the same config), with a sha, a lastModified one minute after repo r - 1's, downloads
 falling with r, and the Hub's safetensors parameter counts for its dtype (a plain estimate from
