@@ -1,10 +1,11 @@
 """speccat's vocabulary, read from catalogue/vocabulary.yaml: the one place every code is defined.
 
 The op vector, the parts, the reason codes of every refusal (by who raises them), the stages,
-statuses, sources, gating codes and flavours. Everything else reads them from here: the
-census and its spec, the records, the store (which creates the catalogue's ENUM types from
-`vocabulary_rows()`), the flow and the CLI. `python -m speccat.catalogue.vocabulary` prints
-the README's reason table, which a test keeps equal to this file.
+statuses, sources, gating codes, flavours and the causes of a parameter count's difference.
+Everything else reads them from here: the census and its spec, the records, the store (which
+creates the catalogue's ENUM types from `vocabulary_rows()`), the flow and the CLI.
+`python -m speccat.catalogue.vocabulary` prints the README's reason table, which a test keeps
+equal to this file.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ GATING: Mapping[object, str] = MappingProxyType({False: GATING_CODES[0], **{code
 # kinds column and the spec's flavour field `attention`.
 MIXER_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["attention_flavour"])
 FFN_FLAVOURS: tuple[str, ...] = tuple(_VOCABULARY["ffn_flavour"])
+# Why a repo's census parameter count and the Hub's differ (the view repo_params; the rules of
+# catalogue/hub_params.yaml state them).
+PARAM_CAUSES: tuple[str, ...] = tuple(_VOCABULARY["param_cause"])
 
 # The catalogue's ENUM types and their values, in order.
 ENUMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -72,6 +76,7 @@ ENUMS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "attention_flavour": MIXER_FLAVOURS,
         "ffn_flavour": FFN_FLAVOURS,
         "op_name": OPS + UNPRICED_OPS,
+        "param_cause": PARAM_CAUSES,
     }
 )
 

@@ -76,6 +76,7 @@ REFERENCE_TABLES: tuple[str, ...] = ("vocabulary", "setting_defaults", *DATA_FIL
 # (sql/steps/replace_reference.sql): the others have rules of their own in sql/steps/merge.sql.
 KEYED_REFERENCE: tuple[str, ...] = (
     "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags", "flag_sets",
+    "param_rules",
 )
 # The columns that, beside census_version, say which libraries measured a spec (part of the key
 # of every spec and price table).

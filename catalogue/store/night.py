@@ -44,7 +44,12 @@ REPO_FIELDS: tuple[str, ...] = (
     "license",
     "pipeline_tag",
     "config_hash",
+    "hub_params",
+    "hub_params_by_dtype",
+    "config_parts",
 )
+# The Hub's parameter counts per dtype, as repo_history stores them (MAP(VARCHAR, BIGINT)).
+HUB_PARAMS_BY_DTYPE = pa.map_(pa.string(), pa.int64())
 FAILURE_FIELDS: tuple[str, ...] = ("repo_id", "stage", "reason", "message")
 # A `--scope all` Hub night's crawl row (sql/schema/tables/crawls.sql; flows/crawl.py).
 CRAWL_FIELDS: tuple[str, ...] = (
@@ -61,11 +66,12 @@ OP_COST_FIELDS: tuple[str, ...] = ("kind", "setting_id", "op", "recompute_flops"
 OP_PRICE_FIELDS: tuple[str, ...] = ("kind", "setting_id", "part", "op", "kept_bytes", "full_bytes")
 # The reference tables a night states from the data files, each a field of NightData of its name:
 # states.yaml's sharding, the ops each switch set re-runs and keeps, accelerators.yaml,
-# schedules.yaml, ends.yaml's loss kernels, the frameworks' flags (flags.yaml) and the questions
-# the table fits_on answers.
+# schedules.yaml, ends.yaml's loss kernels, the frameworks' flags (flags.yaml), the questions
+# the table fits_on answers and the rules that reconcile the census's parameter counts with the
+# Hub's (catalogue/hub_params.yaml).
 DATA_FILE_TABLES: tuple[str, ...] = (
     "state_sharding", "switch_ops", "switch_kept", "accelerators", "schedules", "losses", "framework_flags", "flag_sets",
-    "fits_on_sizes", "fits_on_layouts",
+    "fits_on_sizes", "fits_on_layouts", "param_rules",
 )
 LAYER_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "mask", "attention", "ffn", "norm", "total")
 FULL_PRICE_COLUMNS: tuple[str, ...] = ("kind", "setting_id", "kept")
@@ -112,7 +118,11 @@ class NightData:
     setting_defaults: the grid's default setting (`Grid.setting({})`, with its setting_id), which
         the catalogue's views use for a field a query leaves unchosen.
     switches: the records' switch names in mask-bit order (`Records.switches`).
-    repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual").
+    repos: mappings with REPO_FIELDS (missing keys are None; gated is False/"auto"/"manual";
+        hub_params the Hub's safetensors total and hub_params_by_dtype its counts per dtype, a
+        mapping of counts not below 0, both None where the source states none; config_parts
+        the names of the fetched config's parts its language model leaves out, None when no
+        config was fetched).
     configs: config_hash -> the config mapping (its model_type is stored as a column).
     specs: config_hash -> ModelSpec mapping, censused at versions["census"] with
         versions["transformers"] and versions["torch"] (stored with them: part of its key).
@@ -142,6 +152,7 @@ class NightData:
     framework_flags, flag_sets: flags.yaml as rows (catalogue/records/flags.py `flag_rows`).
     fits_on_sizes, fits_on_layouts: the questions the table fits_on answers, as rows
         (catalogue/records/fits_on.py `plan_rows`); a night that states none builds no fits_on rows.
+    param_rules: catalogue/hub_params.yaml's rules as rows (catalogue/hub_params.py `rule_rows`).
     failures: mappings with FAILURE_FIELDS; stage and reason are codes of
         catalogue/vocabulary.yaml (`stage`, and a `census` or `fetch` reason).
     reason, message: why a `failed` night failed (a `census` or `fetch` reason and one line);
@@ -178,6 +189,7 @@ class NightData:
     flag_sets: Sequence[Mapping[str, Any]] = ()
     fits_on_sizes: Sequence[Mapping[str, Any]] = ()
     fits_on_layouts: Sequence[Mapping[str, Any]] = ()
+    param_rules: Sequence[Mapping[str, Any]] = ()
     crawl: Mapping[str, Any] | None = None  # CRAWL_FIELDS: a `--scope all` Hub night's crawl, else None
     reason: str | None = None
     message: str | None = None
@@ -233,6 +245,7 @@ class NightData:
             _check_row(f"repos[{i}]", repo, REPO_FIELDS, required=("repo_id",))
             if repo.get("gated") is not None and repo["gated"] not in GATING:
                 _bad(f"repos[{i}].gated", f"{repo['gated']!r} is not one of False, 'auto', 'manual' or None")
+            _check_hub_params(f"repos[{i}]", repo)
         for i, failure in enumerate(self.failures):
             _check_row(f"failures[{i}]", failure, FAILURE_FIELDS, required=FAILURE_FIELDS)
         if self.crawl is not None:
@@ -281,13 +294,15 @@ class NightData:
                 **{k: repo.get(k) for k in REPO_FIELDS},
                 "run_id": self.run_id,
                 "gated": None if repo.get("gated") is None else GATING[repo["gated"]],
+                "config_parts": None if repo.get("config_parts") is None else list(repo["config_parts"]),
             }
             for repo in self.repos
         ]
+        by_dtype = [None if r.get("hub_params_by_dtype") is None else sorted(r["hub_params_by_dtype"].items()) for r in self.repos]
         failures = [{**{k: f[k] for k in FAILURE_FIELDS}, "run_id": self.run_id} for f in self.failures]
         tables = {
             "runs": pa.Table.from_pylist(runs),
-            "repo_history": _table(history, ("run_id",) + REPO_FIELDS),
+            "repo_history": _with_column(_table(history, ("run_id",) + REPO_FIELDS), "hub_params_by_dtype", by_dtype, HUB_PARAMS_BY_DTYPE),
             "failures": _table(failures, ("run_id",) + FAILURE_FIELDS),
             "crawls": _table(
                 [] if self.crawl is None else [{"run_id": self.run_id, **{k: self.crawl.get(k) for k in CRAWL_FIELDS}}],
@@ -505,6 +520,34 @@ def _check_costs(where: str, costs: pa.Table, full: pa.Table, n_masks: int) -> N
     if costs.num_rows != expected or np.unique(key).size != expected:
         _bad(where, f"{costs.num_rows} rows, {np.unique(key).size} distinct (kind, setting, mask); needs one per "
                     f"(kind, setting) of full_prices and mask -1..{n_masks - 1}: {expected}")
+
+
+def _check_hub_params(where: str, repo: Mapping[str, Any]) -> None:
+    """The Hub's counts of a repo row: a total and per-dtype counts that are whole numbers not
+    below 0 (or None), and config_parts a list of names (or None)."""
+    total, by_dtype, parts = repo.get("hub_params"), repo.get("hub_params_by_dtype"), repo.get("config_parts")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        _bad(f"{where}.hub_params", f"must be a whole number not below 0, got {total!r}")
+    if by_dtype is not None and not (
+        isinstance(by_dtype, Mapping)
+        and all(isinstance(k, str) and k and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in by_dtype.items())
+    ):
+        _bad(f"{where}.hub_params_by_dtype", f"must map dtype names to whole numbers not below 0, got {by_dtype!r}")
+    if parts is not None and (isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence)
+                              or not all(isinstance(p, str) and p for p in parts)):  # fmt: skip
+        _bad(f"{where}.config_parts", f"must be a list of names, got {parts!r}")
+
+
+def _with_column(table: pa.Table, column: str, values: list[Any], type_: pa.DataType) -> pa.Table:
+    """`table` with `column` holding `values` (one a row) as `type_`: a map's (key, value) pairs
+    cannot be inferred from Python values, which would make a list of structs (or fail)."""
+    if table.num_rows == 0:
+        return table
+    field = pa.field(column, type_)
+    array = pa.array(values, type_)
+    if column in table.column_names:
+        return table.set_column(table.column_names.index(column), field, array)
+    return table.append_column(field, array)
 
 
 def _check_row(where: str, row: Any, allowed: Sequence[str], required: Sequence[str]) -> None:

@@ -226,7 +226,9 @@ ORDER BY run_id, repo_id;
 
 -- repos: the latest history row of every repo, by the start of its run (so runs stored out of
 -- order still leave the newest metadata). When that row has no config_hash (the fetch failed)
--- but its sha is known, the config at that pinned sha is the one an earlier run fetched.
+-- but its sha is known, the config at that pinned sha is the one an earlier run fetched; and
+-- when it has no config_parts (not fetched tonight: unchanged in a crawl, or failed), the parts
+-- of the config an earlier run fetched at that sha.
 CREATE OR REPLACE TEMP TABLE fresh_repos AS
 WITH ranked AS (
     SELECT h.*, r.started
@@ -240,10 +242,19 @@ known AS (
     SELECT repo_id, sha, arg_max(config_hash, started) AS config_hash
     FROM ranked WHERE sha IS NOT NULL AND config_hash IS NOT NULL
     GROUP BY repo_id, sha
+),
+known_parts AS (
+    SELECT repo_id, sha, arg_max(config_parts, started) AS config_parts
+    FROM ranked WHERE sha IS NOT NULL AND config_parts IS NOT NULL
+    GROUP BY repo_id, sha
 )
 SELECT l.repo_id, l.sha, l.last_modified, l.downloads, l.likes, l.gated, l.license, l.pipeline_tag,
-       coalesce(l.config_hash, k.config_hash) AS config_hash
-FROM latest AS l LEFT JOIN known AS k ON k.repo_id = l.repo_id AND k.sha = l.sha;
+       coalesce(l.config_hash, k.config_hash) AS config_hash,
+       l.hub_params, l.hub_params_by_dtype,
+       coalesce(l.config_parts, p.config_parts) AS config_parts
+FROM latest AS l
+LEFT JOIN known AS k ON k.repo_id = l.repo_id AND k.sha = l.sha
+LEFT JOIN known_parts AS p ON p.repo_id = l.repo_id AND p.sha = l.sha;
 
 DELETE FROM repos
 WHERE repo_id IN (SELECT repo_id FROM (SELECT * FROM repos EXCEPT SELECT * FROM temp.fresh_repos));

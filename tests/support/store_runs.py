@@ -20,6 +20,7 @@ from typing import Any
 
 from conftest import load_shipped
 
+from speccat.catalogue.hub_params import rule_rows
 from speccat.catalogue.records.cost import load_costs, op_costs
 from speccat.catalogue.records.opsplit import op_prices
 from speccat.catalogue.records.ends import end_prices, load_ends, loss_prices
@@ -146,6 +147,7 @@ def make_run(
         op_costs={h: list(by_hash[h].op_costs) for h in sorted(fresh)},
         op_prices={h: list(by_hash[h].op_prices) for h in sorted(fresh)},
         **reference_rows(records(), grid(), questions=fits_on),
+        param_rules=rule_rows(),
         failures=list(failures),
     )
 
