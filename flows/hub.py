@@ -11,10 +11,12 @@ commit sha, through the standard cache (a pinned file already cached costs no re
 from huggingface_hub's own environment (`HF_ENDPOINT`, `HF_HOME`/`HF_HUB_CACHE`, `HF_TOKEN` or
 the token file); speccat never reads, logs or stores the token.
 
+Both listings ask for the Hub's own parameter counts of each repo's safetensors weights
+(`safetensors`), which the night stores beside the census's (the view repo_params).
+
 `HubSource.crawl(since)` lists every transformers text-generation repo instead, the most
-recently changed first (`sort="last_modified"`), with the Hub's safetensors parameter counts,
-and stops at `since`: the `--scope all` night (flows/crawl.py), whose requests a Budget counts
-(flows/hub_budget.py). A fetch stopped by that budget (BudgetSpent) is no failure of the repo.
+recently changed first (`sort="last_modified"`), and stops at `since`: the `--scope all` night
+(flows/crawl.py), whose requests a Budget counts (flows/hub_budget.py). A fetch stopped by that budget (BudgetSpent) is no failure of the repo.
 
 huggingface_hub already retries the listing and the file's metadata request on 429 (honouring
 `RateLimit` or `Retry-After`), 5xx and timeouts; what is still transient after that (say a 503
@@ -48,10 +50,9 @@ FETCH_FAILED = "fetch_failed"
 # Statuses worth another try, as huggingface_hub itself retries them.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
-# What the Hub is asked to return for each listed model (docs/refresh.md).
-LIST_EXPAND = ("sha", "gated", "downloads", "likes", "lastModified", "pipeline_tag", "tags")
-# ... and by a `--scope all` crawl, which also asks for the Hub's own parameter counts per dtype.
-CRAWL_EXPAND = (*LIST_EXPAND, "safetensors")
+# What the Hub is asked to return for each listed model (docs/refresh.md), by the top-N listing
+# and a `--scope all` crawl alike: `safetensors` is the Hub's own count of the weights' parameters.
+LIST_EXPAND = ("sha", "gated", "downloads", "likes", "lastModified", "pipeline_tag", "tags", "safetensors")
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,11 @@ class Listing:
     gated: bool | str | None = None  # the Hub's own value: False, "auto" or "manual"
     license: str | None = None
     pipeline_tag: str | None = None
-    # The Hub's parameter counts of the repo's safetensors weights, per dtype ((dtype, count), ...);
-    # listed by a `--scope all` crawl only (flows/crawl.py), not stored yet.
+    # The Hub's parameter counts of the repo's safetensors weights, per dtype ((dtype, count), ...),
+    # and their total (huggingface_hub's SafeTensorsInfo `parameters` and `total`); None for a repo
+    # without safetensors weights, and from the snapshot. Stored with the night (repo_history).
     safetensors: tuple[tuple[str, int], ...] | None = None
+    safetensors_total: int | None = None
 
 
 class FetchError(ReasonError):
@@ -191,7 +194,7 @@ class HubSource:
 
         api = HfApi(endpoint=self.endpoint)
         models = api.list_models(
-            filter="transformers", pipeline_tag="text-generation", sort="last_modified", expand=list(CRAWL_EXPAND),
+            filter="transformers", pipeline_tag="text-generation", sort="last_modified", expand=list(LIST_EXPAND),
         )  # fmt: skip
         for m in models:
             if since is not None and m.last_modified is not None and m.last_modified < since:
@@ -211,6 +214,7 @@ class HubSource:
             license=_license_of(m.tags),
             pipeline_tag=m.pipeline_tag,
             safetensors=tuple(sorted(safetensors.parameters.items())) if safetensors is not None else None,
+            safetensors_total=safetensors.total if safetensors is not None else None,
         )
 
     def fetch(self, listing: Listing) -> Path:

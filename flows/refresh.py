@@ -325,6 +325,7 @@ def night_data(
 ):
     """The night as the store ingests it: only tonight's new specs and prices."""
     from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.hub_params import rule_rows
     from speccat.catalogue.records.reference import reference_rows
     from speccat.catalogue.store.night import NightData
     from speccat.catalogue.records.settings import load_settings
@@ -345,6 +346,9 @@ def night_data(
                 "license": listing.license,
                 "pipeline_tag": listing.pipeline_tag,
                 "config_hash": fetched.config_hash if fetched else night.known.get(listing.repo_id),
+                "hub_params": listing.safetensors_total,
+                "hub_params_by_dtype": None if listing.safetensors is None else dict(listing.safetensors),
+                "config_parts": fetched.parts if fetched else None,
             }
         )
     # Repos sharing a config_hash may differ in what the hash leaves out (names): store the
@@ -382,6 +386,7 @@ def night_data(
         op_costs=op_costs,
         op_prices=op_prices,
         **reference_rows(records, grid, questions=True),
+        param_rules=rule_rows(),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],
         crawl=night.crawl,
         reason=reason,

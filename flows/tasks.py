@@ -52,6 +52,16 @@ class Fetched:
     config: dict
     config_hash: str
 
+    @property
+    def parts(self) -> list[str]:
+        """The config's parts its language model leaves out (vision_config, quantization_config,
+        a nested config's sub-configs beside text_config): the config_hash holds none of them, so
+        the catalogue keeps them per repo, for the parameter reconciliation (catalogue/hub_params.yaml)."""
+        from speccat.census import language_config
+
+        language = language_config(self.config)
+        return sorted(k for k, v in self.config.items() if isinstance(v, dict) and k != "text_config" and k not in language)
+
 
 @dataclass(frozen=True)
 class Job:
