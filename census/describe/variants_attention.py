@@ -13,6 +13,7 @@ import torch
 from speccat.census.describe.attention_facts import AttentionFacts
 from speccat.census.describe.layer_roles import HALF
 from speccat.census.describe.variant_registry import variant
+from speccat.census.measure.inner_norms import AFTER_ATTENTION
 from speccat.census.structure.kernel_registry import KernelCall
 from speccat.census.structure.predicates import QK_NORM_NAME, is_norm
 
@@ -244,3 +245,18 @@ def qkv_kept(view: AttentionFacts, top_k: int | None) -> int:
     width = q[1] * q[3] + k[1] * k[3] + v[1] * v[3]
     children = {f"child:{call.child}" for call in kernels}
     return sum(n for (op, dims, dtype), n in view.probe.kept_tails.items() if op in children and dims[-1:] == (width,) and dtype in HALF)
+
+
+@variant
+def attn_out_norm(view: AttentionFacts, top_k: int | None) -> int:
+    """Norm calls in the attention kernel's child after the kernel and before the child's next
+    projection, the output projection (census/measure/inner_norms.py), over the heads' outputs
+    together (q's heads times v's head width, from the kernel's arguments), per attention
+    kernel call: bitnet's `attn_sub_norm`, 1; 0 without one. They are no stream norms, whatever
+    their width."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return 0
+    widths = {k["q"][1] * k["v"][3] for k in kernels}
+    calls = sum(1 for _, _, follows, width in view.probe.inner_norms if follows == AFTER_ATTENTION and width in widths)
+    return calls // len(kernels)

@@ -1,5 +1,6 @@
 """Output gates: a projection's output carried through elementwise ops alone (views, a cast, a
-copy, an activation) to a product taken after the attention kernel of the same child (lfm3's
+copy, an activation, the add of a bias or the product with a per-layer scale: beam's
+gate_bias per head) to a product taken after the attention kernel of the same child (lfm3's
 sigmoid of one gate per head, laguna's softplus in fp32, Qwen3-Next's sigmoid of q_proj's
 second half). The watcher follows each projection's output through such ops (its gate chain:
 Watcher.gate_chains), notes each product that reads a chain after its child's kernel ran
@@ -28,13 +29,23 @@ def projection_returned(watcher, path: str, output: Any) -> None:
         watcher.kept.append(output.untyped_storage())
 
 
-def _elementwise_of_one(func, args: tuple) -> torch.Tensor | None:
-    """The one tensor an elementwise op of one tensor read (an activation, a copy, a scalar
-    product), or a cast's input; None for any other op."""
+def _layer_constant(watcher, tensor: torch.Tensor, out: torch.Tensor) -> bool:
+    """`tensor` is the same for every token: a parameter or buffer (or a view of one: beam's
+    per-head gate_bias[None, None, :, None]), or a tensor with no more elements than one token's
+    share of the op's output (a per-layer scale computed from parameters, a 0-dim scalar)."""
+    tokens = watcher.current.tokens if watcher.current is not None else 0
+    return storage_key(tensor) in watcher.excluded or (tokens > 0 and tensor.numel() * tokens <= out.numel())
+
+
+def _elementwise_of_one(watcher, func, args: tuple, out: torch.Tensor) -> torch.Tensor | None:
+    """The one tensor an elementwise op read beside layer constants (_layer_constant: an
+    activation, a copy, a scalar product, the add of a bias or the product with a per-layer
+    scale), or a cast's input; None for any other op."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if len(tensors) != 1:
+    varying = [a for a in tensors if not _layer_constant(watcher, a, out)] if len(tensors) > 1 else tensors
+    if len(varying) != 1:
         return None
-    return tensors[0] if func is CAST_OP or torch.Tag.pointwise in func.tags else None
+    return varying[0] if func is CAST_OP or torch.Tag.pointwise in func.tags else None
 
 
 def note_gate_op(watcher, probe, func, args, kwargs, out) -> None:
@@ -47,7 +58,7 @@ def note_gate_op(watcher, probe, func, args, kwargs, out) -> None:
         return
     if func is PRODUCT_OP and _note_product(watcher, probe, args, out):
         return
-    read = _elementwise_of_one(func, args)
+    read = _elementwise_of_one(watcher, func, args, out)
     key = storage_key(read) if read is not None else None
     if (key not in watcher.gate_chains and key not in probe.gated_products) or _in_norm(watcher):
         return
@@ -80,6 +91,8 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
     o_proj reads is made after it) when it is a gated product; false for a scalar product."""
     factors = [a for a in args if isinstance(a, torch.Tensor)]
     gated = [a for a in factors if storage_key(a) in watcher.gate_chains]
+    if len(factors) == 2 and len(gated) == 1 and any(_layer_constant(watcher, a, out) for a in factors if a is not gated[0]):
+        return False  # a chain times a per-layer scale: the chain goes on (note_gate_op)
     if len(factors) != 2 or len(gated) != 1 or _in_norm(watcher):
         return len(factors) == 2
     child = watcher.child()

@@ -29,7 +29,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "latent": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
         "cross": "attention", "cross_kv": "attention", "cross_gate": "ffn", "cross_norm": "norm", "cross_kv_norm": "norm",
         "linear_eager": "attention", "linear_eager_norm": "norm",
-        "layer_gate": "ffn",
+        "layer_gate": "ffn", "ff_down_norm": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
