@@ -12,6 +12,7 @@ import torch
 from speccat.census.describe.feed_forward_facts import FeedForwardFacts
 from speccat.census.describe.layer_roles import HALF
 from speccat.census.describe.variant_registry import variant
+from speccat.census.measure.inner_norms import AFTER_ACTIVATION
 
 
 @variant
@@ -94,10 +95,15 @@ def router_fp32_input(view: FeedForwardFacts, top_k: int | None) -> bool:
 @variant
 def router_scores_all(view: FeedForwardFacts, top_k: int | None) -> bool:
     """The ops of the MoE block outside its experts and shared MLP: a softmax or sigmoid over
-    every candidate the router chooses among (zero experts too)."""
+    every candidate the router chooses among (zero experts too), or a gather of the chosen
+    scores from fp32 scores of every candidate, which the gather keeps whole (kolibri1's
+    logits, gathered before their sigmoid)."""
     router = view.router_ops()
     candidates = view.router_candidates(router) if view.experts is not None else -1
-    return any(op.name in ("softmax", "_softmax", "sigmoid") and op.out_last == candidates for op in router)
+    scored = any(op.name in ("softmax", "_softmax", "sigmoid") and op.out_last == candidates for op in router)
+    # a gather of the chosen logits from the fp32 logits of every candidate keeps its whole source
+    gathered = any(op.name == "gather" and op.in_last == candidates and op.in_dtype == torch.float32 for op in router)
+    return scored or gathered
 
 
 @variant
@@ -182,3 +188,99 @@ def router_jitter(view: FeedForwardFacts, top_k: int | None) -> bool:
     width (a random factor the router's input is multiplied by: dbrx's moe_jitter_eps in
     training)."""
     return view.experts is not None and any(op.name == "uniform_" and op.out_last == view.hidden for op in view.router_ops())
+
+
+@variant
+def router_weight_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The rows of a parameter of the router's shape (the candidates the router chooses among by
+    the hidden size) that the feed-forward's ops cast to fp32 and backward keeps
+    (census/measure/param_casts.py): a half router weight cast for an fp32 matmul, its copy
+    kept once a layer call whatever the tokens (kolibri1's F.linear(x.float(), weight.float()):
+    384). 0 without routed experts, and where the weight is fp32 already (DeepSeek-V3's, kept in
+    fp32: no copy)."""
+    if view.experts is None:
+        return 0
+    candidates = view.router_candidates(view.router_ops())
+    rows = [
+        shape[0]
+        for (child, shape, dtype), kept in view.probe.param_casts_kept.items()
+        if child in view.ffn_children and dtype == torch.float32 and shape == (candidates, view.hidden) and kept
+    ]
+    return max(rows, default=0)
+
+
+@variant
+def ff_down_norm(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Norm calls in the dense MLP's child after its activation (census/measure/inner_norms.py),
+    over the MLP's width, whose output a projection of the MLP reads (the down projection), per
+    activation call: bitnet's `ffn_sub_norm` on act(gate)·up, 1; 0 without one and without a
+    dense MLP. A norm there of the hidden width is taken for a stream norm, one on the block's
+    output (census/measure/inner_norms.py)."""
+    calls, width = view.activations(), view.dense_width()
+    if view.experts is not None or not calls or not width:
+        return 0
+    reads = view.projection_reads(view.ffn_children)
+    norms = sum(
+        1
+        for path, child, follows, seen in view.probe.inner_norms
+        if follows == AFTER_ACTIVATION and child in view.ffn_children and seen == width and view.probe.norm_outputs.get(path, set()) & reads
+    )
+    return norms // calls
+
+
+@variant
+def act_saved_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Of the storages the dense MLP's activation region keeps per call (`act_saved`), those in
+    fp32: an activation run on an fp32 copy of its half input (beam's act_fn(gate.float())
+    keeps that copy: 1); 0 for an activation run in the compute dtype and without a dense MLP."""
+    calls = _act_calls(view)
+    if not calls:
+        return 0
+    fp32 = sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op == "ffAct" and len(tail) == 2 and dtype == torch.float32)
+    return fp32 // calls
+
+
+@variant
+def ff_kept_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The fp32 storages of the MLP's width that the dense MLP's own code keeps outside its
+    activation region (booked to its child), per activation call: the activation's output and
+    up's output in fp32, which a product taken in fp32 keeps (beam's act_fn(gate.float()) *
+    up.float(), cast back before down_proj: 2); 0 for an MLP run in the compute dtype."""
+    calls, width = _act_calls(view), view.dense_width()
+    rows = view.probe.hidden_dims[-1] if view.probe.hidden_dims else 0  # one row of the MLP's width a token
+    if not calls or not width or not rows:
+        return 0
+    ops = {f"child:{child}" for child in view.ffn_children}
+    fp32 = sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op in ops and tail == (rows, width) and dtype == torch.float32)
+    return fp32 // calls
+
+
+def _experts_fp32(view: FeedForwardFacts, activation: bool) -> int:
+    """The fp32 storages that the routed experts kept one row of their width for each token slot
+    they ran over (not the router's scores, one row a token, however wide), per activation call:
+    booked to their activation region (`activation`), or to the MoE block's child."""
+    calls, width = view.activations(), view.expert_width()
+    slots = view.probe.experts_rows.get(view.experts_path, 0) if view.experts_path else 0
+    if view.experts is None or not calls or not width or not slots:
+        return 0
+    ops = {"ffAct"} if activation else {f"child:{child}" for child in view.ffn_children}
+    fp32 = sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op in ops and tail == (slots, width) and dtype == torch.float32)
+    return fp32 // calls
+
+
+@variant
+def experts_act_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The fp32 storages of one expert's width the routed experts' activation region keeps per
+    call: an activation run on an fp32 copy of the gate (beam's act_fn(gate.float()) in its
+    experts' gate function: 1), which its gate_up output is not kept beside; 0 for experts run in
+    the compute dtype and without routed experts."""
+    return _experts_fp32(view, activation=True)
+
+
+@variant
+def experts_kept_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The fp32 storages of one expert's width the routed experts' own code keeps outside their
+    activation region (booked to the MoE block's child), per activation call: the activation's
+    output and up's fp32 copy, which a product taken in fp32 keeps (beam's act_fn(gate.float()) *
+    up.float(), cast back for down: 2); 0 for experts run in the compute dtype."""
+    return _experts_fp32(view, activation=False)

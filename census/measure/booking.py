@@ -21,12 +21,16 @@ def book_bytes(watcher: Watcher) -> None:
         alive = next(((probe, op, nbytes, part) for probe, op, nbytes, held, part in savers if held() is not None), None)
         if alive is not None:
             probe, op, nbytes, part = alive
+            if part is not None and not any(call.child == watcher.up_input_children.get(key) for call in probe.kernels):
+                part = None  # a norm's output a projection keeps in a child that runs no kernel (bitnet's ffn_sub_norm's, down_proj's): no up-projection's input
             if key in watcher.activation_inputs and op.startswith("child:"):
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
             book_gate_kept(watcher, probe, key, op, nbytes)
             probe.kept_tails[(op, *watcher.tails[key])] += 1
+            if key in watcher.param_casts:
+                probe.param_casts_kept[watcher.param_casts[key]] += 1
             tail, dtype = watcher.tails[key]
             if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
                 probe.kept_square[(op, tail[0], dtype)] += 1

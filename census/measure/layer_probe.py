@@ -100,3 +100,10 @@ class LayerProbe:
     # stored down the stack's depth, n growing with the layer's place (census/measure/readers.py)
     reads_depth: bool = False
     norm_outputs: dict[str, set[int]] = field(default_factory=dict)  # norm module path -> its outputs' storages
+    # (child, the parameter's shape, the cast's dtype) -> casts of a parameter to another dtype that
+    # backward keeps (census/measure/param_casts.py: kolibri1's router weight cast to fp32)
+    param_casts_kept: Counter = field(default_factory=Counter)
+    # norm calls inside a child, after its attention kernel or its MLP's activation and before its
+    # next projection (census/measure/inner_norms.py: bitnet's attn_sub_norm, ffn_sub_norm), never
+    # stream norms -> (norm path, child, what it follows: "attention" or "activation", its width)
+    inner_norms: list[tuple[str, str | None, str, int]] = field(default_factory=list)

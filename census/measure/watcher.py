@@ -36,6 +36,7 @@ from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
 from speccat.census.measure import output_gates, readers
 from speccat.census.measure.expert_links import ExpertLinks
+from speccat.census.measure.inner_norms import AFTER_ACTIVATION, AFTER_ATTENTION, InnerNorms, norm_width
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
 from speccat.census.measure.op_notes import OP_NOTES
 from speccat.census.structure.kernel_registry import CallSeen, KernelCall, kernel_named, kernel_of, shapes, storage_key
@@ -135,6 +136,9 @@ class Watcher:
         self.linear_modules: dict[int, set[tuple[str, ...]]] = {}  # layer -> module paths a linear attention ran in
         self.fallbacks: list[str] = []  # kernel mixers that ran a depthwise convolution in torch (census/measure/kernel_fallback.py)
         self.expert_links = ExpertLinks()  # the projections feeding and reading the routed experts (census/measure/expert_links.py)
+        self.inner_norms = InnerNorms()  # what each child's next projection awaits, for the norms between (census/measure/inner_norms.py)
+        self.up_input_children: dict[int, str | None] = {}  # a storage booked UP_INPUT -> the child whose projection saved it
+        self.param_casts: dict[int, tuple[str | None, tuple[int, ...], torch.dtype]] = {}  # a parameter's cast -> (child, the parameter's shape, the cast's dtype) (census/measure/param_casts.py)
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -216,7 +220,10 @@ class Watcher:
         made = self.creator.get(key)
         saver = self.path[-1][1] if self.path else None
         before_kernel = self.kernel_count_in_child[self.child()] == 0
-        return UP_INPUT if made is not None and made.nested_norm and saver is not None and is_projection(saver) and before_kernel else None
+        if made is not None and made.nested_norm and saver is not None and is_projection(saver) and before_kernel:
+            self.up_input_children[key] = self.child()  # an UP_INPUT only in a child whose kernel runs after (booking.py)
+            return UP_INPUT
+        return None
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -273,6 +280,7 @@ class Watcher:
                 probe.value_storages.add(storage_key(args[kernel.value_arg]))
             if kernel.per_child:  # the projections after it in its child are output projections
                 self.kernel_count_in_child[child] += 1
+                self.inner_norms.kernel_ran(child, kernel.kind)
             return
         for note in OP_NOTES.get(func, ()):
             note(self, probe, func, args, kwargs, out)
@@ -289,6 +297,7 @@ class Watcher:
             )
         )
         self.kernel_count_in_child[self.child()] += 1
+        self.inner_norms.kernel_ran(self.child(), AFTER_ATTENTION)
 
     def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gated: bool = False) -> None:
         """A linear attention's value matmul ran in torch (census/kernels/routing.py): one call per module
@@ -314,6 +323,7 @@ class Watcher:
             self.last_child = None
             self.kernel_count_in_child = Counter()
             self.expert_links.clear()
+            self.inner_norms.clear()
             hidden = args[0] if args else kwargs.get("hidden_states")
             hidden_key = storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
             if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
@@ -351,9 +361,15 @@ class Watcher:
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
             probe.children_ran.add(part_of(name, self.blocks[probe.index]))  # an attention block's child
+            inner = None
             if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
                 probe.norm_calls[name] += 1
-            if is_norm(module) and self._on_stream(name, module, args, depth_one):
+                inner = None if depth_one else self.inner_norms.follows(self.child())
+                if inner == AFTER_ACTIVATION and self._on_stream(name, module, args, depth_one):
+                    inner = None  # of the hidden width after an MLP: a norm on the block's output (axk1's post_mlp_layernorm)
+                if inner is not None:
+                    probe.inner_norms.append((name, self.child(), inner, norm_width(args)))
+            if is_norm(module) and inner is None and self._on_stream(name, module, args, depth_one):
                 probe.stream_norms.append((name, storage_key(args[0])))
             if is_experts(module) and args:
                 self.expert_links.experts_called(probe, name, args[0])
@@ -367,6 +383,7 @@ class Watcher:
                     probe.output_projections.append(name)  # routed after the attention's kernel: its output projection (jetmoe's mixture of attention heads)
             if is_projection(module):
                 child = part_of(name, self.blocks[probe.index])
+                self.inner_norms.projection_called(self.child())
                 probe.projection_order.setdefault(child, []).append(name)
                 if args and isinstance(args[0], torch.Tensor):
                     probe.projection_inputs.setdefault(child, set()).add(storage_key(args[0]))
@@ -375,6 +392,7 @@ class Watcher:
                     probe.output_projections.append(name)
             if is_activation_region(module) and not self._inside_activation():
                 probe.activations[self._owner_of_activation()] += 1
+                self.inner_norms.activation_ran(self.child(), self.kernel_count_in_child[self.child()])
 
         return hook
 
