@@ -56,6 +56,8 @@ def note_gate_op(watcher, probe, func, args, kwargs, out) -> None:
     child it runs in, is a gated product."""
     if not isinstance(out, torch.Tensor) or current_kernel() is not None:
         return
+    if not any(isinstance(a, torch.Tensor) and (storage_key(a) in watcher.gate_chains or storage_key(a) in probe.gated_products) for a in args):
+        return  # no input on a gate's chain: nothing to follow (most ops)
     if func is PRODUCT_OP and _note_product(watcher, probe, args, out):
         return
     read = _elementwise_of_one(watcher, func, args, out)

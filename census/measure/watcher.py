@@ -254,8 +254,8 @@ class Watcher:
             key = storage_key(tensor)
             known = self.creator.get(key)
             if known is None or known.storage.expired():  # new, or a dead storage's identity reused
-                stream = {path for path, _ in probe.stream_norms}  # a stream norm inside a child (dbrx's norm_attn_norm.norm_1) is no latent norm
-                nested_norm = any(is_norm(m) and "." in name and name not in stream for name, m in self.path)
+                # a stream norm inside a child (dbrx's norm_attn_norm.norm_1) is no latent norm
+                nested_norm = any(is_norm(m) and "." in name and all(name != path for path, _ in probe.stream_norms) for name, m in self.path)
                 self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
 
     def _made_elsewhere(self, tensor: torch.Tensor, probe: LayerProbe) -> bool:
