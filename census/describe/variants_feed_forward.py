@@ -71,9 +71,13 @@ def _act_calls(view: FeedForwardFacts) -> int:
 def _act_storages(view: FeedForwardFacts, masks: bool) -> int:
     """The storages booked to `ffAct` with a token dimension (at least two dims: the per-layer
     scalars xIELU derives from its parameters are not), bool ones or the others."""
-    return sum(
-        n for (op, tail, dtype), n in view.probe.kept_tails.items() if op == "ffAct" and len(tail) == 2 and (dtype == torch.bool) == masks
-    )
+    return _kept(view, {"ffAct"}, lambda tail, dtype: len(tail) == 2 and (dtype == torch.bool) == masks)
+
+
+def _kept(view: FeedForwardFacts, ops: set[str], holds) -> int:
+    """The storages booked to one of `ops` whose last two dims and dtype `holds` accepts
+    (LayerProbe.kept_tails)."""
+    return sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op in ops and holds(tail, dtype))
 
 
 @variant
@@ -236,8 +240,7 @@ def act_saved_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
     calls = _act_calls(view)
     if not calls:
         return 0
-    fp32 = sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op == "ffAct" and len(tail) == 2 and dtype == torch.float32)
-    return fp32 // calls
+    return _kept(view, {"ffAct"}, lambda tail, dtype: len(tail) == 2 and dtype == torch.float32) // calls
 
 
 @variant
@@ -251,8 +254,7 @@ def ff_kept_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
     if not calls or not width or not rows:
         return 0
     ops = {f"child:{child}" for child in view.ffn_children}
-    fp32 = sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op in ops and tail == (rows, width) and dtype == torch.float32)
-    return fp32 // calls
+    return _kept(view, ops, lambda tail, dtype: tail == (rows, width) and dtype == torch.float32) // calls
 
 
 def _experts_fp32(view: FeedForwardFacts, activation: bool) -> int:
@@ -264,8 +266,7 @@ def _experts_fp32(view: FeedForwardFacts, activation: bool) -> int:
     if view.experts is None or not calls or not width or not slots:
         return 0
     ops = {"ffAct"} if activation else {f"child:{child}" for child in view.ffn_children}
-    fp32 = sum(n for (op, tail, dtype), n in view.probe.kept_tails.items() if op in ops and tail == (slots, width) and dtype == torch.float32)
-    return fp32 // calls
+    return _kept(view, ops, lambda tail, dtype: tail == (slots, width) and dtype == torch.float32) // calls
 
 
 @variant
