@@ -232,14 +232,18 @@ def library_versions(versions: dict[str, str]) -> dict[str, str]:
 def held_now(target, versions: dict[str, str], rebuild: bool) -> frozenset[str]:
     """The config_hashes the catalogue holds specced and priced at tonight's versions and grid
     (as `plan_jobs` asks; none with `rebuild`)."""
+    return frozenset() if rebuild else stored_now(target, versions).priced
+
+
+def stored_now(target, versions: dict[str, str]):
+    """What the catalogue holds at tonight's census, records and libraries, over tonight's grid
+    and overload settings (catalogue/records/settings.yaml): target.stored's answer."""
     from speccat.catalogue.records.settings import load_settings
 
-    if rebuild:
-        return frozenset()
     settings = load_settings()
     grid = [s["setting_id"] for s in settings.settings]
     overload = [s["setting_id"] for s in settings.overload]
-    return target.stored(versions["census"], versions["records"], grid, library_versions(versions), overload).priced
+    return target.stored(versions["census"], versions["records"], grid, library_versions(versions), overload)
 
 
 def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, rebuild: bool) -> list[Job]:
@@ -248,16 +252,11 @@ def plan_jobs(night: Night, target, versions: dict[str, str], seq_length: int, r
     stored but not priced under tonight's records at every setting of tonight's grid
     (catalogue/records/settings.yaml), and for a spec with routed experts at every overload
     setting too (`Grid.priced_at`)."""
-    from speccat.catalogue.records.settings import load_settings
-
     by_hash: dict[str, list[Fetched]] = defaultdict(list)
     for fetched in night.fetched.values():
         by_hash[fetched.config_hash].append(fetched)
-    settings = load_settings()
-    grid = [s["setting_id"] for s in settings.settings]
-    overload = [s["setting_id"] for s in settings.overload]
     libraries = library_versions(versions)
-    held = target.stored(versions["census"], versions["records"], grid, libraries, overload)
+    held = stored_now(target, versions)
     specced = set() if rebuild else held.specs & set(by_hash)
     done = specced & held.priced
     to_price = sorted(specced - done)

@@ -123,10 +123,16 @@ def is_transient(task, task_run, state) -> bool:
 # huggingface_hub has already retried within each try.
 @task(name="list-repos", retry_condition_fn=is_transient)
 def list_repos(source: Source, limit: int | None) -> list[Listing]:
+    return _listed(LIST_TIMEOUT_S, source.list, limit)
+
+
+def _listed(seconds: float, fn, *args):
+    """A listing call `fn(*args)` within `seconds` (_within), its errors as the fetch stage's
+    (a FetchError as it is, any other classified)."""
     from speccat.flows.hub import classify
 
     try:
-        return _within(LIST_TIMEOUT_S, source.list, limit)
+        return _within(seconds, fn, *args)
     except FetchError:
         raise
     except Exception as err:
@@ -160,8 +166,6 @@ def crawl_repos(source, since, seconds: float) -> tuple[list[Listing], bool]:
     and whether the listing reached `since` (or its end). The night's Hub budget running out
     (BudgetSpent) cuts it short: what was listed is kept, and the next night lists again from
     the top. A listing that takes more than `seconds` is given up, as a transient error."""
-    from speccat.flows.hub import classify
-
     listed: list[Listing] = []
 
     def listing() -> bool:
@@ -172,12 +176,7 @@ def crawl_repos(source, since, seconds: float) -> tuple[list[Listing], bool]:
             return False
         return True
 
-    try:
-        complete = _within(seconds, listing)
-    except FetchError:
-        raise
-    except Exception as err:
-        raise classify(err, "(listing)") from None
+    complete = _listed(seconds, listing)
     return list(listed), complete
 
 
