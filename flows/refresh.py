@@ -289,7 +289,7 @@ def analyse_stage(
             job = futures[future]
             result = future.result(raise_on_failure=False)
             if isinstance(result, Analysis):
-                night.analyses[job.config_hash] = result
+                result = night.analyses[job.config_hash] = result.named(job.name)
                 if future.state.name == "Cached":
                     night.cached += 1
                 elif job.spec is not None:

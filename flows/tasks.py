@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prefect import task
@@ -97,6 +97,17 @@ class Analysis:
     loss_prices: tuple = ()  # the logits end under each loss kernel at each setting priced (ends.py rows)
     op_costs: tuple = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
     op_prices: tuple = ()  # each op's share of the bytes at the memory curve's settings (catalogue/records/opsplit.py rows)
+
+    def named(self, name: str) -> Analysis:
+        """This analysis with its spec named `name`. A cached analysis is served to every
+        catalogue whose config has this hash, and carries the name of the repo it was first
+        censused as; each catalogue names the spec after its own representative repo."""
+        if self.spec is None:
+            return self
+        spec = json.loads(self.spec)
+        if spec["name"] == name:
+            return self
+        return replace(self, spec=json.dumps({**spec, "name": name}))
 
 
 class AnalysisError(ReasonError):

@@ -18,6 +18,7 @@ from conftest import load_shipped, repo_id_of, shipped_config_paths
 from support.refresh_runs import (
     BROKEN_REPO,
     RUN_TABLES,
+    add_config,
     copy_snapshot,
     rows,
     run_refresh,
@@ -185,6 +186,23 @@ def test_a_new_catalogue_is_filled_from_the_cache_without_censusing(snapshot_run
         query = f"SELECT * FROM {table} WHERE config_hash IN ({marks}) ORDER BY ALL"
         from_cache = rows(db, query, hashes)
         assert from_cache and from_cache == rows(snapshot_runs.after_cold, query, hashes), table
+
+
+def test_a_spec_served_from_the_cache_is_named_after_this_catalogues_repo(snapshot_runs, tmp_path):
+    """The cache is keyed by the config's hash, not by the repo: a config published under
+    another name (a fine-tune's copy) gets the cold run's census from the cache, and this
+    catalogue's spec is named after the repo it lists, not the one first censused."""
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    add_config(snapshot, "someone-else/Qwen3-0.6B-copy", json.dumps(load_shipped("Qwen/Qwen3-0.6B")))
+    db = tmp_path / "copy.duckdb"
+    state, counts = run_refresh(source="snapshot", snapshot_dir=str(snapshot), db=str(db), report=False)
+    assert state.is_completed() and (counts["cached"], counts["censused"]) == (1, 0)
+    [(name, spec)] = rows(db, "SELECT name, spec FROM specs")
+    assert name == "someone-else/Qwen3-0.6B-copy" and json.loads(spec)["name"] == name
+    cold = "SELECT spec FROM specs WHERE name = 'Qwen/Qwen3-0.6B'"
+    # the spec is the cold run's, but for its name
+    assert dict(json.loads(spec), name="Qwen/Qwen3-0.6B") == json.loads(rows(snapshot_runs.after_cold, cold)[0][0])
 
 
 def test_a_catalogue_priced_under_an_older_grid_is_priced_at_the_new_settings(snapshot_runs, tmp_path):
