@@ -232,6 +232,14 @@ class LayerRoles:
         """The projections of low-rank adapters (predicates.is_low_rank_pair) under these children."""
         return {f"{path}.{n}" for path, m in self.named(children) if is_low_rank_pair(m) for n, _ in m.named_children()}
 
+    def adapter_ranks_ran(self, children: set[str]) -> int:
+        """The summed ranks of the low-rank adapters under these children whose projections ran
+        (the probe's projection calls): zamba2's shared block holds every hybrid layer's adapters
+        and runs the layer's own. Each adapter's second projection keeps its rank-wide input."""
+        called = {path for paths in self.probe.projection_order.values() for path in paths}
+        ups = [(f"{path}.{name}", up) for path, m in self.named(children) if is_low_rank_pair(m) for name, up in list(m.named_children())[1:]]
+        return sum(int(up.weight.shape[1]) for path, up in ups if path in called)
+
     def dense_projections(self):
         """(path, module) of the dense MLP's projections."""
         outside = self.not_mlp()

@@ -74,9 +74,13 @@ def _flops(x, weight, *args, out_shape=None, **kwargs) -> int:
 
 
 def _book(call: CallSeen) -> KernelCall:
-    """The conv's input and weight shapes, and its input's element bytes (it keeps its input)."""
+    """The conv's input and weight shapes, its input's element bytes and whether that input is a
+    view into a larger storage (it keeps its input, so the whole storage)."""
     x, weight = call.args[:2]
-    return KernelCall("conv", call.child, shapes(x=x.shape, weight=weight.shape), in_bytes=x.element_size())
+    return KernelCall(
+        "conv", call.child, shapes(x=x.shape, weight=weight.shape), in_bytes=x.element_size(),
+        in_is_view=x.untyped_storage().nbytes() > x.numel() * x.element_size(),
+    )
 
 
 CAUSAL_CONV1D = register(

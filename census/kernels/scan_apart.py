@@ -128,9 +128,10 @@ def speccat_selective_scan_fn(
 
 
 def _book(call: CallSeen) -> KernelCall:
-    """u and A: the inner width and the state; its conv and projections ran outside it."""
-    u, A = call.args[0], call.args[2]
-    return KernelCall("scan", call.child, shapes(u=u.shape, A=A.shape), apart=True)
+    """u and A: the inner width and the state; its conv and projections ran outside it; B a view
+    into a larger storage as the kernel is handed it (after SelectiveScanFn's contiguous copies)."""
+    u, A, B = call.args[0], call.args[2], call.args[3]
+    return KernelCall("scan", call.child, shapes(u=u.shape, A=A.shape), apart=True, bc_is_view=B.untyped_storage().nbytes() > B.numel() * B.element_size())
 
 
 SCAN_APART = register(

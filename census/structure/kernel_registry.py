@@ -74,8 +74,10 @@ class KernelCall:
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
     bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
     in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
+    in_is_view: bool = False  # a causal conv1d's input is a view into a larger storage (jamba's: in_proj's whole output), which it keeps whole
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
     apart: bool = False  # a selective scan called on its own, its conv and projections outside it
+    bc_is_view: bool = False  # a scan apart was handed B (and C) as views into a larger storage (zamba's x projection's output), not copies of its own
     gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
     eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py), not the flash kernel
