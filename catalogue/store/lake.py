@@ -23,6 +23,7 @@ download, no network.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import random
 import sqlite3
@@ -209,12 +210,22 @@ def lake_ddl(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create what the lake lacks, and its views when their definitions or the tables' changed.
+
+    Every CREATE OR REPLACE VIEW adds a version of the view to the catalog, kept for time travel:
+    recreating the views every night would make them most of what a quiet night writes."""
     con.begin()
     con.execute(sql.render("steps/use", catalog=LAKE))
-    for statement in lake_ddl(con):
+    statements = lake_ddl(con)
+    for statement in statements:
         con.execute(statement)
     con.execute(sql.load("steps/lake_epoch"))
-    create_views(con)
+    con.execute(sql.load("steps/lake_views"))
+    definitions = [*statements, *sql.definitions().values()]
+    digest = hashlib.sha256("\n".join(definitions).encode()).hexdigest()
+    if con.execute(sql.load("steps/lake_views_digest")).fetchall() != [(digest,)]:
+        create_views(con)
+        con.execute(sql.load("steps/lake_views_mark"), {"digest": digest})
     con.commit()
 
 
