@@ -126,6 +126,19 @@ def test_the_deployment_is_nightly_at_three_from_the_hub():
     assert set(deployment["parameters"]) <= set(refresh.parameters.properties)
 
 
+def test_the_crawl_deployment_lists_the_whole_hub_into_a_lake_and_is_off_until_turned_on():
+    deployment = load_deployment(ROOT / "prefect.yaml", "hub-crawl")
+    options = serve_options(deployment)
+    parameters = options["parameters"]
+    assert (parameters["source"], parameters["scope"]) == ("hub", "all")
+    assert parameters["lake"] and parameters["lake_data"] and "db" not in parameters
+    assert [s.active for s in options["schedules"]] == [False] and options["global_limit"] == 1
+    from speccat.flows.refresh import refresh
+
+    assert deployment["entrypoint"] == "flows/refresh.py:refresh"
+    assert set(parameters) <= set(refresh.parameters.properties)
+
+
 def test_serve_check_prints_the_deployment(capsys):
     assert cli.main(["serve", "--check", "--file", str(ROOT / "prefect.yaml")]) == 0
     out = capsys.readouterr().out
