@@ -1,0 +1,160 @@
+"""The whole Hub on the stand-in (issue 30): `speccat refresh --source hub --scope all` against
+tests/support/hubstandin.py serving a synthetic Hub of N repos over M configs
+(tests/support/synthetic_hub.py; `--repos N --configs M`, default the issue's 200,000 over 5,000).
+
+1. The first night lists every repo, fetches every config, censuses and prices every distinct
+   one and publishes into a DuckLake (the scope-all target, docs/refresh.md); then the same night
+   into the single DuckDB file, side by side (its configs come from Prefect's cache by then).
+2. 1% of the repos get a new commit (as many new configs as 1% of the configs, the rest the
+   config they had); the later night runs into both.
+
+Each night is `speccat refresh` in a fresh process with its own Prefect home, and the stand-in
+serves from this one without rate limits (SPECCAT_HUB_LIMITS names quotas nobody reaches), so
+what is timed is speccat's own work; docs/refresh.md projects the Hub's limits. Printed per night:
+wall time, the largest process's peak RSS, the stages' seconds, and the bytes the publish wrote
+(the lake: its new files and what its catalog file grew by; the file: the new catalogue renamed
+over the old). Then the census stage per config per core against the same configs analysed bare
+in this process (census and pricing, no Prefect, no child process). Targets: the later night at
+most 5% of the first's wall time and of its bytes; the census stage within 1.5x of the bare one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_refresh import prefect_env
+
+ROOT = Path(__file__).resolve().parents[1]
+REPOS, CONFIGS = 200_000, 5_000
+CHANGED = 0.01
+LATER_TARGET = 0.05
+CENSUS_TARGET = 1.5
+BARE_SAMPLE = 20  # configs analysed bare for the comparison
+UNLIMITED = 10**9
+
+
+def limits_file(scratch: Path) -> Path:
+    """flows/hub_limits.yaml with quotas no night reaches: the stand-in has no limits."""
+    from speccat.catalogue.datafile import read_yaml
+    from speccat.flows.hub_budget import LIMITS_PATH
+
+    limits = read_yaml(LIMITS_PATH)
+    limits["tiers"] = {name: {bucket: UNLIMITED for bucket in quotas} for name, quotas in limits["tiers"].items()}
+    path = scratch / "hub_limits.yaml"
+    path.write_text(json.dumps(limits))  # JSON is YAML
+    return path
+
+
+def night(scratch: Path, env: dict, target: list[str], watched: list[Path], label: str) -> dict:
+    """One `speccat refresh` in its own process: its counts, wall time, peak RSS and bytes written."""
+    from support.written_bytes import files_of, written
+
+    before = files_of(*watched)
+    out, err = scratch / f"{label}.out", scratch / f"{label}.err"
+    command = [sys.executable, "-m", "speccat.flows.cli", "refresh", "--source", "hub", "--scope", "all", *target, "--json"]
+    started = time.perf_counter()
+    with out.open("w") as stdout, err.open("w") as stderr:
+        child = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, cwd=ROOT)
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: a partial night (gated repos, refusals)
+        raise RuntimeError(f"{label}: refresh exited {os.waitstatus_to_exitcode(status)}: {err.read_text()[-2000:]}")
+    counts = json.loads(out.read_text().strip().splitlines()[-1])
+    return {"wall": wall, "rss_mib": usage.ru_maxrss / 1024, "bytes": written(before, files_of(*watched)), "counts": counts}
+
+
+def bare_seconds(configs: list[dict], seq_length: int) -> float:
+    """Seconds per config to census and price `configs` in this process, as a census child does."""
+    from speccat.flows.analysis import analyse
+
+    analyse(configs[0], "warm-up", seq_length)  # imports and first-call caches, as the fork server's warm-up
+    started = time.perf_counter()
+    for i, config in enumerate(configs):
+        analyse(config, f"bare-{i}", seq_length)
+    return (time.perf_counter() - started) / len(configs)
+
+
+def show(label: str, result: dict) -> None:
+    counts = result["counts"]
+    stages = ", ".join(f"{k} {v:.1f}" for k, v in counts["stage_seconds"].items())
+    print(f"   {label:22} {result['wall']:8.1f} s  peak RSS {result['rss_mib']:7.0f} MiB  wrote {result['bytes'] / 2**20:9.2f} MiB"
+          f"  ({counts['repos']} repos, {counts['configs']} configs, {counts['censused']} censused, {counts['cached']} cached; {stages})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench hub")
+    parser.add_argument("--repos", type=int, default=REPOS)
+    parser.add_argument("--configs", type=int, default=CONFIGS)
+    args = parser.parse_args(argv or [])
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.hubstandin import StandinHub
+    from support.synthetic_hub import change, synthetic_repos, variant
+
+    with tempfile.TemporaryDirectory(prefix="bench-hub-") as tmp:
+        scratch = Path(tmp)
+        started = time.perf_counter()
+        repos, configs = synthetic_repos(args.repos, args.configs, gated_every=97, lfs_every=11)
+        print(f"   synthetic Hub: {len(repos):,} repos over {len(configs):,} configs in {time.perf_counter() - started:.1f} s")
+        with StandinHub(repos, page_size=1000) as hub:
+            env = {**prefect_env(scratch), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(scratch / "hf-cache"),
+                   "HF_TOKEN": "hf_bench_token", "SPECCAT_HUB_LIMITS": str(limits_file(scratch))}  # fmt: skip
+            env.pop("HF_HUB_OFFLINE")
+            lake = ["--lake", str(scratch / "lake.sqlite"), "--lake-data", str(scratch / "lake")]
+            lake_files = [scratch / "lake.sqlite", scratch / "lake"]
+            file = ["--db", str(scratch / "catalogue.duckdb")]
+            first = night(scratch, env, lake, lake_files, "first-lake")
+            show("first night, lake", first)
+            first_file = night(scratch, env, file, [scratch / "catalogue.duckdb"], "first-file")
+            show("first night, file", first_file)
+
+            ids = sorted(hub.repos)
+            n_changed = max(1, round(CHANGED * len(ids)))
+            n_new = max(1, round(CHANGED * len(configs)))
+            step = len(ids) // n_changed
+            changed = ids[::step][:n_changed]
+            at = len(repos) + 1
+            change(hub, changed[n_new:], at)
+            for i, repo_id in enumerate(changed[:n_new]):  # a config no night has seen: a larger vocabulary
+                change(hub, [repo_id], at, config=variant(configs[i % len(configs)], len(configs) + i, len(configs)))
+            print(f"   changed: {n_changed:,} repos ({n_new:,} with a new config)")
+            later = night(scratch, env, lake, lake_files, "later-lake")
+            show("later night, lake", later)
+            later_file = night(scratch, env, file, [scratch / "catalogue.duckdb"], "later-file")
+            show("later night, file", later_file)
+
+        status = 0
+        for what, ratio in (("wall time", later["wall"] / first["wall"]), ("bytes written", later["bytes"] / first["bytes"])):
+            ok = ratio <= LATER_TARGET
+            status |= not ok
+            print(f"   later / first night, lake, {what}: {ratio:.3f}  {'ok' if ok else f'OVER the {LATER_TARGET} target'}")
+        print(f"   later / first night, file, bytes written: {later_file['bytes'] / first_file['bytes']:.3f}  (the single file is rewritten whole)")
+
+        counts = first["counts"]
+        workers = os.cpu_count() or 1
+        per_core = counts["stage_seconds"]["census"] * min(workers, counts["censused"] or 1) / max(1, counts["censused"])
+        sample = configs[:: max(1, len(configs) // BARE_SAMPLE)][:BARE_SAMPLE]
+        bare = bare_seconds(sample, _seq_length())
+        ratio = per_core / bare
+        ok = ratio <= CENSUS_TARGET
+        status |= not ok
+        print(f"   census stage per config per core: {per_core:.3f} s; bare census and pricing of {len(sample)} of the configs: {bare:.3f} s;"
+              f" {ratio:.2f}x  {'ok' if ok else f'OVER the {CENSUS_TARGET}x target'}")
+    return status
+
+
+def _seq_length() -> int:
+    """The length the flow censuses at without --seq-length."""
+    from speccat.catalogue.records.settings import default_setting
+
+    return default_setting()["seq_length"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
