@@ -1,0 +1,39 @@
+"""Which module made each storage a probed layer keeps, which module's code saved it for
+backward, and its elements per row of the tensor saved (LayerProbe.kept_modules).
+
+The ops a storage is booked to (census/measure/booking.py) name a layer's child at most; a part
+of a child written as plain code, not as modules the census knows, is told from its siblings by
+the modules it ran in: a MoE block's shared experts whose gate is inline code (minimax-m3's
+clamped SwiGLU, a chain of clamps, a sigmoid and products) keep more than an activation module
+would, beside the router and the routed experts in the same child. A storage's elements per row
+of the tensor saved are its bytes per token over its element's bytes wherever the rows are the
+tokens, whatever dims stand before them (a view (tokens, w) of a fused (tokens, 2w) output
+holds 2w a row).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speccat.census.measure.layer_probe import LayerProbe
+
+
+def saver(path: list, tensor: torch.Tensor) -> tuple[str | None, int]:
+    """What Watcher.pack notes of one saver: the innermost module running (its path in the layer,
+    None in the layer's own code) and the rows of the tensor it saves (its elements over its last
+    dim; 0 for a 0-dim tensor or an empty last dim)."""
+    last = int(tensor.shape[-1]) if tensor.dim() else 0
+    return (path[-1][0] if path else None), (tensor.numel() // last if last else 0)
+
+
+def note_kept_module(watcher, probe: LayerProbe, key: int, index: int, op: str, nbytes: int) -> None:
+    """Book a kept storage's elements per row under (its op, the module that made it, the module
+    whose code saved it, the saved tensor's last dim, its dtype): `index` is its first saver still
+    alive, whose module and rows count. A storage another layer or the decoder made has no maker
+    here (None); one saved with no rows is left out."""
+    made = watcher.creator.get(key)
+    made_in = made.module if made is not None and made.probe is probe else None
+    saved_in, rows = watcher.saved_in[key][index]
+    tail, dtype = watcher.tails[key]
+    if rows and tail:
+        probe.kept_modules[(op, made_in, saved_in, int(tail[-1]), dtype)] += nbytes // dtype.itemsize // rows
