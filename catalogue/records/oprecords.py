@@ -13,12 +13,17 @@ A switch set is numbered by its `mask`: bit i set when switch i (in `Records.swi
 is recomputed. An op or part is dropped by a switch set when its own switch bit is set (a part
 also when its op is); ops without a switch are kept by every switch set. Full recompute is the
 `full` formula.
+
+A joint (records.yaml `joint`) is one storage several ops (or parts) keep, which a slot prices
+once, as an element of its own: it is kept while any op keeping it is kept, and dropped only by
+a switch set that drops them all (persimmon's fused q/k/v output, which its QK-norms and its
+attention kernel both keep).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -35,7 +40,7 @@ from speccat.catalogue.vocabulary import OPS, PARTS
 RECORDS_PATH = Path(__file__).with_name("records.yaml")
 MAX_SWITCHES = 15  # masks are stored as int16
 
-FILE_KEYS = ("names", "defaults", "tolerance", "full", "slots", "working_set")  # what records.yaml states
+FILE_KEYS = ("names", "defaults", "tolerance", "full", "joint", "slots", "working_set")  # what records.yaml states
 REQUIRED_FILE = ("tolerance", "full", "slots")
 REQUIRED_SWITCH = ("switches", "ops")  # of catalogue/shared.yaml's SWITCH_SECTIONS
 TOP_KEYS = (*SWITCH_SECTIONS, *FILE_KEYS)  # the records' whole content, in order
@@ -108,6 +113,7 @@ class Records:
     full: Expr
     slots: tuple[Slot, ...]
     working_set: WorkingSet | None = None  # the backward's working set (catalogue/records/working.py), when the records price it
+    joints: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))  # joint -> the ops and parts keeping it
 
     @property
     def n_masks(self) -> int:
@@ -144,7 +150,8 @@ class Records:
 
         ops = {name for name, rec in self.ops.items() if not dropped(rec)}
         parts = {name for name, rec in self.parts.items() if rec.part_of in ops and not dropped(rec)}
-        return frozenset(ops | parts)
+        joints = {name for name, keepers in self.joints.items() if not ops.isdisjoint(keepers) or not parts.isdisjoint(keepers)}
+        return frozenset(ops | parts | joints)
 
 
 # ----------------------------------------------------------------------------------- loading
@@ -226,6 +233,25 @@ class _Loader(Loader):
             if switch not in owner:
                 raise self.fail("unknown_switch", f"switches[{i}]", f"switch {switch!r} drops no op or part")
 
+    def joints(self, value: Any, ops, parts) -> dict[str, tuple[str, ...]]:
+        """joint -> the ops and parts keeping it: two or more, each an op or part of the records."""
+        value = {} if value is None else value
+        if not isinstance(value, Mapping):
+            raise self.fail("bad_value", "joint", "must map each joint to the ops keeping it")
+        joints = {}
+        for name, keepers in value.items():
+            key = f"joint.{name}"
+            self.identifier(key, name)
+            if name in ops or name in parts:
+                raise self.fail("bad_value", key, "a joint may not share an op's or a part's name")
+            if not isinstance(keepers, list) or len(set(map(str, keepers))) < 2 or len(set(map(str, keepers))) != len(keepers):
+                raise self.fail("bad_value", key, f"must list two or more distinct ops or parts keeping it, got {keepers!r}")
+            unknown = [k for k in keepers if k not in ops and k not in parts]
+            if unknown:
+                raise self.fail("unknown_op", key, f"unknown op or part {unknown[0]!r}; ops: {', '.join(ops)}; parts: {', '.join(parts)}")
+            joints[name] = tuple(keepers)
+        return joints
+
     def derived(self, value: Any) -> dict[str, Expr]:
         value = {} if value is None else value
         if not isinstance(value, Mapping):
@@ -297,7 +323,8 @@ class _Loader(Loader):
         defaults = self.defaults(data.get("defaults"))
         known = set(LAYER_NAMES) | set(derived)
         full = self.expr("full", data["full"], known)
-        slots = self.slots(data["slots"], known, (*OPS, *parts))
+        joints = self.joints(data.get("joint"), ops, parts)
+        slots = self.slots(data["slots"], known, (*OPS, *parts, *joints))
         return Records(
             version=version,
             switches=switches,
@@ -309,6 +336,7 @@ class _Loader(Loader):
             full=full,
             slots=slots,
             working_set=parse_working_set(self, data["working_set"], known) if "working_set" in data else None,
+            joints=MappingProxyType(joints),
         )
 
 
