@@ -34,6 +34,7 @@ from speccat.census.structure.kinds import kind_names
 from speccat.census.intake import remote
 from speccat.census.structure.predicates import is_norm
 from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.measure.outside_params import outside_params
 from speccat.census.measure.probe import encoder_input, probe_layers
 from speccat.census.intake.resolve import resolve_config
 from speccat.census.structure.shapes import Shape, classify, layer_groups, merge_alike, split_by_layer_config, split_each_layer, uses_experts_interface
@@ -199,7 +200,7 @@ def _census(config: Mapping, name: str, seq_length: int, across: bool) -> ModelS
         if view.shape.ffn == "moe":
             measured["experts_impl"] = view.experts_impl()
         spec["measured"][kind] = measured
-    spec["params"] = {**built.params, "kinds": kind_params}
+    spec["params"] = {**built.params, **outside_params(built, seq_length), "kinds": kind_params}
     if across:
         spec["measured_at"] = measure_across(top, text, built, shapes, kind_of, seq_length, probes, hidden)
     if cross:  # a cross-attention kind is measured with encoder states too, whether or not across

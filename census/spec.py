@@ -90,8 +90,12 @@ KEYS = frozenset(
 )
 
 
-# params: whole-model parts, then per-kind parts (one layer of that kind).
+# params: whole-model parts, then per-kind parts (one layer of that kind). The extras (the
+# parameters the text path reads outside its layers, embedding, head and final norm, before and
+# after the stack: census/measure/outside_params.py) every census states; a spec from before
+# them may not (0).
 MODEL_PARAM_PARTS = ("embedding", "output", "final_norm")
+MODEL_PARAM_EXTRAS = ("embedding_extra", "head_extra")
 KIND_PARAM_PARTS = ("attention", "ffn_routed", "ffn_shared", "ffn_router", "ffn_dense", "norm", "other")
 
 MEASURED_KEYS = frozenset({"seq_length", "attention_impl", "experts_impl", "bytes_per_token", "forward_flops", "backward_peak", "working_set"})
@@ -198,8 +202,8 @@ def _validate_variants(spec: Mapping, kinds: tuple[str, ...]) -> None:
 
 def _validate_params(spec: Mapping, kinds: tuple[str, ...]) -> None:
     params = _check_mapping("params", spec["params"])
-    _check_keys("params", params, MODEL_PARAM_PARTS + ("kinds",), MODEL_PARAM_PARTS + ("kinds",))
-    for part in MODEL_PARAM_PARTS:
+    _check_keys("params", params, MODEL_PARAM_PARTS + MODEL_PARAM_EXTRAS + ("kinds",), MODEL_PARAM_PARTS + ("kinds",))
+    for part in MODEL_PARAM_PARTS + tuple(extra for extra in MODEL_PARAM_EXTRAS if extra in params):
         _check_int(f"params.{part}", params[part], 0)
     for kind, parts in _validate_per_kind("params.kinds", params["kinds"], kinds).items():
         _check_counts(f"params.kinds.{kind}", parts, KIND_PARAM_PARTS)

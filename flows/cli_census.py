@@ -109,7 +109,10 @@ def summary(spec) -> str:
     lines.append("  flags: " + (", ".join(flags) or "none"))
     lines.append("  stack: " + " ".join(f"{g['kind']}×{g['count']}" for g in data["layers"]))
     params = data["params"]
-    lines.append(f"  params: embedding {params['embedding']:,}  output {params['output']:,}  final_norm {params['final_norm']:,}")
+    lines.append(
+        f"  params: embedding {params['embedding']:,}  output {params['output']:,}  final_norm {params['final_norm']:,}"
+        f"  embedding_extra {params.get('embedding_extra', 0):,}  head_extra {params.get('head_extra', 0):,}"
+    )
     for kind in spec.kinds:
         flavour = data["flavours"][kind]
         lines.append(f"  kind {kind} ({flavour['attention']} attention, {flavour['ffn']} ffn)")

@@ -24,7 +24,10 @@ from speccat.catalogue.records.exprloader import ExprLoader
 
 STATES_PATH = Path(__file__).with_name("states.yaml")
 STATES = ("weight", "grad", "optimizer")
-MODEL_GROUPS = ("embedding", "output", "final_norm")
+# the whole model's groups: the word embedding, the output head, the final norm, and the parameters
+# the text path reads outside its layers besides those, before the stack and after it (a spec
+# from before the census stated these two may lack them: 0)
+MODEL_GROUPS = ("embedding", "output", "final_norm", "embedding_extra", "head_extra")
 KIND_GROUPS = ("attention", "ffn_dense", "ffn_shared", "ffn_router", "ffn_routed", "norm", "other")
 LAYOUT_NAMES = frozenset({"t", "cp", "dp", "ep", "etp"})
 
@@ -118,7 +121,7 @@ def load_states(path: str | Path | None = None) -> States:
 def _params(spec: Mapping) -> Mapping:
     params = spec.get("params")
     if not isinstance(params, Mapping) or "kinds" not in params:
-        raise StatesError("bad_value", "the spec states no params (embedding, output, final_norm, kinds)")
+        raise StatesError("bad_value", "the spec states no params (embedding, output, final_norm, embedding_extra, head_extra, kinds)")
     return params
 
 
@@ -163,13 +166,13 @@ def state_sharding_rows(states: States) -> list[dict[str, Any]]:
 
 
 def total_params(spec: Mapping) -> float:
-    """Parameters of the whole model: embedding, output, final norm and every layer."""
+    """Parameters of the whole model: its whole-model groups (MODEL_GROUPS) and every layer."""
     params = _params(spec)
     counts: dict[str, int] = {}
     for group in spec["layers"]:
         counts[group["kind"]] = counts.get(group["kind"], 0) + group["count"]
     layers = sum(n * sum(float(params["kinds"][k].get(g, 0)) for g in KIND_GROUPS) for k, n in counts.items())
-    return float(params.get("embedding", 0)) + float(params.get("output", 0)) + float(params.get("final_norm", 0)) + layers
+    return sum(float(params.get(group, 0)) for group in MODEL_GROUPS) + layers
 
 
 def active_params(spec: Mapping, states: States) -> float:
@@ -181,7 +184,7 @@ def active_params(spec: Mapping, states: States) -> float:
     counts: dict[str, int] = {}
     for group in spec["layers"]:
         counts[group["kind"]] = counts.get(group["kind"], 0) + group["count"]
-    total = float(params.get("embedding", 0)) + float(params.get("output", 0)) + float(params.get("final_norm", 0))
+    total = sum(float(params.get(group, 0)) for group in MODEL_GROUPS)
     for kind, n in counts.items():
         for name in KIND_GROUPS:
             value = float(params["kinds"][kind].get(name, 0))

@@ -41,7 +41,10 @@ class Built:
     stack: Stack  # where the layer stack is under the decoder (census/structure/stack.py)
     embedding: nn.Module
     tied: bool  # the output head shares the embedding's weight (read on meta, before any conversion)
-    params: dict[str, int]  # whole-model parts: embedding, output (0 when tied), final_norm
+    # whole-model parts: embedding, output (0 when tied), final_norm (every norm beside the stack), read on
+    # meta; what the text path reads outside them and the layers, and which of those norms run before the
+    # stack, only a run tells (census/measure/outside_params.py, after the probes)
+    params: dict[str, int]
     way: Way | None = None  # how the probe runs the decoder (census/build/inputs.py), once a probe has run it
     # layer -> the earlier layers whose stored tensors it reads (census/measure/readers.py), once a probe
     # of layers alone failed and the whole stack was run to tell; None before

@@ -33,7 +33,8 @@
 -- none; with the variable offload_search true, a row for every count from none to the most
 -- layers a stage's rank holds) are in host memory, not on the rank: host_bytes, copied out and
 -- back each micro-batch over the accelerator's host link (offload_s); and its weights, gradients and optimizer states
--- (state_sharding: each parameter group divided among the model-parallel ranks, a state the
+-- (the first stage's rank the embedding's and the extras read before the stack, the last's the final norm's, the
+-- head's and the extras read after it; state_sharding: each parameter group divided among the model-parallel ranks, a state the
 -- ZeRO stage partitions divided again over the data group). Its layers are the schedule's pieces of the stack (the stack cut into chunks * pp
 -- pieces as evenly as it goes, earlier ones a layer more; rank i holding piece i and, where the
 -- schedule folds, piece chunks * pp - 1 - i); a rank holding the last piece but not the first
@@ -73,7 +74,9 @@ latest AS MATERIALIZED (  -- the latest specs of the repos asked for
     SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version, v.records_version, s.num_hidden_layers AS n_layers,
            s.num_experts, s.vocab_size, s.hidden_size, s.tie_word_embeddings,
            (s.spec -> 'params' ->> 'embedding')::DOUBLE AS embedding_params, (s.spec -> 'params' ->> 'final_norm')::DOUBLE AS final_norm_params,
-           (s.spec -> 'params' ->> 'output')::DOUBLE AS output_params
+           (s.spec -> 'params' ->> 'output')::DOUBLE AS output_params,
+           coalesce((s.spec -> 'params' ->> 'embedding_extra')::DOUBLE, 0) AS embedding_extra_params,  -- 0: a spec from before them
+           coalesce((s.spec -> 'params' ->> 'head_extra')::DOUBLE, 0) AS head_extra_params
     FROM specs AS s JOIN latest_run AS v ON s.census_version = v.census_version AND s.transformers_version = v.transformers_version
                                       AND s.torch_version = v.torch_version
     WHERE (getvariable('repo_id') IS NULL OR s.config_hash IN (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')))
@@ -148,7 +151,13 @@ stage_params AS MATERIALIZED (  -- parameters per group on each stage, before mo
     SELECT m.layout, m.config_hash, s.stage, 'embedding', m.embedding_params
     FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.first_piece
     UNION ALL
+    SELECT m.layout, m.config_hash, s.stage, 'embedding_extra', m.embedding_extra_params
+    FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.first_piece
+    UNION ALL
     SELECT m.layout, m.config_hash, s.stage, 'final_norm', m.final_norm_params
+    FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.last_piece
+    UNION ALL
+    SELECT m.layout, m.config_hash, s.stage, 'head_extra', m.head_extra_params
     FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.last_piece
     UNION ALL
     SELECT m.layout, m.config_hash, s.stage, 'output',

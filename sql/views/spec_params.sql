@@ -1,5 +1,6 @@
--- View spec_params: the parameters of a whole model: embedding, output and final norm, plus
--- every layer's (layers of each kind x the parameters of one layer of it).
+-- View spec_params: the parameters of a whole model: embedding, output and final norm, what the
+-- text path reads outside its layers beside them (embedding_extra, head_extra; 0 where a spec from
+-- before them lacks them), plus every layer's (layers of each kind x the parameters of one layer of it).
 -- Grain: one row per (config_hash, census_version, transformers_version, torch_version) whose spec states its parameters.
 -- Columns:
 --   config_hash     id       the config
@@ -12,6 +13,8 @@ SELECT s.config_hash, s.census_version, s.transformers_version, s.torch_version,
        ((s.spec -> 'params' ->> 'embedding')::BIGINT
          + (s.spec -> 'params' ->> 'output')::BIGINT
          + (s.spec -> 'params' ->> 'final_norm')::BIGINT
+         + coalesce((s.spec -> 'params' ->> 'embedding_extra')::BIGINT, 0)
+         + coalesce((s.spec -> 'params' ->> 'head_extra')::BIGINT, 0)
          + sum(k.layers * (k.params_attention + k.params_ffn_routed + k.params_ffn_shared
                            + k.params_ffn_router + k.params_ffn_dense + k.params_norm + k.params_other))
        )::BIGINT AS params

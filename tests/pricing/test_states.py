@@ -134,7 +134,7 @@ def test_the_catalogues_sharding_rows_read_each_divisor_as_powers_of_the_layout(
     assert {k: v for k, v in routed.items() if k.startswith("model_")} == {"model_t": 0, "model_cp": 0, "model_dp": 0, "model_ep": 1, "model_etp": 1}
     assert routed["bytes_per_param"] == 12 and routed["sharded_from"] == 1
     assert {r["sharded_from"] for r in rows if r["state"] == "weight"} == {3}
-    assert len(rows) == 5 * 10 * 3  # five recipes, ten groups, three states
+    assert len(rows) == 5 * 12 * 3  # five recipes, twelve groups, three states
     changed = tmp_path / "states.yaml"
     changed.write_text(STATES_PATH.read_text().replace("attention:  {model: t, data: dp*cp}", "attention:  {model: t, data: dp+cp}"))
     with pytest.raises(StatesError, match="groups.attention.data"):
