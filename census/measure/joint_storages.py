@@ -9,7 +9,8 @@ on the probe (`LayerProbe.kept_jointly`), and the ops keeping it, which the sele
 policy of census/measure/recompute.py reads through `kept_by_call`: the call that made it is
 saved unless every one of them is recomputed.
 
-A storage one of whose keepers has no switch (an op only full recompute drops: a projection's
+A storage made inside a norm (an MLA latent norm's, which its up-projection keeps too: axk2's)
+is dropped with the norm, whose recompute reruns the call that made it, as booked. A storage one of whose keepers has no switch (an op only full recompute drops: a projection's
 input) is left as booked: no switch set frees it while that op keeps it, and the census's
 selective-checkpoint view of it (the call rerun with its first saver's op) is the records'.
 """
@@ -19,8 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import cache
 
+from torch import nn
+
 from speccat.catalogue.shared import switch_drops
 from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.structure.predicates import is_norm
 
 
 @cache
@@ -37,10 +41,22 @@ def joint_keepers(savers: Iterable[tuple]) -> frozenset[str]:
     return ops if len(ops) > 1 and ops <= _switched() else frozenset()
 
 
-def note_joint(probe: LayerProbe, key: int, savers: Iterable[tuple]) -> frozenset[str]:
-    """Note the storage `key` on `probe` when switched ops keep it together; the ops keeping it
-    (empty when it is no such storage), which the call that made it is kept for."""
-    keepers = joint_keepers(savers)
+def made_in_norm(layer: nn.Module, made) -> bool:
+    """The storage was made inside a norm (the watcher's Made): by the code of normOp, which
+    recomputing reruns, so it is dropped with the norm as booked (axk2's MLA latent norms)."""
+    if made.nested_norm:
+        return True
+    try:
+        return made.module is not None and is_norm(layer.get_submodule(made.module))
+    except AttributeError:
+        return False
+
+
+def note_joint(probe: LayerProbe, key: int, savers: Iterable[tuple], layer: nn.Module, made) -> frozenset[str]:
+    """Note the storage `key` (made by `made`, in `layer`) on `probe` when switched ops keep it
+    together and no norm made it; the ops keeping it (empty when it is no such storage), which
+    the call that made it is kept for."""
+    keepers = frozenset() if made_in_norm(layer, made) else joint_keepers(savers)
     if keepers:
         probe.kept_jointly[key] = keepers
     return keepers
