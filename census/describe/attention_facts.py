@@ -87,7 +87,8 @@ class AttentionFacts(LayerRoles):
             if projection in gates and op in ops:
                 kept["half" if dtype in HALF else str(dtype)] += elements
         width = max(elements for elements, _ in gates.values()) // per_head
-        return OutputGate(width, kept["half"] // per_head, kept[str(torch.float32)] // per_head, any(before for _, before in gates.values()))
+        per_call = per_head * self.cycles()  # what one call keeps, of calls with grad run alike (LayerView.cycles: recurrent_cycles)
+        return OutputGate(width, kept["half"] // per_call, kept[str(torch.float32)] // per_call, any(before for _, before in gates.values()))
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""

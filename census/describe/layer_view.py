@@ -20,6 +20,7 @@ from speccat.census.describe.counts import FIXED_COUNTS
 from speccat.census.describe.feed_forward_facts import FeedForwardFacts
 from speccat.census.describe.mixer_facts import MixerFacts
 from speccat.census.describe.variants import read_variants
+from speccat.census.measure.stream_code import STREAM
 from speccat.census.structure.predicates import is_norm
 
 
@@ -27,26 +28,47 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
     """One probed layer's modules sorted into roles, with what its probe saw, and what its kind states."""
 
     def ops(self) -> dict[str, int]:
-        attn, delta = len(self.attention_kernels()), len(self.delta_kernels())
-        scan = len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.rglru_kernels()) + len(self.linear_eager_kernels())
+        """The kind's op counts: one call's of the layer. What the probe saw run is counted over
+        the calls that ran with grad (`recurrent_cycles`: hrm_text's layers run in several cycles),
+        and divided by them; the feed-forward's and a mixer's projections are counted from the
+        modules, once."""
+        per_call = self.per_call
+        attn, delta = per_call(len(self.attention_kernels())), per_call(len(self.delta_kernels()))
+        scan = per_call(len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.rglru_kernels()) + len(self.linear_eager_kernels()))
         counts = {
-            "attMM": 3 * (attn + delta) + len(self.probe.output_projections) + self.scan_projections(),
+            "attMM": 3 * (attn + delta) + per_call(len(self.probe.output_projections)) + self.scan_projections(),
             "attBMM": 2 * attn,
             "ffMM": self.ff_matmuls(),
             "softmax": attn,
-            "dropout": self.probe.dropouts,
-            "normOp": len(self.probe.stream_norms),
+            "dropout": per_call(self.probe.dropouts),
+            "normOp": per_call(len(self.probe.stream_norms)),
             "headCast": attn,
-            "ffAct": self.activations(),
+            "ffAct": per_call(self.activations()),
             "linrec": delta + scan,
         }
         counts.update(FIXED_COUNTS)
         return {op: counts[op] for op in OPS}
 
+    def cycles(self) -> int:
+        """The layer's calls that ran with grad (`recurrent_cycles`: hrm_text's L-stack layers, 3 of
+        their 6 cycles), when they ran alike: every count of what ran a whole multiple of them.
+        Calls that ran differently (inkling2_loop_text's passes, each after the first given the
+        previous one's messages) are stated together, as one call (1)."""
+        calls = max(self.probe.kept_calls, 1)
+        seen = (
+            len(self.attention_kernels()), len(self.delta_kernels()), len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.rglru_kernels()) + len(self.linear_eager_kernels()),
+            len(self.probe.output_projections), self.probe.dropouts, len(self.probe.stream_norms), self.activations(),
+        )  # fmt: skip
+        return calls if all(n % calls == 0 for n in seen) else 1
+
+    def per_call(self, seen: int) -> int:
+        """`seen`, counted over the layer's calls that ran with grad, per call (`cycles`)."""
+        return seen // self.cycles()
+
     def bytes_per_token(self, seq_length: int) -> dict[str, float]:
         booked = Counter()
         for op, nbytes in self.probe.saved_bytes.items():
-            if op.startswith("child:"):
+            if op.startswith(("child:", STREAM)):  # STREAM: code on the stream after that child (census/measure/stream_code.py)
                 child = op.split(":", 1)[1]
                 op = "attMM" if child in self.mixer_children else "ffMM" if child in self.ffn_children else OTHER
             booked[op] += nbytes

@@ -12,6 +12,7 @@ import torch
 
 from speccat.census.describe.attention_facts import AttentionFacts
 from speccat.census.describe.layer_roles import HALF
+from speccat.census.describe.stream_router_qk import half_qk_norm, stream_code_bytes, torch_conv_bytes
 from speccat.census.describe.variant_registry import variant
 from speccat.census.measure.inner_norms import AFTER_ATTENTION
 from speccat.census.structure.kernel_registry import KernelCall
@@ -132,8 +133,10 @@ def _beside_attention_convs(view: AttentionFacts, in_attention: bool) -> int:
 def attention_conv_bytes(view: AttentionFacts, top_k: int | None) -> int:
     """In a layer whose kernels are attention and causal conv1d only: each conv call's channels ×
     its input's element bytes, in the attention kernel's child (inkling's short convs on k and v,
-    fp32: inside the tensor-parallel region)."""
-    return _beside_attention_convs(view, in_attention=True)
+    fp32: inside the tensor-parallel region), and each kept input of torch's own convolutions
+    there, its module's input channels × its element bytes (zaya's depthwise and grouped Conv1d
+    over q and k: census/describe/stream_router_qk.py)."""
+    return _beside_attention_convs(view, in_attention=True) + torch_conv_bytes(view)
 
 
 @variant
@@ -251,12 +254,157 @@ def qkv_kept(view: AttentionFacts, top_k: int | None) -> int:
 def attn_out_norm(view: AttentionFacts, top_k: int | None) -> int:
     """Norm calls in the attention kernel's child after the kernel and before the child's next
     projection, the output projection (census/measure/inner_norms.py), over the heads' outputs
-    together (q's heads times v's head width, from the kernel's arguments), per attention
-    kernel call: bitnet's `attn_sub_norm`, 1; 0 without one. They are no stream norms, whatever
-    their width."""
+    (q's heads times v's head width, from the kernel's arguments) together or in groups of whole
+    heads (`attn_out_norm_rows`), per attention over its own q and k (calls reading an earlier
+    call's, `qk_reused`, are one attention): bitnet's `attn_sub_norm`, 1; diffllama's group
+    norm over head pairs after its two calls, 1; 0 without one. They are no stream norms,
+    whatever their width."""
+    norms = _attention_out_norms(view)
+    return len(norms) // max(len(view.attention_kernels()) - qk_reused(view, top_k), 1) if norms else 0
+
+
+@variant
+def attn_out_norm_rows(view: AttentionFacts, top_k: int | None) -> int:
+    """The rows each of those norms (`attn_out_norm`) normalises per token: the heads' outputs
+    over its width (the width its input's last dim): 1 over all heads together (bitnet's), 16
+    for diffllama's group norm over pairs of its 32 heads; 0 without one."""
+    norms = _attention_out_norms(view)
+    return norms[0][1] if norms else 0
+
+
+@variant
+def attn_out_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
+    """Those norms (`attn_out_norm`) hold no parameters (diffllama's RMSNorm with no affine
+    weight): each keeps its input and statistics, no normalised input for a weight to multiply."""
+    return any(not any(True for _ in view.module(path).parameters()) for path, _ in _attention_out_norms(view))
+
+
+def _attention_out_norms(view: AttentionFacts) -> list[tuple[str, int]]:
+    """The norm calls after an attention kernel and before its output projection whose width is
+    the heads' outputs or a whole number of heads dividing them: (the norm's path, the rows it
+    normalises per token)."""
     kernels = view.attention_kernels()
     if not kernels:
-        return 0
-    widths = {k["q"][1] * k["v"][3] for k in kernels}
-    calls = sum(1 for _, _, follows, width in view.probe.inner_norms if follows == AFTER_ATTENTION and width in widths)
-    return calls // len(kernels)
+        return []
+    outputs = {k["q"][1] * k["v"][3]: k["v"][3] for k in kernels}  # the heads' outputs -> one head's width
+    return [
+        (path, whole // width)
+        for path, _, follows, width in view.probe.inner_norms
+        for whole, head in outputs.items()
+        if follows == AFTER_ATTENTION and width and width % head == 0 and whole % width == 0
+    ]
+
+
+@variant
+def qk_reused(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's arguments: calls given the very q and k (their storages) an earlier
+    call of the layer was given, which the kernel keeps once (census/measure/repeated_attention.py:
+    diffllama's second call, over the other half of v, 1); 0 where each call has its own."""
+    seen: set[tuple[int, ...]] = set()
+    reused = 0
+    for query_key in view.probe.query_key_storages:
+        reused += query_key in seen
+        seen.add(query_key)
+    return reused
+
+
+@variant
+def attn_out_joined(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernels' outputs held in joins of them (a torch.cat of the calls' outputs)
+    that an op after the kernels keeps (census/measure/repeated_attention.py): diffllama's
+    product of λ with one half of its two calls' joined outputs keeps the join, 2; 0 where no
+    join is kept."""
+    return view.probe.joined_outputs_kept
+
+
+@variant
+def stream_code_attn_bytes(view: AttentionFacts, top_k: int | None) -> int:
+    """The storages of the hidden width kept by code on the stream in a module of its own (a
+    child holding per-channel parameters only: census/measure/stream_code.py) that ran after an
+    attention child, booked after it: their element bytes per token and hidden channel (zaya's
+    post_attention_residual_scale: (attention output + bias) bf16 and (residual + bias) fp32, 6)."""
+    return stream_code_bytes(view, view.mixer_children)
+
+
+@variant
+def qk_norm_half_stats(view: AttentionFacts, top_k: int | None) -> int:
+    """A norm in an attention kernel's child, off the stream, holding no weight, that cast nothing
+    to fp32 and ran on rows one head wide: the compute-dtype storages of one element per head
+    it kept, per query and key head (zaya's L2 QK-norm: the norm, its reciprocal and the scale
+    factor, 3); 0 for the others."""
+    return half_qk_norm(view)[0]
+
+
+@variant
+def qk_norm_key_rows(view: AttentionFacts, top_k: int | None) -> int:
+    """Of such a norm: the compute-dtype storages one head wide it kept beyond its input q and k,
+    per key head (zaya's normalised keys, which the product with its per-head key scale keeps:
+    1); 0 for the others."""
+    return half_qk_norm(view)[1]
+
+
+@variant
+def attn_adapter_width(view: AttentionFacts, top_k: int | None) -> int:
+    """The ranks of the low-rank adapters (census/structure/predicates.py `is_low_rank_pair`) in
+    the attention kernel's children whose up projection ran (zamba2's on q, k and v: 3 ×
+    adapter_rank), summed: each keeps its rank-wide input."""
+    return view.adapter_ranks_ran({k.child for k in view.attention_kernels() if k.child})
+
+
+@variant
+def stream_concat_width(view: AttentionFacts, top_k: int | None) -> int:
+    """The stream norms whose output a projection of the attention kernel's children read: the
+    widest input their ops read beyond the layer's hidden width (zamba's and zamba2's norm over
+    the hidden states concatenated with the embeddings: hidden_size), summed over their calls."""
+    reads = view.projection_reads({k.child for k in view.attention_kernels() if k.child})
+    extra = 0
+    for path, _ in view.probe.stream_norms:
+        if view.probe.norm_outputs.get(path, set()) & reads:
+            extra += max(0, max((op.in_last for op in view.probe.norm_ops.get(path, [])), default=0) - view.hidden)
+    return extra
+
+
+@variant
+def qk_norm_in_projection(view: AttentionFacts, top_k: int | None) -> bool:
+    """The storage of a v an attention kernel was given, kept by the kernel (attBMM) and by norms
+    (normOp) together (census/measure/joint_storages.py: the QK-norms' inputs are views of it as
+    v is, persimmon's split of query_key_value's output)."""
+    return any({"normOp", "attBMM"} <= view.probe.kept_jointly.get(key, frozenset()) for key in view.probe.value_storages)
+
+
+@variant
+def q_up_concat(view: AttentionFacts, top_k: int | None) -> int:
+    """MLA with a q latent (`q_a_proj`): the projection its child called next after `q_a_proj`
+    (q's up-projection) reads a whole multiple k ≥ 2 of the q latent's width (its weight's
+    columns): k − 1, the q latent norm's output concatenated with k − 1 more latents (axk2's
+    q_gate_proj over [q_resid, q_compressed]: 1), kept by the projection as one input; 0 for the
+    others (DeepSeek's q_b_proj reads the norm's output alone)."""
+    rank = view.mla().get("q_lora_rank", 0)
+    for names in view.probe.projection_order.values() if rank else ():
+        after = [names[i + 1] for i, name in enumerate(names[:-1]) if name.rsplit(".", 1)[-1] == "q_a_proj"]
+        if after:
+            columns = int(view.module(after[0]).weight.shape[1])
+            return columns // rank - 1 if columns % rank == 0 and columns >= 2 * rank else 0
+    return 0
+
+
+@variant
+def v_projected(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's v (its storage, LayerProbe.value_storages) is what a projection of
+    the kernel's child was called with: doge's dt_proj reads the values (a view of v_proj's
+    output) before the kernel to build its dynamic mask, and keeps them as its input, a matmul's
+    save no recompute switch frees, so v is the projection's (attMM) and not the kernel's."""
+    children = {k.child for k in view.attention_kernels() if k.child}
+    return bool(view.probe.value_storages & view.projection_reads(children))
+
+
+@variant
+def attn_routed_slots(view: AttentionFacts, top_k: int | None) -> int:
+    """The token slots per token that routed experts inside the attention kernel's child ran
+    over (LayerProbe.experts_rows of stacked experts in that child, over the tokens): jetmoe's
+    mixture of attention heads routes q's and o's projections to its top-k experts, 2; 0 for an
+    attention with no experts of its own."""
+    children = {k.child for k in view.attention_kernels() if k.child}
+    tokens = view.probe.tokens
+    rows = [n for path, n in view.probe.experts_rows.items() if view.part(path) in children]
+    return max(rows) // tokens if rows and tokens else 0

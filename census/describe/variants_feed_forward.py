@@ -11,6 +11,7 @@ import torch
 
 from speccat.census.describe.feed_forward_facts import FeedForwardFacts
 from speccat.census.describe.layer_roles import HALF
+from speccat.census.describe.stream_router_qk import router_mlp_calls, router_mlp_width as router_width, stream_code_bytes
 from speccat.census.describe.variant_registry import variant
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION
 
@@ -41,13 +42,14 @@ def act_inline(view: FeedForwardFacts, top_k: int | None) -> bool:
 def act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
     """The storages autograd keeps that the dense MLP's activation region made or took as input (a
     per-layer input gate's activation calls counted with it; an activation module in the mixer,
-    the RG-LRU block's GELU, not), per activation call: a count of tensors with a token dimension
+    the RG-LRU block's GELU, or in a stream norm's gate, axk2's, not), per activation call: a count of tensors with a token dimension
     its code keeps, bool masks apart (`act_masks`): 1 for one torch op, 4 for gelu_new's Python
     tanh chain (x, tanh's output, 0.5x and 1 + tanh), never their bytes; 0 without a dense MLP."""
     calls = _act_calls(view)
     if not calls:
         return 0
-    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in view.mixer_children)
+    elsewhere = set(view.mixer_children) | set(view.stream_norm_paths())
+    mixers = sum(n for child, n in view.probe.mixer_act_kept.items() if child in elsewhere)
     return (_act_storages(view, masks=False) - mixers) // calls
 
 
@@ -285,3 +287,116 @@ def experts_kept_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
     output and up's fp32 copy, which a product taken in fp32 keeps (beam's act_fn(gate.float()) *
     up.float(), cast back for down: 2); 0 for experts run in the compute dtype."""
     return _experts_fp32(view, activation=False)
+
+
+def _shared_kept(view: FeedForwardFacts, activation: bool) -> int:
+    """The compute-dtype storages the MoE block's shared experts made and kept in their own code
+    (census/measure/kept_modules.py), in widths of their total width per row they ran over (a
+    token: a fused gate_up output counts 2): booked to their activation region (`activation`),
+    or to the block's child. Their input, made before them, and their output kept by a product
+    outside them (a shared gate's) are not theirs; nor is a storage whose last dim no shared
+    width divides."""
+    widths = view.shared_widths()
+    if view.experts is None or not widths:
+        return 0
+    paths = [path for path, _ in view.shared_children()]
+
+    def inside(module: str | None) -> bool:
+        return module is not None and any(module == path or module.startswith(path + ".") for path in paths)
+
+    elements = sum(
+        n
+        for (op, made, saved, last, dtype), n in view.probe.kept_modules.items()
+        if (op == "ffAct" if activation else op.startswith("child:"))
+        and inside(made)
+        and inside(saved)
+        and dtype in HALF
+        and any(last % width == 0 for width in widths)
+    )
+    return elements // sum(widths)
+
+
+@variant
+def shared_kept(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The storages of the shared experts' width their own code keeps outside an activation
+    region, in widths of their total width per token (census/measure/kept_modules.py: made and
+    saved inside the MoE block's shared children, a fused gate_up output counting 2): 3 for a
+    gated MLP with an activation module (its output, up's output, the product), minimax-m3's
+    inline clamped SwiGLU 7 (gate_up, the clamped gate, the sigmoid, up + 1, the glu, the
+    product); 0 without shared experts."""
+    return _shared_kept(view, activation=False)
+
+
+@variant
+def shared_act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The storages of the shared experts' width their activation region keeps (an activation
+    module's, an inline F.silu's input), in widths of their total width per token: 1 for one
+    torch op; 0 for an inline gate with no activation call (minimax-m3's, all `shared_kept`)
+    and without shared experts."""
+    return _shared_kept(view, activation=True)
+
+
+@variant
+def stream_code_ff_bytes(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The storages of the hidden width kept by code on the stream in a module of its own
+    (census/measure/stream_code.py) that ran after a feed-forward child, booked after it: their
+    element bytes per token and hidden channel (zaya's post_mlp_residual_scale, 6)."""
+    return stream_code_bytes(view, view.ffn_children)
+
+
+@variant
+def router_mlp_width(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The input width of the MoE block's projections outside its routed and shared experts that
+    read a width other than the hidden size, the widest: the router MLP's (zaya's fc1, fc2 and
+    out_proj read 256); 0 for a router of projections from the hidden size only."""
+    return router_width(view)
+
+
+@variant
+def router_mlp_layers(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The calls of those projections (the MoE block's projection order): zaya's fc1, fc2 and
+    out_proj, 3; 0 without a router MLP."""
+    return router_mlp_calls(view)[0]
+
+
+@variant
+def router_mlp_acts(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Activation calls in the MoE block outside its routed and shared experts, where it has a
+    router MLP: zaya's GELU module called twice, 2; 0 without one."""
+    return router_mlp_calls(view)[1]
+
+
+@variant
+def router_mlp_norms(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Calls of norms in the MoE block outside its experts whose weight is the router MLP's width:
+    zaya's router_mlp.norm, 1; 0 without one."""
+    return router_mlp_calls(view)[2]
+
+
+@variant
+def ff_adapter_width(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The ranks of the low-rank adapters (census/structure/predicates.py `is_low_rank_pair`) in
+    the feed-forward's children whose up projection ran (zamba2's on gate_up_proj:
+    adapter_rank), summed: each keeps its rank-wide input."""
+    return view.adapter_ranks_ran(view.ffn_children)
+
+
+@variant
+def side_input_width(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The input widths of the projections called in the layer's side branches
+    (census/describe/layer_roles.py `side_children`: zamba's and zamba2's linear after the shared
+    block, hidden_size), each call counted: each keeps its input, booked as `other`."""
+    called = [path for child in view.side_children for path in view.probe.projection_order.get(child, [])]
+    return sum(int(view.module(path).weight.shape[1]) for path in called)
+
+
+@variant
+def experts_fused_gate_up(view: FeedForwardFacts, top_k: int | None) -> bool:
+    """Routed experts stacked as a group of projections (experts_group) whose first weight's
+    output is twice one expert's width (`expert_width`): gate and up in one projection (jetmoe's
+    input_linear), whose output the activation and the product keep whole as views of it; false
+    for separate gate and up weights (dbrx's w1 and v1) and for one module of experts."""
+    if len(view.experts_group) < 2:
+        return False
+    width = view.expert_width()
+    return bool(width) and 2 * width in view.experts_weights()[0][1:]

@@ -129,3 +129,34 @@ def token_mixes(view: MixerFacts, top_k: int | None) -> int:
     states (a pad of the layer's width that moves each row one token later): RWKV's time mixing,
     x_{t−1}·(1 − μ) once per projection fed (3)."""
     return sum(n for child, n in view.probe.token_mixes.items() if child in view.mixer_children)
+
+
+@variant
+def gated_norm_fp32(view: MixerFacts, top_k: int | None) -> int:
+    """Of the tensors of its width the attention's SiLU-gated output norm (`gated_norm`) keeps per
+    call, those in fp32 (LayerProbe.norm_fp32_rows: fp32 storages one row of the norm's width
+    per row it normalises, its per-row statistic apart): 3 for a norm that applies its weight in
+    the compute dtype (Qwen3-Next's: its fp32 input and the gate's fp32 SiLU input and output),
+    5 for one that applies its weight in fp32 too (lara_mini's: its normalised input and
+    weighted product as well); 0 without a gated norm."""
+    paths = [path for path, seen in view.probe.norm_ops.items() if view.part(path) in view.mixer_children and any(op.name == "silu" for op in seen)]
+    calls = sum(view.probe.norm_calls.get(path, 0) for path in paths)
+    return sum(view.probe.norm_fp32_rows.get(path, 0) for path in paths) // calls if calls else 0
+
+
+@variant
+def conv_input_split(view: MixerFacts, top_k: int | None) -> bool:
+    """A scan ran apart, and the causal conv1d calls in its child were handed a storage of their own
+    (zamba's x made contiguous apart from the gate), not a view into a larger one (jamba's view of
+    in_proj's whole output)."""
+    children = {k.child for k in view.scan_kernels() if k.apart}
+    convs = [k for k in view.probe.kernels if k.kind == "conv" and k.child in children]
+    return bool(convs) and not any(k.in_is_view for k in convs)
+
+
+@variant
+def scan_bc_views(view: MixerFacts, top_k: int | None) -> bool:
+    """The selective scans run apart were handed B as a view into a larger storage (zamba's per-head
+    slices of the x projection's output, unit last stride), which SelectiveScanFn does not copy."""
+    scans = [k for k in view.scan_kernels() if k.apart]
+    return bool(scans) and all(k.bc_is_view for k in scans)

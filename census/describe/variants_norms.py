@@ -11,13 +11,18 @@ import torch
 
 from speccat.census.describe.layer_roles import HALF, LayerRoles
 from speccat.census.describe.variant_registry import variant
-from speccat.census.structure.predicates import is_layer_norm
+from speccat.census.structure.predicates import is_layer_norm, is_projection
 
 
 def _first_norm_ops(view: LayerRoles) -> list:
-    """The ops the probe saw inside the layer's first stream norm (none without one)."""
+    """The ops the probe saw inside the layer's first stream norm (none without one): those of the
+    norm it holds, where it wraps one (axk2's gated RMS norm multiplies its inner norm's output by
+    a gate, whose fp32 product is no weight's)."""
     norms = view.stream_norm_paths()
-    return view.probe.norm_ops.get(norms[0], []) if norms else []
+    if not norms:
+        return []
+    nested = [path for path in view.probe.norm_ops if path.startswith(norms[0] + ".")]
+    return view.probe.norm_ops.get(nested[0] if nested else norms[0], [])
 
 
 @variant
@@ -70,3 +75,42 @@ def norm_fp32_extra(view: LayerRoles, top_k: int | None) -> int:
     rows = view.probe.norm_fp32_rows.get(norms[0], 0) // max(view.probe.norm_calls.get(norms[0], 1), 1)
     counted = int(norm_upcast(view, top_k)) + int(norm_scale_fp32(view, top_k) and not is_layer_norm(view.module(norms[0])))
     return max(0, rows - counted)
+
+
+def _gated_norm_calls(view: LayerRoles) -> list[str]:
+    """The stream norm calls (one path per call) of a norm that wraps a norm that ran and whose
+    own ops, outside that norm, hold a sigmoid: a gate on the inner norm's output (axk2's gated
+    RMS norm, y·sigmoid(fc2(silu(fc1(y))).float()))."""
+    ops = view.probe.norm_ops
+    gated = {
+        path for path in view.stream_norm_paths()
+        if any(inner.startswith(path + ".") for inner in ops) and any(op.name == "sigmoid" for op in ops.get(path, []))
+    }  # fmt: skip
+    return [path for path, _ in view.probe.stream_norms if path in gated]
+
+
+@variant
+def norm_gates(view: LayerRoles, top_k: int | None) -> int:
+    """Stream norm calls per call of the layer whose norm wraps a norm that ran and whose own ops
+    hold a sigmoid (census/measure/watcher.py notes the ops by the innermost norm running): a gate
+    on the inner norm's output (axk2's gated RMS norm: 1 in its dense layers, 2 in its MoE layers)."""
+    return view.per_call(len(_gated_norm_calls(view)))
+
+
+@variant
+def norm_gate_rank(view: LayerRoles, top_k: int | None) -> int:
+    """With such a gate: the narrowest output of the projections inside the first gated norm (the
+    gate MLP's bottleneck: axk2's fc1, gated_norm_rank 16); 0 without one."""
+    calls = _gated_norm_calls(view)
+    if not calls:
+        return 0
+    widths = [int(m.weight.shape[0]) for _, m in view.module(calls[0]).named_modules() if is_projection(m)]
+    return min(widths, default=0)
+
+
+@variant
+def norm_gate_fp32(view: LayerRoles, top_k: int | None) -> bool:
+    """With such a gate: the first gated norm's sigmoid gave fp32 (taken on an fp32 copy of the
+    gate's logits: axk2's), so that its kept output is fp32; false without one."""
+    calls = _gated_norm_calls(view)
+    return bool(calls) and any(op.name == "sigmoid" and op.out_dtype == torch.float32 for op in view.probe.norm_ops.get(calls[0], []))

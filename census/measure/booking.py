@@ -9,7 +9,11 @@ reads).
 
 from __future__ import annotations
 
+from speccat.census.measure.joint_storages import note_joint
+from speccat.census.measure.kept_modules import note_kept_module
 from speccat.census.measure.output_gates import book_gate_kept
+from speccat.census.measure.repeated_attention import book_join
+from speccat.census.measure.stream_scales import book_stream_scale
 from speccat.census.measure.watcher import Watcher
 
 
@@ -18,9 +22,9 @@ def book_bytes(watcher: Watcher) -> None:
     for key, savers in watcher.seen.items():
         if key in watcher.excluded_outputs:
             continue
-        alive = next(((probe, op, nbytes, part) for probe, op, nbytes, held, part in savers if held() is not None), None)
+        alive = next(((index, probe, op, nbytes, part) for index, (probe, op, nbytes, held, part) in enumerate(savers) if held() is not None), None)
         if alive is not None:
-            probe, op, nbytes, part = alive
+            saver, probe, op, nbytes, part = alive
             if part is not None and not any(call.child == watcher.up_input_children.get(key) for call in probe.kernels):
                 part = None  # a norm's output a projection keeps in a child that runs no kernel (bitnet's ffn_sub_norm's, down_proj's): no up-projection's input
             if key in watcher.activation_inputs and op.startswith("child:"):
@@ -28,7 +32,10 @@ def book_bytes(watcher: Watcher) -> None:
             probe.saved_bytes[op] += nbytes
             probe.saved_storages[op] += 1
             book_gate_kept(watcher, probe, key, op, nbytes)
+            book_join(watcher, probe, key, op)
+            book_stream_scale(watcher, probe, key, saver, op, nbytes)
             probe.kept_tails[(op, *watcher.tails[key])] += 1
+            note_kept_module(watcher, probe, key, saver, op, nbytes)
             if key in watcher.param_casts:
                 probe.param_casts_kept[watcher.param_casts[key]] += 1
             tail, dtype = watcher.tails[key]
@@ -41,6 +48,7 @@ def book_bytes(watcher: Watcher) -> None:
             made = watcher.creator.get(key)
             if made is not None and made.probe is probe:
                 probe.kept_by_call.setdefault(made.call, set()).add(part or op)
+                probe.kept_by_call[made.call] |= note_joint(probe, key, savers, watcher.layers[probe.index], made)  # kept until every op keeping it is recomputed
                 probe.booked_as.setdefault(made.call, op)
                 probe.kept_outputs.setdefault(made.call, set()).add(made.position)
             else:

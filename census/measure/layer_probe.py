@@ -78,6 +78,9 @@ class LayerProbe:
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
+    # the layer's calls in one forward that ran with grad, each keeping its activations for backward:
+    # 1, or a layer the decoder runs in several cycles (hrm_text's); calls without grad are not watched
+    kept_calls: int = 0
     tokens: int = 0  # the tokens of the hidden states the layer was called with
     hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     backward_peak: int = 0  # the most bytes alive in its backward beyond those alive when it began (census/measure/backward_peak.py)
@@ -86,6 +89,14 @@ class LayerProbe:
     # (op region, the kept tensor's last two dims, its dtype) -> storages booked so: which tensors of
     # a delta rule's per-channel gate shape (heads, key dim) a mixer's own code keeps
     kept_tails: Counter = field(default_factory=Counter)
+    # a storage two or more ops keep that each have a recompute switch -> those ops: freed only when
+    # every one is recomputed (census/measure/joint_storages.py: persimmon's QK-norms and kernel)
+    kept_jointly: dict[int, frozenset[str]] = field(default_factory=dict)
+    # (op region, the module that made it, the module whose code saved it, the saved tensor's last
+    # dim, its dtype) -> elements per row of the saved tensor (a token's) of the storages booked so
+    # (census/measure/kept_modules.py): what a part of a child written as plain code keeps (a MoE
+    # block's shared experts' inline gate)
+    kept_modules: Counter = field(default_factory=Counter)
     # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
     # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
     kept_square: Counter = field(default_factory=Counter)
@@ -107,3 +118,11 @@ class LayerProbe:
     # next projection (census/measure/inner_norms.py: bitnet's attn_sub_norm, ffn_sub_norm), never
     # stream norms -> (norm path, child, what it follows: "attention" or "activation", its width)
     inner_norms: list[tuple[str, str | None, str, int]] = field(default_factory=list)
+    # the storages of each call's arguments before v, of a kernel taking values (an attention's q
+    # and k), and the kernel outputs held in joins of them (torch.cat) that backward keeps outside
+    # the kernels (census/measure/repeated_attention.py: diffllama's two calls over one q and k)
+    query_key_storages: list[tuple[int, ...]] = field(default_factory=list)
+    joined_outputs_kept: int = 0
+    # op -> bytes of the factors the layer's own products with a per-channel parameter keep
+    # (census/measure/stream_scales.py: doge's scaled residuals)
+    stream_scale_kept: Counter = field(default_factory=Counter)

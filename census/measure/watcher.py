@@ -34,7 +34,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
 from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
-from speccat.census.measure import output_gates, readers
+from speccat.census.measure import kept_modules, output_gates, readers, repeated_attention, stream_code
 from speccat.census.measure.expert_links import ExpertLinks
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION, AFTER_ATTENTION, InnerNorms, norm_width
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
@@ -87,6 +87,7 @@ class Made(NamedTuple):
     call: int  # the call's index among the probe's calls
     nested_norm: bool  # made inside a norm nested in a child, not on the hidden stream (MLA's latent norms)
     position: int  # the tensor's position among the call's output tensors
+    module: str | None = None  # the innermost module running when it was made (its path in the layer)
 
 
 class DispatchWatch(TorchDispatchMode):
@@ -124,6 +125,7 @@ class Watcher:
         self.gate_chains: dict[int, tuple[str, int | None]] = {}  # a projection's output, and what elementwise ops made of it -> (that projection, the storage it was made from) (census/measure/output_gates.py)
         self.seen: dict[int, list[tuple[LayerProbe, str, int, Any]]] = {}  # storage -> its savers (probe, op, bytes, holder ref)
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
+        self.saved_in: dict[int, list[tuple[str | None, int]]] = {}  # storage -> (the innermost module running, the saved tensor's rows) at each of its savers, in the savers' order (census/measure/kept_modules.py)
         self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
@@ -139,6 +141,8 @@ class Watcher:
         self.inner_norms = InnerNorms()  # what each child's next projection awaits, for the norms between (census/measure/inner_norms.py)
         self.up_input_children: dict[int, str | None] = {}  # a storage booked UP_INPUT -> the child whose projection saved it
         self.param_casts: dict[int, tuple[str | None, tuple[int, ...], torch.dtype]] = {}  # a parameter's cast -> (child, the parameter's shape, the cast's dtype) (census/measure/param_casts.py)
+        self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel parameter, each kept by its product first (census/measure/stream_scales.py)
+        self.joined_outputs: dict[int, tuple[int, Any]] = {}  # a kernel's output, or a torch.cat of them -> (the kernel outputs it holds, a weak reference to its storage) (census/measure/repeated_attention.py)
 
     # -- where are we -----------------------------------------------------------------------
 
@@ -172,6 +176,10 @@ class Watcher:
         # the layer's own code between its children (a residual gate: mllama's cross-attention
         # layer multiplies each child's output by the tanh of a parameter) is the child's that ran last
         child = self.child() or self.last_child
+        if self.path and stream_code.is_stream_code(self.path[0][1]):
+            # code on the stream in a module of its own: the layer's code between its children,
+            # the child's that ran last, told apart from that child's own (census/measure/stream_code.py)
+            return OTHER if self.last_child is None else f"{stream_code.STREAM}{self.last_child}"
         if child is None:
             return OTHER
         return f"child:{child}"  # resolved to attMM / ffMM once the child's role is known
@@ -207,6 +215,7 @@ class Watcher:
             if isinstance(weight, torch.Tensor) and tensor.shape[-1] == weight.shape[-1]:  # a row of the norm's width per token
                 probe.norm_fp32_rows[name] += 1
         savers.append((probe, op, nbytes, weakref.ref(held), self._part(key)))
+        self.saved_in.setdefault(key, []).append(kept_modules.saver(self.path, tensor))
         return held
 
     def _innermost_norm(self) -> tuple[str | None, nn.Module | None]:
@@ -256,7 +265,8 @@ class Watcher:
             if known is None or known.storage.expired():  # new, or a dead storage's identity reused
                 # a stream norm inside a child (dbrx's norm_attn_norm.norm_1) is no latent norm
                 nested_norm = any(is_norm(m) and "." in name and all(name != path for path, _ in probe.stream_norms) for name, m in self.path)
-                self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position)
+                module = self.path[-1][0] if self.path else None
+                self.creator[key] = Made(StorageWeakRef(tensor.untyped_storage()), probe, len(probe.calls) - 1, nested_norm, position, module)
 
     def _made_elsewhere(self, tensor: torch.Tensor, probe: LayerProbe) -> bool:
         """`tensor`'s storage was made by another probed layer (not this one, nor the decoder)."""
@@ -278,6 +288,7 @@ class Watcher:
             probe.kernels.append(kernel.book(CallSeen(args, kwargs, child, lambda tensor: self._made_elsewhere(tensor, probe))))
             if kernel.value_arg is not None:
                 probe.value_storages.add(storage_key(args[kernel.value_arg]))
+            repeated_attention.kernel_called(self, probe, kernel, args, out)
             if kernel.per_child:  # the projections after it in its child are output projections
                 self.kernel_count_in_child[child] += 1
                 self.inner_norms.kernel_ran(child, kernel.kind)
@@ -317,8 +328,14 @@ class Watcher:
 
     def _layer_pre(self, index: int):
         def hook(module, args, kwargs):
+            if not torch.is_grad_enabled():
+                # a call run without grad keeps nothing for backward (hrm_text's earlier cycles,
+                # under torch.no_grad()): not watched, not counted
+                self.current = None
+                return
             self.current = self.probes[index]
             self.current.ran = True
+            self.current.kept_calls += 1
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()
@@ -340,6 +357,8 @@ class Watcher:
             # the hidden states it hands on (the next layer's input) are not the layer's to keep;
             # other outputs (xLSTM's recurrent states, which training drops) are kept only by
             # what saved them, and stay booked
+            if not torch.is_grad_enabled():
+                return  # a call run without grad: not watched (_layer_pre)
             probe = self.probes[index]
             hidden = (*probe.hidden_dims, probe.hidden_width)
             outputs = {storage_key(t) for t in tree_leaves(output) if isinstance(t, torch.Tensor) and tuple(t.shape) == hidden}
@@ -407,7 +426,7 @@ class Watcher:
                 self.expert_links.experts_returned(output)
             if is_norm(module) and isinstance(output, torch.Tensor):
                 self.current.norm_outputs.setdefault(name, set()).add(storage_key(output))
-            if not self.path:
+            if not self.path and not stream_code.is_stream_code(module):
                 self.last_child = name.split(".", 1)[0]
 
     def _on_stream(self, name: str, module: nn.Module, args: tuple, depth_one: bool) -> bool:

@@ -102,7 +102,7 @@ def gpt3_layer() -> dict:
         "params": {"kinds": {"decoder": {"attention": 4 * h * h, "ffn_dense": 8 * h * h, "norm": 4 * h}}},
         **{flag: flag == "layer_norms" for flag in FLAGS},  # LayerNorm; the census states every flag
         # the variant facts the census states: attention dropout on, nothing else
-        "variants": {"decoder": {name: name == "attention_dropout" for name in VARIANTS} | {"index_topk": 0, "act_saved": 1}},
+        "variants": {"decoder": {name: name == "attention_dropout" for name in VARIANTS} | {"index_topk": 0, "act_saved": 1, "recurrent_cycles": 1}},
     }  # fmt: skip
     return spec
 

@@ -107,17 +107,17 @@ def variant(records_text_edits: dict[str, str]):
     return parse_records(records_content(yaml.safe_load(text)), "variant.yaml")
 
 
-NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"
-ATTENTION_FORMULA = "    when: (n_linrec == 0 or hybrid == 1) and n_attMM != 0 and short_conv == 0 and cross == 0\n    formula: micro_factor * s * b * total / (t * cp)\n"
+NORM_FORMULA = "    formula: micro_factor * recurrent_cycles * s * b * total / (t * cp)\n    ops:\n      normOp"
+ATTENTION_FORMULA = "    when: (n_linrec == 0 or hybrid == 1) and n_attMM != 0 and short_conv == 0 and cross == 0\n    formula: micro_factor * recurrent_cycles * s * b * total / (t * cp)\n"
 NONLINEAR = {
     # a formula not linear in total, and one comparing total
-    NORM_FORMULA: NORM_FORMULA.replace("micro_factor * s * b * total / (t * cp)", "max(micro_factor * s * b * total / (t * cp), 1e6)"),
+    NORM_FORMULA: NORM_FORMULA.replace("micro_factor * recurrent_cycles * s * b * total / (t * cp)", "max(micro_factor * recurrent_cycles * s * b * total / (t * cp), 1e6)"),
     ATTENTION_FORMULA: ATTENTION_FORMULA.replace("* total /", "* (total if total > 3 else total ** 2) /"),
     # an element with a conditional on a varying name, a `when` on a varying name
     "      attMM: bc*h*rep + ": "      attMM: (bc*h*rep if cp > 1 else 1.2*bc*h*rep) + ",
     "  norm:\n    part: norm\n    when: runs == 1\n": "  norm:\n    part: norm\n    when: runs == 1 and t * cp != 2\n",
     # full recompute with a conditional on a varying name
-    "full: runs * micro_factor * bytes_compute * s * b * h / (cp * sp)": "full: runs * micro_factor * bytes_compute * s * b * h / (cp * (t if sp > 1 else 1))",
+    "full: runs * recurrent_cycles * micro_factor * bytes_compute * s * b * h / (cp * sp)": "full: runs * recurrent_cycles * micro_factor * bytes_compute * s * b * h / (cp * (t if sp > 1 else 1))",
     # a derived name that is not elementwise over varying names
     "  f32: 4 ": "  f32: 4 + (1 if t % 2 else 0) ",
 }
@@ -157,8 +157,9 @@ def test_errors_agree_where_python_refuses(grid):
 def test_slot_plans_group_masks_by_the_slots_own_switches(records):
     plans = {p.slot.name: p for p in slot_plans(records)}
     # attention: attUp, attBMM, softmax, headCast, dropout each switchable (attMM is not): 32
-    # kept sets; linear: dropout only (attMM, linrec have no switch): 2; norm: normOp: 2
-    assert len(plans["attention"].combos) == 32 and len(plans["linear"].combos) == 2 and len(plans["norm"].combos) == 2
+    # kept sets, and the joint qkvShared (normOp and attBMM) tells normOp apart where attBMM is
+    # recomputed: 16 more; linear: dropout only (attMM, linrec have no switch): 2; norm: normOp: 2
+    assert len(plans["attention"].combos) == 48 and len(plans["linear"].combos) == 2 and len(plans["norm"].combos) == 2
     assert len(plans["router"].combos) == 1  # ffMM only: no switch
     for plan in plans.values():
         for mask in range(records.n_masks):

@@ -29,7 +29,9 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "latent": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
         "cross": "attention", "cross_kv": "attention", "cross_gate": "ffn", "cross_norm": "norm", "cross_kv_norm": "norm",
         "linear_eager": "attention", "linear_eager_norm": "norm",
-        "layer_gate": "ffn", "ff_down_norm": "norm",
+        "layer_gate": "ffn", "ff_down_norm": "norm", "norm_gate": "norm",
+        "stream_code_attn": "attention", "stream_code_ff": "ffn", "router_mlp": "ffn", "router_mlp_norm": "norm", "half_qk_norm": "norm",
+        "routed_attention": "attention", "side": "attention", "stream_scale_attn": "attention", "stream_scale_ff": "ffn",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
@@ -47,10 +49,13 @@ def test_masks_follow_the_switch_order(records):
 
 
 def test_kept_ops_and_parts_per_mask(records):
-    everything = set(OPS) | {"attUp"}
+    everything = set(OPS) | {"attUp", "qkvShared"}
     assert records.kept(0) == everything
     # ops without a switch (attMM, ffMM, linrec) are kept by every switch set
     assert records.kept(255) == {"attMM", "ffMM", "linrec"}
+    # a joint (normOp and attBMM keep qkvShared) is kept while either op is, dropped with both
+    assert records.kept(records.mask_of(["normOp"])) == everything - {"normOp"}
+    assert records.kept(records.mask_of(["normOp", "attBMM"])) == everything - {"normOp", "attBMM", "qkvShared"}
     assert records.kept(records.mask_of(["attUp"])) == everything - {"attUp"}
     assert records.kept(records.mask_of(["softmax"])) == everything - {"softmax"}
 
@@ -117,7 +122,7 @@ def refused(tmp_path: Path, old: str, new: str, count: int = 1) -> RecordsError:
 
 
 # The norm slot's formula line with what follows it, which makes it unique in the file.
-NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n      normOp"
+NORM_FORMULA = "    formula: micro_factor * recurrent_cycles * s * b * total / (t * cp)\n    ops:\n      normOp"
 
 
 @pytest.mark.parametrize(
@@ -139,7 +144,7 @@ NORM_FORMULA = "    formula: micro_factor * s * b * total / (t * cp)\n    ops:\n
         ("  dc_q: 0", "  dc_qq: 0", "unknown_name", "defaults.dc_qq"),
         ("  bc: bytes_compute", "  h: bytes_compute", "bad_value", "names.h"),
         ("tolerance: 0.02", "lable: v1\ntolerance: 0.02", "unknown_key", "lable"),
-        ("full: runs * micro_factor", "fulll: runs * micro_factor", "unknown_key", "fulll"),
+        ("full: runs * recurrent_cycles", "fulll: runs * recurrent_cycles", "unknown_key", "fulll"),
     ],
 )
 def test_a_bad_copy_is_refused_naming_the_file_and_key(tmp_path, old, new, reason, key):
@@ -179,7 +184,9 @@ def test_the_file_states_every_op_and_slot_docs_pricing_lists():
     assert list(yaml.safe_load(SHARED_PATH.read_text())["switches"]) == list(SWITCHES)
     assert set(data["slots"]["ffn"]["ops"]) == {"ffMM", "ffAct"}
     # the attention kernel's saves, each with its own switch, and the ops only full recompute drops
-    assert set(data["slots"]["attention"]["ops"]) == {"attMM", "attUp", "attBMM", "softmax", "headCast", "dropout"}
+    # and the fused q/k/v output the QK-norms and the kernel keep together (a joint of normOp and attBMM)
+    assert set(data["slots"]["attention"]["ops"]) == {"attMM", "attUp", "attBMM", "qkvShared", "softmax", "headCast", "dropout"}
+    assert data["joint"] == {"qkvShared": ["normOp", "attBMM"]}
     assert set(data["slots"]["linear"]["ops"]) == {"attMM", "linrec", "dropout"}
     assert data["defaults"] == {"sdpa_refused": 0, "dhr": 0, "dc_kv": 0, "dc_q": 0, "lin_block": 0}
     # formulas read dimensions, dtypes and stated facts: no family name appears in the file

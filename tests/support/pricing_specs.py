@@ -17,9 +17,10 @@ DENSE = {"attention": "full", "ffn": "dense"}
 MOE = {"attention": "full", "ffn": "moe"}
 
 
-def _variants(*stated: str) -> dict:
-    """A kind's variant facts as the census states them: the named ones true, the rest false/0."""
-    return {name: name in stated for name in VARIANTS} | {"index_topk": 0, "act_saved": 1}
+def _variants(*stated: str, **counts: int) -> dict:
+    """A kind's variant facts as the census states them: the named ones true, those in `counts`
+    their count, the rest false/0 (a layer called once keeps one cycle: recurrent_cycles 1)."""
+    return {name: name in stated for name in VARIANTS} | {"index_topk": 0, "act_saved": 1, "recurrent_cycles": 1} | counts
 
 
 def _ops(model_type: str, kind: str) -> dict:
@@ -83,7 +84,7 @@ def qwen15_moe() -> dict:
         qkv_bias=True, shared_expert_gate=True,
         layers=[{"kind": "decoder", "count": c["num_hidden_layers"]}],
         ops={"decoder": _ops("qwen2_moe", "decoder")}, flavours={"decoder": MOE},
-        variants={"decoder": _variants("norm_upcast", "router_scores_all")},
+        variants={"decoder": _variants("norm_upcast", "router_scores_all", shared_kept=3, shared_act_saved=1)},
     )  # fmt: skip
     return spec
 
@@ -108,7 +109,7 @@ def deepseek_v2_lite() -> dict:
         flavours={"dense": DENSE, "moe": MOE},
         variants={
             "dense": _variants("norm_upcast", "q_heads_major"),
-            "moe": _variants("norm_upcast", "q_heads_major", "router_fp32_input", "router_scores_all", "routing_weights_fp32"),
+            "moe": _variants("norm_upcast", "q_heads_major", "router_fp32_input", "router_scores_all", "routing_weights_fp32", shared_kept=3, shared_act_saved=1),
         },
     )  # fmt: skip
     return spec
@@ -134,7 +135,7 @@ def qwen35_9b() -> dict:
         ops={k: _ops("qwen3_5_text", k) for k in ("linear_attention", "full_attention")},
         flavours={"linear_attention": {"attention": "linear", "ffn": "dense"}, "full_attention": DENSE},
         variants={
-            "linear_attention": _variants("norm_upcast", "norm_scale_fp32", "gated_norm"),
+            "linear_attention": _variants("norm_upcast", "norm_scale_fp32", "gated_norm", gated_norm_fp32=3),
             # the output gate: q_proj's second half, a sigmoid per head channel whose output is kept
             "full_attention": _variants("norm_upcast", "norm_scale_fp32", "q_heads_major", "qk_norm_per_head")
             | {"attn_gate_width": c["head_dim"], "attn_gate_kept": c["head_dim"]},
