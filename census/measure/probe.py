@@ -205,6 +205,7 @@ def _run_layers(
         # activation, which would then be left out as a parameter.
         fixed = [t.untyped_storage() for t in (*decoder.parameters(), *decoder.buffers())]
         watcher = make_watcher(kept, {storage._cdata for storage in fixed})
+        watcher.seq_length = seq_length
         watcher.kept.extend(fixed)
         wrapped = around(kept, watcher) if around is not None else contextlib.nullcontext()
         # Everything alive now (the model, transformers, torch) is not this forward's garbage:

@@ -18,6 +18,7 @@ Three kinds of watching, set up by census/measure/probe.py around the decoder's 
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from collections import Counter
 from collections.abc import Iterator
@@ -104,6 +105,16 @@ class DispatchWatch(TorchDispatchMode):
         return out
 
 
+def tokens_of(dims: tuple[int, ...], seq_length: int | None) -> int:
+    """The tokens among the hidden states' dims before the width: those up to the sequence's dim,
+    the first of `seq_length`'s size (a batch before it, (b, s); (s, b) with the census's one
+    sequence). Dims after it are streams of each token (hy_v4's and deepseek_v4's hyper-connection
+    copies of the stream, (b, s, streams)), not tokens; without such a dim, all of them."""
+    if seq_length in dims:
+        dims = dims[: dims.index(seq_length) + 1]
+    return math.prod(dims)
+
+
 class Watcher:
     """Hooks, dispatch watching and saved-tensor accounting for the probed layers."""
 
@@ -113,6 +124,7 @@ class Watcher:
         self.blocks = {index: part_blocks(layer) for index, layer in layers.items()}  # each layer's attention blocks and containers, whose children are its children
         self.probes = {index: LayerProbe(index) for index in layers}
         self.current: LayerProbe | None = None
+        self.seq_length: int | None = None  # the tokens the decoder was given (census/measure/probe.py sets it): told apart from streams in the hidden states' dims
         self.path: list[tuple[str, nn.Module]] = []  # modules running inside the current layer
         self.last_child: str | None = None  # the layer's top-level child that ran last
         self.kernel_count_in_child: Counter = Counter()
@@ -345,7 +357,7 @@ class Watcher:
             hidden_key = storage_key(hidden) if isinstance(hidden, torch.Tensor) else None
             if isinstance(hidden, torch.Tensor) and hidden.dim() > 0:
                 self.current.hidden_width = int(hidden.shape[-1])
-                self.current.tokens = hidden.numel() // max(int(hidden.shape[-1]), 1)
+                self.current.tokens = tokens_of(tuple(int(d) for d in hidden.shape[:-1]), self.seq_length)
                 self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
             self.current.reads_depth = readers.reads_depth((args, kwargs), hidden)
