@@ -131,17 +131,18 @@ def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
         return None
     if not isinstance(getattr(rank_text, "head_dim", None), int):
         rank_text.head_dim = hidden // heads
-    kv = getattr(rank_text, POINTS["kv_heads_field"], None)
+    kv_heads = {name: getattr(rank_text, name, None) for name in POINTS["kv_heads_fields"]}
     for name in POINTS["tensor_parallel_fields"]:
         value = getattr(rank_text, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             if value % t:
                 return None
             setattr(rank_text, name, value // t)
-    if isinstance(kv, int) and kv > 0:
-        if kv % t and t % kv:
-            return None
-        setattr(rank_text, POINTS["kv_heads_field"], max(kv // t, 1))
+    for name, kv in kv_heads.items():
+        if isinstance(kv, int) and not isinstance(kv, bool) and kv > 0:
+            if kv % t and t % kv:
+                return None
+            setattr(rank_text, name, max(kv // t, 1))
     return rank_top, rank_text
 
 

@@ -65,14 +65,33 @@ class FeedForwardFacts(LayerRoles):
                 "a second feed-forward beside the first, which the census does not price",
             )
 
-    def shared_widths(self) -> list[int]:
-        widths = []
+    def shared_parts(self) -> list[tuple[int, int]]:
+        """Each shared child's (total width, width of one row of what it saves): the input width
+        of its last projection back to the hidden size, both; or, for a child holding its
+        experts stacked in weights of its own (shared_stacked), experts × width and one
+        expert's width (a batched matmul saves experts × tokens rows)."""
+        parts = []
         for path, module in self.shared_children():
             projections = [n for n, m in module.named_modules() if is_projection(m)]
             width = self.width_back_to_hidden([f"{path}.{n}" if n else path for n in projections])
             if width is not None and width > 1 and any(True for _ in module.children()):
-                widths.append(width)
-        return widths
+                parts.append((width, width))
+            elif (stacked := self.shared_stacked(module)) is not None:
+                parts.append((stacked[0] * stacked[1], stacked[1]))
+        return parts
+
+    def shared_widths(self) -> list[int]:
+        return [total for total, _ in self.shared_parts()]
+
+    def shared_stacked(self, module: nn.Module) -> tuple[int, int] | None:
+        """(experts, one expert's width) of a shared child with no projections that holds its
+        experts stacked in 3-D weights of its own, read off the weight back to the hidden size
+        (experts, hidden, width): inkling's shared experts, run as batched matmuls; None for
+        any other child."""
+        if any(is_projection(m) for m in module.modules()):
+            return None
+        back = [p for p in module.parameters(recurse=False) if p.dim() == 3 and int(p.shape[1]) == self.hidden and int(p.shape[2]) > 1]
+        return (int(back[-1].shape[0]), int(back[-1].shape[2])) if back else None
 
     def shared_gate(self) -> bool:
         return any(is_projection(m) and m.weight.shape[0] == 1 for _, m in self.shared_children())

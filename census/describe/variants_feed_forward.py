@@ -202,15 +202,17 @@ def router_weight_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
     the hidden size) that the feed-forward's ops cast to fp32 and backward keeps
     (census/measure/param_casts.py): a half router weight cast for an fp32 matmul, its copy
     kept once a layer call whatever the tokens (kolibri1's F.linear(x.float(), weight.float()):
-    384). 0 without routed experts, and where the weight is fp32 already (DeepSeek-V3's, kept in
-    fp32: no copy)."""
+    384), its rows beyond the candidates too where it also scores the shared experts (inkling's
+    256 routed and 2 shared: 258). 0 without routed experts, and where the weight is fp32
+    already (DeepSeek-V3's, kept in fp32: no copy)."""
     if view.experts is None:
         return 0
     candidates = view.router_candidates(view.router_ops())
+    scored = candidates + sum(total // row for total, row in view.shared_parts())  # at most a logit per shared expert too
     rows = [
         shape[0]
         for (child, shape, dtype), kept in view.probe.param_casts_kept.items()
-        if child in view.ffn_children and dtype == torch.float32 and shape == (candidates, view.hidden) and kept
+        if child in view.ffn_children and dtype == torch.float32 and candidates <= shape[0] <= scored and shape[1:] == (view.hidden,) and kept
     ]
     return max(rows, default=0)
 
@@ -296,7 +298,7 @@ def _shared_kept(view: FeedForwardFacts, activation: bool) -> int:
     or to the block's child. Their input, made before them, and their output kept by a product
     outside them (a shared gate's) are not theirs; nor is a storage whose last dim no shared
     width divides."""
-    widths = view.shared_widths()
+    widths = [row for _, row in view.shared_parts()]  # one row of what each saves
     if view.experts is None or not widths:
         return 0
     paths = [path for path, _ in view.shared_children()]
@@ -323,7 +325,8 @@ def shared_kept(view: FeedForwardFacts, top_k: int | None) -> int:
     saved inside the MoE block's shared children, a fused gate_up output counting 2): 3 for a
     gated MLP with an activation module (its output, up's output, the product), minimax-m3's
     inline clamped SwiGLU 7 (gate_up, the clamped gate, the sigmoid, up + 1, the glu, the
-    product); 0 without shared experts."""
+    product), inkling's stacked shared experts 4 (the product scaled by the router's weight
+    for each, too; counted per expert's row of their batched matmuls); 0 without shared experts."""
     return _shared_kept(view, activation=False)
 
 

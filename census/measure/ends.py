@@ -9,7 +9,8 @@ storage autograd saves, once, to the part that saved it, parameters left out, at
 not its part: it is the first layer's input, which that layer's price holds where the layer
 keeps it (a LayerNorm's input; a checkpointed layer's) and which nothing keeps where it does not
 (an RMSNorm that keeps its fp32 copy instead); what the embedding keeps is the ids its backward
-reads (and Gemma's scale).
+reads (and Gemma's scale), and what a norm inside the embedding module keeps of its output
+(inkling's embed_norm: `embedding_norms`, each kept as the layers' norms are).
 
 The logits run through the causal LM's own forward, with its layer stack stood in for by the
 final norm's output, so what that forward does between the head and the loss is measured too,
@@ -90,7 +91,8 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     end, "logit_saved" and "logit_saved_fp32": the tensors over the vocabulary the head's
     forward and loss keep in the compute dtype and in fp32; "transform_saved" and
     "transform_rows_fp32": the hidden-wide tensors in the compute dtype and fp32 values per token
-    that a transform before the head keeps}; None for a model with no output
+    that a transform before the head keeps; "embedding_norms": the norm calls inside the
+    embedding module on its output}; None for a model with no output
     head or no final norm beside its layers (ends that ends.yaml does not describe), or whose
     causal LM's forward cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
@@ -121,9 +123,21 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
             booked[part[0]][key] = (tensor, widths.nbytes.get(key, tensor.untyped_storage().nbytes()))
         return tensor
 
+    inner_norms = [m for m in built.embedding.modules() if m is not built.embedding and is_norm(m) and not isinstance(m, torch.nn.Embedding)]
+    calls = [0]  # the calls of norms inside the embedding, on its output (embedding_norms)
+
+    def ran(module: torch.nn.Module, _args, output) -> None:
+        if isinstance(output, torch.Tensor) and output.shape[-1:] == (hidden_width,):
+            calls[0] += 1
+
     with fake, widths, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         ids = torch.zeros(1, seq_length, dtype=torch.long)
-        embeds = built.embedding(ids)
+        norm_hooks = [m.register_forward_hook(ran) for m in inner_norms]
+        try:
+            embeds = built.embedding(ids)
+        finally:
+            for hook in norm_hooks:
+                hook.remove()
         hidden = torch.empty(1, seq_length, hidden_width, dtype=embeds.dtype, requires_grad=True)  # the stack's output
         part[0] = "final_norm"
         normed = norm(hidden)
@@ -151,4 +165,7 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
         # module's dense, activation and LayerNorm: roberta-prelayernorm's)
         "transform_saved": max(hidden_wide - 1, 0),
         "transform_rows_fp32": rows // (4 * seq_length),
+        # norms the embedding module runs on its own output (inkling's embed_norm), each kept as
+        # the layers' norms keep theirs
+        "embedding_norms": calls[0],
     }
