@@ -54,11 +54,11 @@ def test_a_sliding_window_keeps_its_mask_beside_what_the_census_books():
 
 
 def test_a_spec_the_night_stores_unpriced_is_said_so():
-    """diffllama's differential attention keeps what no record prices: the census measures it,
-    the records' price is beyond their tolerance, and the night stores the spec without prices.
-    The row says so; llama's does not."""
-    tiny_diffllama = {**TINY_LLAMA, "model_type": "diffllama"}
-    (row,) = bench_gpu.measure("tiny-diffllama", tiny_diffllama, (S,), "cpu")
+    """dory's layers (nGPT's learned scales and L2 norms) keep what no record prices
+    (docs/census.md, "Known limits"): the census measures it, the records' price is beyond their
+    tolerance, and the night stores the spec without prices. The row says so; llama's does not."""
+    tiny_dory = {**TINY_LLAMA, "model_type": "dory"}
+    (row,) = bench_gpu.measure("tiny-dory", tiny_dory, (S,), "cpu")
     assert row["unpriced"] == "unsupported_layer"
     assert row["real"] == row["census"] == row["measured"] > row["priced"] * 1.1
     (llama,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
