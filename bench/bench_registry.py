@@ -39,13 +39,13 @@ def model_types() -> list[str]:
     return sorted(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
-def default_config(model_type: str) -> dict:
-    """The config class's defaults as a config.json would state them."""
+def default_config(model_type: str, **overrides) -> dict:
+    """The config class's defaults as a config.json would state them, with `overrides` set."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     data = CONFIG_MAPPING[model_type]().to_dict()
     data["model_type"] = model_type
-    return json.loads(json.dumps(data, default=str))
+    return {**json.loads(json.dumps(data, default=str)), **overrides}
 
 
 def buildable(model_type: str) -> bool:

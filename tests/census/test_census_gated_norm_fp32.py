@@ -13,6 +13,7 @@ import importlib
 import pytest
 import torch
 
+from bench.bench_registry import default_config as default
 from support.layer_runs import priced_vs_measured, saves_and_grads
 
 from speccat.census import run_census
@@ -20,12 +21,6 @@ from speccat.census import run_census
 BF16, FP32 = 2, 4
 ROWS, HEAD = 48, 32  # rows the tiny norm runs over (tokens × value heads), its width (a value head's)
 
-
-def default(model_type: str, **overrides) -> dict:
-    """The config class's defaults as a config.json states them (bench/bench_registry.py default_config)."""
-    from transformers import CONFIG_MAPPING
-
-    return {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type, **overrides}
 
 
 @pytest.fixture(scope="module")

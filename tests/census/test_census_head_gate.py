@@ -8,6 +8,7 @@ heads."""
 from __future__ import annotations
 
 import pytest
+from bench.bench_registry import default_config as default
 from support.layer_runs import priced_vs_measured, rotary_layer_bytes
 
 from speccat.census import run_census
@@ -15,12 +16,6 @@ from speccat.census import run_census
 SEQ = 64
 TINY = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2, vocab_size=256)
 
-
-def default(model_type: str, **overrides) -> dict:
-    """The config class's defaults as a config.json states them (bench/bench_registry.py default_config)."""
-    from transformers import CONFIG_MAPPING
-
-    return {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type, **overrides}
 
 
 def tiny_lfm3(**overrides) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bench.bench_registry import default_config as default
 from support.layer_runs import priced_vs_measured, tiny_model
 
 from speccat.census import run_census
@@ -31,12 +32,6 @@ TINY = dict(
 )
 FACTS = ("shared_kept", "shared_act_saved", "router_weight_fp32")
 
-
-def default(model_type: str, **overrides) -> dict:
-    """The config class's defaults as a config.json states them (bench/bench_registry.py default_config)."""
-    from transformers import CONFIG_MAPPING
-
-    return {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type, **overrides}
 
 
 def facts(spec, kind: str) -> dict[str, int]:

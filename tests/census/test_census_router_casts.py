@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bench.bench_registry import default_config as default
 from support.layer_runs import priced_vs_measured, saves_and_grads, signature, tiny_model
 
 from speccat.census import run_census
@@ -23,12 +24,6 @@ TINY = dict(
     layer_types=["full_attention"] * 2,
 )  # fmt: skip
 
-
-def default(model_type: str, **overrides) -> dict:
-    """The config class's defaults as a config.json states them (bench/bench_registry.py default_config)."""
-    from transformers import CONFIG_MAPPING
-
-    return {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type, **overrides}
 
 
 @pytest.fixture(scope="module")

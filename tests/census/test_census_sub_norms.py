@@ -9,6 +9,7 @@ norm's output."""
 from __future__ import annotations
 
 import pytest
+from bench.bench_registry import default_config as default
 from support.layer_runs import priced_vs_measured, rotary_layer_bytes
 
 from speccat.census import run_census
@@ -17,12 +18,6 @@ SEQ = 64
 BF16, FP32 = 2, 4
 TINY = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, vocab_size=256)
 
-
-def default(model_type: str, **overrides) -> dict:
-    """The config class's defaults as a config.json states them (bench/bench_registry.py default_config)."""
-    from transformers import CONFIG_MAPPING
-
-    return {**CONFIG_MAPPING[model_type]().to_dict(), "model_type": model_type, **overrides}
 
 
 def sub_norm_facts(spec, kind: str) -> tuple[int, int]:
