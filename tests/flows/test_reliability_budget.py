@@ -18,6 +18,7 @@ from speccat.flows.tasks import OUTCOME_REASONS
 
 HOG = "support.hostile_corpus:hog"
 BUDGET_MIB = 256
+DEPTH = 10_000  # nested calls in C: within a main thread's 8 MiB stack, more than its forked child has grown
 
 
 def test_a_child_past_its_memory_budget_is_stopped_and_reported():
@@ -41,6 +42,28 @@ def test_an_error_that_hides_its_failed_allocation_at_the_budget_is_memory():
     # Far from its budget the same kind of error is what it is: an exception of the census's.
     outcome = isolate.run("support.hostile_corpus:hog_then_fail", (BUDGET_MIB // 4,), time_limit=120, memory_limit=BUDGET_MIB)
     assert outcome.value == BUDGET_MIB // 4
+
+
+def test_a_child_whose_stack_grows_after_its_budget_is_spent_still_runs():
+    # With its address-space budget spent to the page, the child calls DEPTH deep in C, room
+    # for its objects made beforehand. On a main thread's stack, which grows on demand, the
+    # growth fails past RLIMIT_AS with a SIGSEGV: the parent saw "died (exit code -11)" and a
+    # night stored census_failed for a census out of memory. The child's call runs on a stack
+    # mapped before the budget, so it needs no new address space and completes.
+    outcome = isolate.run("support.hostile_corpus:hog_then_call_deep", (DEPTH,), time_limit=120, memory_limit=BUDGET_MIB)
+    assert outcome.value == DEPTH, outcome
+
+
+def test_a_child_killed_by_a_signal_at_its_budget_is_memory_and_far_from_it_a_death():
+    # torch's native code can crash on an allocation that failed instead of raising (a census
+    # under a 2 MiB budget died of SIGSEGV in torch's dispatch): the child cannot report, so the
+    # parent judges by the child's peak address space, which it samples while it waits.
+    outcome = isolate.run("support.hostile_corpus:hog_then_crash", (4 * BUDGET_MIB,), time_limit=120, memory_limit=BUDGET_MIB)
+    assert outcome.error == "memory", outcome
+    assert f"memory budget of {BUDGET_MIB} MiB" in outcome.message and "SIGSEGV" in outcome.message
+    # The same crash a quarter of the budget in is what it is: a death.
+    outcome = isolate.run("support.hostile_corpus:hog_then_crash", (BUDGET_MIB // 4,), time_limit=120, memory_limit=BUDGET_MIB)
+    assert (outcome.error, outcome.message) == ("died", "the census process died (exit code -11)")
 
 
 def test_a_stated_refusal_near_the_budget_keeps_its_reason():

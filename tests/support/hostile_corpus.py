@@ -90,6 +90,47 @@ def hog_then_fail(mib: int) -> int:
     return len(held)
 
 
+def hog_then_call_deep(depth: int, spend: bool = True) -> int:
+    """Spends the address-space budget to the page (unless not `spend`), then calls `depth`
+    deep in C: the stack must grow once the budget is spent, as it does under the census's
+    dispatch modes. Returns the depth reached.
+
+    The deep call is json's decoder on `depth` nested lists, which recurses in C with a small
+    Python object per level. Room for those objects is made before the budget is spent (lists
+    made then, every other one freed after, so their arenas stay mapped): the objects find
+    room, and only the stack needs new address space."""
+    import json
+    import mmap
+    import sys
+
+    text = "[" * depth + "]" * depth
+    spare = [[None] for _ in range(4 * depth)]
+    held = []
+    for size in (1 << 20, mmap.PAGESIZE) if spend else ():
+        try:
+            while True:
+                held.append(mmap.mmap(-1, size))
+        except (MemoryError, OSError):  # mmap says ENOMEM as an OSError
+            pass
+    del spare[::2]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), depth + 1000))
+    nested, reached = json.loads(text), 0
+    while nested is not None:
+        nested, reached = (nested[0] if nested else None), reached + 1
+    return reached
+
+
+def hog_then_crash(mib: int) -> int:
+    """Holds memory until an allocation fails (or `mib` MiB), waits a moment, then dies of a
+    SIGSEGV, as torch's native code does on an allocation that failed under fake tensors."""
+    import ctypes
+    import time
+
+    _hold_until_full(mib)
+    time.sleep(0.5)  # the parent samples the child's peak every few hundredths of a second
+    return ctypes.string_at(0)  # reads address 0
+
+
 def refuse_after_hogging(mib: int) -> int:
     """Holds memory until an allocation fails (or `mib` MiB), then refuses with a stated reason."""
     from speccat.census.spec import SpecError
