@@ -36,7 +36,7 @@ import duckdb
 import pyarrow as pa
 
 from speccat import sql
-from speccat.catalogue.datafile import read_yaml
+from speccat.catalogue.store.bounds import LIMITS, bound, spill_directory
 from speccat.catalogue.store.comments import comment_views
 from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.night import DATA_FILE_TABLES, STAGED_PRICES, NightData, StoreError
@@ -89,8 +89,6 @@ INCOMING = "incoming"
 FRESH, OLD = "fresh", "old"
 # The name an Arrow table is registered under while sql/steps/ingest.sql appends it.
 ARROW_ROWS = "arrow_rows"
-# The store's bounds: how long a writer waits for a process holding the file (limits.yaml).
-LIMITS: dict[str, float] = read_yaml(Path(__file__).with_name("limits.yaml"))
 # DuckDB's words for a file another process holds: `... Conflicting lock is held in PROGRAM (PID N) ...`.
 _LOCK_HELD = re.compile(r"Conflicting lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 VOCABULARY_SCHEMA = pa.schema(
@@ -133,16 +131,14 @@ def publish(db_path: str | os.PathLike, night: NightData, lock_wait: float | Non
             # process can open it read-write, and so change it, until the copy is whole.
             with _held_for_copy(db_path, lock_wait):
                 rebuilt = _start(db_path, tmp)
-            con = duckdb.connect(str(tmp))
-            try:
+            with spill_directory(db_path.parent, f".{db_path.name}.publish-spill-") as spill, contextlib.closing(duckdb.connect(str(tmp))) as con:
+                bound(con, spill)
                 if rebuilt and db_path.exists():
                     _carry_into_new_schema(con, db_path)
                 store_night(con, night, tables)
                 comment_views(con)
                 rows = {t: count_rows(con, t) for t in TABLES}
                 con.execute(sql.load("steps/checkpoint"))
-            finally:
-                con.close()
             _fsync(tmp)
             os.replace(tmp, db_path)
             _fsync(db_path.parent)
@@ -289,7 +285,10 @@ def remove_leftovers(db_path: Path) -> list[Path]:
     """Remove the files of publishes that died (call only while holding the writer lock)."""
     leftovers = sorted(db_path.parent.glob(f".{db_path.name}.publish-*.tmp*"))
     for path in leftovers:
-        path.unlink(missing_ok=True)
+        if path.is_dir():  # where its DuckDB spilled
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return leftovers
 
 

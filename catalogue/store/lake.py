@@ -36,6 +36,7 @@ from pathlib import Path
 import duckdb
 
 from speccat import sql
+from speccat.catalogue.store.bounds import bound, spill_directory
 from speccat.catalogue.store.night import NightData, StoreError
 from speccat.catalogue.store.file import (
     INCOMING,
@@ -134,7 +135,8 @@ def publish(lake: Lake, night: NightData) -> LakePublished:
     """Store `night` into the lake in one transaction, retried while another writer wins."""
     night.validate()
     tables = night.arrow_tables()
-    with contextlib.closing(connect(lake)) as con:
+    with spill_directory() as spill, contextlib.closing(connect(lake)) as con:
+        bound(con, spill)
         stage(con, night, tables)
         _retrying(con, lambda: _create_tables(con))
         attempts = _retrying(con, lambda: _merge_and_commit(con))
