@@ -408,3 +408,13 @@ def attn_routed_slots(view: AttentionFacts, top_k: int | None) -> int:
     tokens = view.probe.tokens
     rows = [n for path, n in view.probe.experts_rows.items() if view.part(path) in children]
     return max(rows) // tokens if rows and tokens else 0
+
+
+@variant
+def attn_calls_extra(view: AttentionFacts, top_k: int | None) -> int:
+    """The layer's children in which an attention kernel ran (KernelCall.child: the members of a
+    container in the layer stand for it, census/structure/predicates.py `part_blocks`), beyond the
+    first: longcat_flash's `self_attn` holds two MLA attentions, one a sublayer, each with its own
+    input, latents and output projection, 1; diffllama's two kernel calls in one attention, 0."""
+    children = {k.child for k in view.attention_kernels() if k.child}
+    return max(len(children) - 1, 0)
