@@ -48,7 +48,7 @@ class FeedForwardFacts(LayerRoles):
         shared = {path for path, _ in self.shared_children()}
         return [name for name in sorted(self.ffn_children - {block} - shared) if self.is_mlp(name)]
 
-    def dense_beside_calls(self) -> list[int]:
+    def dense_beside_call_widths(self) -> list[int]:
         """The input width of each call the probe saw (its projection order, over every call of
         the layer that ran with grad) of those MLPs' projections back to the hidden size: one a
         call of an MLP, each reading the MLP's width."""

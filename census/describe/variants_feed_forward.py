@@ -415,14 +415,14 @@ def dense_beside_width(view: FeedForwardFacts, top_k: int | None) -> int:
     own MLP children other than the MoE block and its shared experts, longcat_flash's `mlps`):
     the input widths of their projections back to the hidden size, summed over the calls the
     probe saw, per call of the layer (`recurrent_cycles`); 0 without such MLPs."""
-    return sum(view.dense_beside_calls()) // view.cycles()
+    return sum(view.dense_beside_call_widths()) // view.cycles()
 
 
 @variant
 def dense_beside_calls(view: FeedForwardFacts, top_k: int | None) -> int:
     """The calls of those MLPs' projections back to the hidden size, one a call of an MLP, per
     call of the layer: longcat_flash's two MLPs, 2; 0 without such MLPs."""
-    return len(view.dense_beside_calls()) // view.cycles()
+    return len(view.dense_beside_call_widths()) // view.cycles()
 
 
 @variant
@@ -430,7 +430,7 @@ def dense_beside_kept(view: FeedForwardFacts, top_k: int | None) -> int:
     """The compute-dtype storages those MLPs made and kept in their own code outside their
     activation region (census/measure/kept_modules.py), in widths of their summed width per
     token: longcat_flash's SiLU output, up's output and the product, 3; 0 without such MLPs."""
-    widths = view.dense_beside_calls()
+    widths = view.dense_beside_call_widths()
     return _kept_in(view, view.dense_beside(), widths, activation=False) if widths else 0
 
 
@@ -438,5 +438,5 @@ def dense_beside_kept(view: FeedForwardFacts, top_k: int | None) -> int:
 def dense_beside_act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
     """The same kept by their activation region (an activation module's input): 1 for one torch
     op; 0 without such MLPs."""
-    widths = view.dense_beside_calls()
+    widths = view.dense_beside_call_widths()
     return _kept_in(view, view.dense_beside(), widths, activation=True) if widths else 0
