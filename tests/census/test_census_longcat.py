@@ -14,12 +14,14 @@ zero experts among them).
   2 × num_layers, the stack's length);
 - a tiny layer's census bytes against a real CPU forward and backward of the same layer with its
   router forced to even loads, storage by storage, each from a hand count;
-- its two attentions (`attn_calls_extra`) and its two dense MLPs beside the MoE
-  (`dense_beside_width`, `dense_beside_calls`, `dense_beside_kept`, `dense_beside_act_saved`),
-  read off what ran, and the records' price of the tiny layer against that hand count, at every
-  point the census measures (tensor and context parallel ranks, recompute switches); a layer with
-  one attention calling its kernel twice (diffllama's) and one with an MLP beside its MoE that is
-  its shared expert (granitemoeshared's) state none of them;
+- its two attentions (`attn_calls_extra`), its kv latents scaled after their norms
+  (`latent_up_made`) and its two dense MLPs beside the MoE (`dense_beside_width`,
+  `dense_beside_calls`, `dense_beside_kept`, `dense_beside_act_saved`), read off what ran, and the
+  records' price of the tiny layer against that hand count, at every point the census measures
+  (tensor and context parallel ranks, recompute switches); a layer with one attention calling
+  its kernel twice (diffllama's), one with an MLP beside its MoE that is its shared expert
+  (granitemoeshared's) and DeepSeek's MLA, its up-projections reading the latent norms' outputs,
+  state none of them;
 - the registry default's kinds, counts, facts and parameters read from its config by hand.
 """
 
@@ -216,16 +218,18 @@ def test_the_tiny_layer_states_its_kind(spec):
     assert spec["measured"][kind]["experts_impl"] == "grouped_mm"  # transformers' experts interface
 
 
-NEW_FACTS = ("attn_calls_extra", "dense_beside_width", "dense_beside_calls", "dense_beside_kept", "dense_beside_act_saved")
+NEW_FACTS = ("attn_calls_extra", "dense_beside_width", "dense_beside_calls", "dense_beside_kept", "dense_beside_act_saved", "latent_up_made")
 
 
 def test_the_tiny_layer_states_its_two_attentions_and_its_dense_mlps_beside_the_moe(spec):
-    """Two MLA attentions (self_attn.0 and .1), one beyond the first; two MLPs of width M beside
-    the MoE block (mlps.0 and .1, each fed its own sublayer's norm), each keeping SiLU's output,
-    up's output and the product (3 of their width) and SiLU's input (1)."""
+    """Two MLA attentions (self_attn.0 and .1), one beyond the first, each with kv_b's input its
+    kv latent scaled after its norm (KR wide: 2 KR in all); two MLPs of width M beside the MoE
+    block (mlps.0 and .1, each fed its own sublayer's norm), each keeping SiLU's output, up's
+    output and the product (3 of their width) and SiLU's input (1)."""
     variants = spec["variants"][spec["layers"][0]["kind"]]
     assert {name: variants[name] for name in NEW_FACTS} == {
         "attn_calls_extra": 1, "dense_beside_width": 2 * M, "dense_beside_calls": 2, "dense_beside_kept": 3, "dense_beside_act_saved": 1,
+        "latent_up_made": 2 * KR,
     }  # fmt: skip
 
 
@@ -248,20 +252,14 @@ def test_the_records_price_the_tiny_layer_as_the_real_run_keeps_it(spec):
     assert abs(priced / measured - 1) <= 0.02
 
 
-# Each attention's kv latent scaled after its norm (k_pass * mla_scale_kv_lora,
-# transformers/models/longcat_flash/modeling_longcat_flash.py:396): kv_b's input is that
-# product, made by the attention's own code, which recomputing the latent norms (attUp) does not
-# drop; the records drop it with them. bf16, KR wide, per attention.
-KV_SCALED = 2 * KR * B
-
-
 def test_the_tiny_layer_is_priced_at_every_point_the_census_measures():
     """At half the sequence, a context-parallel rank, a tensor-parallel rank of 2 (heads, the dense
     MLPs' and the experts' widths halved) and every recompute switch: the records' price short of
     what the census measured by no more than what they leave unpriced (UNPRICED, its offsets
-    over the fewest tokens a point runs: half S), within the tolerance; where the latent norms
-    are recomputed, short by KV_SCALED more (2% of the tiny layer, 0.3% of the registry
-    default's: docs/census.md, Known limits)."""
+    over the fewest tokens a point runs: half S), within the tolerance. Where the latent norms
+    are recomputed (attUp) kv_b's input stays, each attention's kv latent scaled after its norm
+    (k_pass * mla_scale_kv_lora, transformers/models/longcat_flash/modeling_longcat_flash.py:396),
+    2 KR bf16 a token, 2% of the tiny layer: latent_up_made prices it so."""
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.points import measured_per_token, price_points
     from speccat.catalogue.records.settings import load_settings
@@ -273,10 +271,8 @@ def test_the_tiny_layer_is_priced_at_every_point_the_census_measures():
     assert {"census", "seq 8", "cp 2", "tp 2", "recompute attUp", "recompute all"} <= {r["point"] for r in rows}
     for row in rows:
         got = measured[row["kind"], row["point"]]
-        kept_scaled = KV_SCALED if row["point"] in ("recompute attUp", "recompute all") else 0
-        assert got - kept_scaled - (UNPRICED + E * 4 / S) - 1e-9 <= row["priced_per_token"] <= got - kept_scaled, row["point"]
-        if not kept_scaled:
-            assert abs(row["priced_per_token"] / got - 1) <= records.tolerance, row["point"]
+        assert got - (UNPRICED + E * 4 / S) - 1e-9 <= row["priced_per_token"] <= got, row["point"]
+        assert abs(row["priced_per_token"] / got - 1) <= records.tolerance, row["point"]
 
 
 @pytest.mark.parametrize(
@@ -284,13 +280,15 @@ def test_the_tiny_layer_is_priced_at_every_point_the_census_measures():
     [
         ("diffllama", dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2, vocab_size=256)),
         ("granitemoeshared", dict(hidden_size=64, intermediate_size=32, shared_intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=128)),
+        ("deepseek_v3", dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=1, first_k_dense_replace=1, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8, v_head_dim=8, vocab_size=128)),
     ],
-    ids=["two-kernel-calls-one-attention", "shared-mlp-beside-the-moe"],
+    ids=["two-kernel-calls-one-attention", "shared-mlp-beside-the-moe", "mla-up-projections-read-the-norms"],
 )
 def test_one_attention_and_a_shared_mlp_beside_the_moe_state_none(model_type, tiny):
     """diffllama calls its kernel twice in one attention module: one attention, no more.
     granitemoeshared's shared_mlp, an MLP beside the MoE block reading the MoE's input, is its
-    shared expert, no dense MLP beside it."""
+    shared expert, no dense MLP beside it. DeepSeek's MLA up-projections read their latent
+    norms' outputs as the norms made them."""
     spec = run_census(default(model_type, **tiny), name=f"tiny-{model_type}", seq_length=64).to_dict()
     for kind, variants in spec["variants"].items():
         assert {name: variants[name] for name in NEW_FACTS} == dict.fromkeys(NEW_FACTS, 0), kind
@@ -327,6 +325,7 @@ def test_the_registry_default_states_its_kinds_and_counts():
     # SiLU's output, up's output and the product, and SiLU's input
     assert {name: variants[name] for name in NEW_FACTS} == {
         "attn_calls_extra": 1, "dense_beside_width": 2 * 12288, "dense_beside_calls": 2, "dense_beside_kept": 3, "dense_beside_act_saved": 1,
+        "latent_up_made": 2 * 512,  # each attention's kv latent (kv_lora_rank) scaled after its norm
     }  # fmt: skip
     priced, measured = priced_vs_measured(spec, 256)[kind]
     # unpriced, per token: the router's fp32 softmax over its 256 zero experts' candidates, the
