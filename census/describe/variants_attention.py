@@ -1,7 +1,7 @@
 """The variant facts of a layer's attention (docs/census.md, "Variant facts"): how its kernel was
 called (q's layout, v and k as views of a projection, sparse indices, appended keys, k and v
 shared or borrowed, dropout, a score bias), what its own code keeps beside a score bias or a
-causal conv, and its QK- and V-norms. Each reader is registered with `@variant`
+causal conv or of MLA's latents, its QK- and V-norms, and the attention modules the layer calls. Each reader is registered with `@variant`
 (census/describe/variant_registry.py); its docstring is what docs/census.md's table says it
 is read from.
 """

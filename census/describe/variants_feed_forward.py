@@ -1,8 +1,8 @@
 """The variant facts of a layer's feed-forward (docs/census.md, "Variant facts"): an input shared
 with the attention, the dense MLP's fused gate and up, what its activation keeps, the router's
-ops and the experts' dispatch, a per-layer input gate, token mixes and an output gate. Each
-reader is registered with `@variant` (census/describe/variant_registry.py); its docstring is
-what docs/census.md's table says it is read from.
+ops and the experts' dispatch, a per-layer input gate, token mixes, an output gate and dense MLPs
+beside the MoE block. Each reader is registered with `@variant` (census/describe/variant_registry.py);
+its docstring is what docs/census.md's table says it is read from.
 """
 
 from __future__ import annotations
