@@ -37,6 +37,25 @@ class FeedForwardFacts(LayerRoles):
         ]
         return inside + beside
 
+    def dense_beside(self) -> list[str]:
+        """The dense MLPs a layer with routed experts calls beside its MoE block: the layer's own
+        children that are MLPs (is_mlp), other than the MoE block and its shared experts
+        (shared_children: an MLP reading the MoE's input is one). longcat_flash's `mlps`, one
+        per sublayer, each fed its own sublayer's norm. Empty without routed experts."""
+        block = self.moe_block
+        if block is None:
+            return []
+        shared = {path for path, _ in self.shared_children()}
+        return [name for name in sorted(self.ffn_children - {block} - shared) if self.is_mlp(name)]
+
+    def dense_beside_call_widths(self) -> list[int]:
+        """The input width of each call the probe saw (its projection order, over every call of
+        the layer that ran with grad) of those MLPs' projections back to the hidden size: one a
+        call of an MLP, each reading the MLP's width."""
+        called = [path for child in self.dense_beside() for path in self.probe.projection_order.get(child, [])]
+        weights = [self.module(path).weight for path in called]
+        return [int(w.shape[1]) for w in weights if int(w.shape[0]) == self.hidden]
+
     def width_back_to_hidden(self, paths: list[str]) -> int | None:
         """The input width of the last projection (in call order) whose output is the hidden size."""
         width = None

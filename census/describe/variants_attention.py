@@ -1,7 +1,7 @@
 """The variant facts of a layer's attention (docs/census.md, "Variant facts"): how its kernel was
 called (q's layout, v and k as views of a projection, sparse indices, appended keys, k and v
 shared or borrowed, dropout, a score bias), what its own code keeps beside a score bias or a
-causal conv, and its QK- and V-norms. Each reader is registered with `@variant`
+causal conv or of MLA's latents, its QK- and V-norms, and the attention modules the layer calls. Each reader is registered with `@variant`
 (census/describe/variant_registry.py); its docstring is what docs/census.md's table says it
 is read from.
 """
@@ -16,7 +16,7 @@ from speccat.census.describe.stream_router_qk import half_qk_norm, stream_code_b
 from speccat.census.describe.variant_registry import variant
 from speccat.census.measure.inner_norms import AFTER_ATTENTION
 from speccat.census.structure.kernel_registry import KernelCall
-from speccat.census.structure.predicates import QK_NORM_NAME, is_norm
+from speccat.census.structure.predicates import QK_NORM_NAME, is_norm, is_projection
 
 
 @variant
@@ -408,3 +408,34 @@ def attn_routed_slots(view: AttentionFacts, top_k: int | None) -> int:
     tokens = view.probe.tokens
     rows = [n for path, n in view.probe.experts_rows.items() if view.part(path) in children]
     return max(rows) // tokens if rows and tokens else 0
+
+
+@variant
+def attn_calls_extra(view: AttentionFacts, top_k: int | None) -> int:
+    """The layer's children in which an attention kernel ran (KernelCall.child: the members of a
+    container in the layer stand for it, census/structure/predicates.py `part_blocks`), beyond the
+    first: longcat_flash's `self_attn` holds two MLA attentions, one a sublayer, each with its own
+    input, latents and output projection, 1; diffllama's two kernel calls in one attention, 0."""
+    children = {k.child for k in view.attention_kernels() if k.child}
+    return max(len(children) - 1, 0)
+
+
+@variant
+def latent_up_made(view: AttentionFacts, top_k: int | None) -> int:
+    """MLA (`mla`: its latent ranks): the storages of a latent's width (kv_lora_rank,
+    q_lora_rank), in the compute dtype, that an attention child's own code made and a projection
+    of that child other than its output projection kept (census/measure/kept_modules.py), their
+    elements per token summed over the attentions, per call of the layer: longcat_flash's
+    `k_pass * mla_scale_kv_lora`, kv_b_proj's input, 512 in each of its two attentions, 1024;
+    0 where the up-projections read their latent norms' outputs, made by the norms (DeepSeek's)."""
+    dims = view.mla()
+    latents = {dims[name] for name in ("kv_lora_rank", "q_lora_rank") if name in dims}
+    children = {k.child for k in view.attention_kernels() if k.child}
+    outputs = set(view.probe.output_projections)
+    projections = {path for path, m in view.named(children) if is_projection(m) and path not in outputs}
+    made = sum(
+        n
+        for (_, maker, saver, last, dtype), n in view.probe.kept_modules.items()
+        if maker in children and saver in projections and last in latents and dtype in HALF
+    )
+    return made // view.cycles() if latents else 0

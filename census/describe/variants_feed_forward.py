@@ -1,8 +1,8 @@
 """The variant facts of a layer's feed-forward (docs/census.md, "Variant facts"): an input shared
 with the attention, the dense MLP's fused gate and up, what its activation keeps, the router's
-ops and the experts' dispatch, a per-layer input gate, token mixes and an output gate. Each
-reader is registered with `@variant` (census/describe/variant_registry.py); its docstring is
-what docs/census.md's table says it is read from.
+ops and the experts' dispatch, a per-layer input gate, token mixes, an output gate and dense MLPs
+beside the MoE block. Each reader is registered with `@variant` (census/describe/variant_registry.py);
+its docstring is what docs/census.md's table says it is read from.
 """
 
 from __future__ import annotations
@@ -292,16 +292,20 @@ def experts_kept_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
 
 
 def _shared_kept(view: FeedForwardFacts, activation: bool) -> int:
-    """The compute-dtype storages the MoE block's shared experts made and kept in their own code
-    (census/measure/kept_modules.py), in widths of their total width per row they ran over (a
-    token: a fused gate_up output counts 2): booked to their activation region (`activation`),
-    or to the block's child. Their input, made before them, and their output kept by a product
-    outside them (a shared gate's) are not theirs; nor is a storage whose last dim no shared
-    width divides."""
+    """What the MoE block's shared experts made and kept in their own code (_kept_in), in widths
+    of their total width per row they ran over (a token: a fused gate_up output counts 2)."""
     widths = [row for _, row in view.shared_parts()]  # one row of what each saves
     if view.experts is None or not widths:
         return 0
-    paths = [path for path, _ in view.shared_children()]
+    return _kept_in(view, [path for path, _ in view.shared_children()], widths, activation)
+
+
+def _kept_in(view: FeedForwardFacts, paths: list[str], widths: list[int], activation: bool) -> int:
+    """The compute-dtype storages modules under `paths` made and kept in their own code
+    (census/measure/kept_modules.py), in widths of the summed `widths` per row they ran over:
+    booked to their activation region (`activation`), or to their child. Their input, made
+    before them, and their output kept by a product outside them (a shared gate's) are not
+    theirs; nor is a storage whose last dim none of `widths` divides."""
 
     def inside(module: str | None) -> bool:
         return module is not None and any(module == path or module.startswith(path + ".") for path in paths)
@@ -403,3 +407,36 @@ def experts_fused_gate_up(view: FeedForwardFacts, top_k: int | None) -> bool:
         return False
     width = view.expert_width()
     return bool(width) and 2 * width in view.experts_weights()[0][1:]
+
+
+@variant
+def dense_beside_width(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The MLPs the layer calls beside its MoE block (FeedForwardFacts.dense_beside: the layer's
+    own MLP children other than the MoE block and its shared experts, longcat_flash's `mlps`):
+    the input widths of their projections back to the hidden size, summed over the calls the
+    probe saw, per call of the layer (`recurrent_cycles`); 0 without such MLPs."""
+    return sum(view.dense_beside_call_widths()) // view.cycles()
+
+
+@variant
+def dense_beside_calls(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The calls of those MLPs' projections back to the hidden size, one a call of an MLP, per
+    call of the layer: longcat_flash's two MLPs, 2; 0 without such MLPs."""
+    return len(view.dense_beside_call_widths()) // view.cycles()
+
+
+@variant
+def dense_beside_kept(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The compute-dtype storages those MLPs made and kept in their own code outside their
+    activation region (census/measure/kept_modules.py), in widths of their summed width per
+    token: longcat_flash's SiLU output, up's output and the product, 3; 0 without such MLPs."""
+    widths = view.dense_beside_call_widths()
+    return _kept_in(view, view.dense_beside(), widths, activation=False) if widths else 0
+
+
+@variant
+def dense_beside_act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The same kept by their activation region (an activation module's input): 1 for one torch
+    op; 0 without such MLPs."""
+    widths = view.dense_beside_call_widths()
+    return _kept_in(view, view.dense_beside(), widths, activation=True) if widths else 0

@@ -14,6 +14,14 @@ zero experts among them).
   2 × num_layers, the stack's length);
 - a tiny layer's census bytes against a real CPU forward and backward of the same layer with its
   router forced to even loads, storage by storage, each from a hand count;
+- its two attentions (`attn_calls_extra`), its kv latents scaled after their norms
+  (`latent_up_made`) and its two dense MLPs beside the MoE (`dense_beside_width`,
+  `dense_beside_calls`, `dense_beside_kept`, `dense_beside_act_saved`), read off what ran, and the
+  records' price of the tiny layer against that hand count, at every point the census measures
+  (tensor and context parallel ranks, recompute switches); a layer with one attention calling
+  its kernel twice (diffllama's), one with an MLP beside its MoE that is its shared expert
+  (granitemoeshared's) and DeepSeek's MLA, its up-projections reading the latent norms' outputs,
+  state none of them;
 - the registry default's kinds, counts, facts and parameters read from its config by hand.
 """
 
@@ -21,12 +29,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bench.bench_registry import default_config as default
 from support.layer_runs import priced_vs_measured, saves_and_grads, signature, tiny_model
 
 from speccat.census import run_census
 
 B, F, L = 2, 4, 8  # bf16, fp32, int64 bytes
-H, S, NH, QR, KR, NOPE, ROPE, V, M = 32, 16, 2, 16, 8, 8, 4, 8, 24  # hidden, tokens, heads, q and kv lora ranks, head dims, dense MLP width
+H, S, NH, QR, KR, NOPE, ROPE, V, M = 32, 16, 4, 16, 8, 8, 4, 8, 24  # hidden, tokens, heads, q and kv lora ranks, head dims, dense MLP width
 E, Z, K, I = 4, 2, 3, 16  # routed experts, zero experts, top-k, expert width
 C, N = E + Z, S * K  # the router's candidates, the token slots
 TINY = {
@@ -209,6 +218,82 @@ def test_the_tiny_layer_states_its_kind(spec):
     assert spec["measured"][kind]["experts_impl"] == "grouped_mm"  # transformers' experts interface
 
 
+NEW_FACTS = ("attn_calls_extra", "dense_beside_width", "dense_beside_calls", "dense_beside_kept", "dense_beside_act_saved", "latent_up_made")
+
+
+def test_the_tiny_layer_states_its_two_attentions_and_its_dense_mlps_beside_the_moe(spec):
+    """Two MLA attentions (self_attn.0 and .1), one beyond the first, each with kv_b's input its
+    kv latent scaled after its norm (KR wide: 2 KR in all); two MLPs of width M beside the MoE
+    block (mlps.0 and .1, each fed its own sublayer's norm), each keeping SiLU's output, up's
+    output and the product (3 of their width) and SiLU's input (1)."""
+    variants = spec["variants"][spec["layers"][0]["kind"]]
+    assert {name: variants[name] for name in NEW_FACTS} == {
+        "attn_calls_extra": 1, "dense_beside_width": 2 * M, "dense_beside_calls": 2, "dense_beside_kept": 3, "dense_beside_act_saved": 1,
+        "latent_up_made": 2 * KR,
+    }  # fmt: skip
+
+
+# What the records leave unpriced of the tiny layer, per token: the router's softmax over the Z
+# zero experts' candidates (fp32; the records price the scores num_experts wide), the zero
+# experts' two bool masks of K and their summed fp32 weight, and grouped_mm's int32 offsets (one
+# per expert, per layer call: over the S tokens).
+UNPRICED = F * Z + 2 * K + F + E * 4 / S
+
+
+def test_the_records_price_the_tiny_layer_as_the_real_run_keeps_it(spec):
+    """The hand count of what the real layer keeps (_expected: the census books the same, checked
+    above), less what the records leave unpriced (UNPRICED), is the records' price exactly:
+    both attentions' inputs, latents, latent norms and output projections, both dense MLPs."""
+    kind = spec["layers"][0]["kind"]
+    kept = sum(n for storages in _expected().values() for *_, n in storages) / S
+    priced, measured = priced_vs_measured(spec, S)[kind]
+    assert measured == kept
+    assert priced == pytest.approx(kept - UNPRICED)
+    assert abs(priced / measured - 1) <= 0.02
+
+
+def test_the_tiny_layer_is_priced_at_every_point_the_census_measures():
+    """At half the sequence, a context-parallel rank, a tensor-parallel rank of 2 (heads, the dense
+    MLPs' and the experts' widths halved) and every recompute switch: the records' price short of
+    what the census measured by no more than what they leave unpriced (UNPRICED, its offsets
+    over the fewest tokens a point runs: half S), within the tolerance. Where the latent norms
+    are recomputed (attUp) kv_b's input stays, each attention's kv latent scaled after its norm
+    (k_pass * mla_scale_kv_lora, transformers/models/longcat_flash/modeling_longcat_flash.py:396),
+    2 KR bf16 a token, 2% of the tiny layer: latent_up_made prices it so."""
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.points import measured_per_token, price_points
+    from speccat.catalogue.records.settings import load_settings
+
+    records = load_records()
+    spec = run_census(TINY, name="tiny-longcat", seq_length=S, across=True).to_dict()
+    measured = measured_per_token(spec)
+    rows = [r for r in price_points(spec, records, load_settings()) if (r["kind"], r["point"]) in measured]
+    assert {"census", "seq 8", "cp 2", "tp 2", "recompute attUp", "recompute all"} <= {r["point"] for r in rows}
+    for row in rows:
+        got = measured[row["kind"], row["point"]]
+        assert got - (UNPRICED + E * 4 / S) - 1e-9 <= row["priced_per_token"] <= got, row["point"]
+        assert abs(row["priced_per_token"] / got - 1) <= records.tolerance, row["point"]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "tiny"),
+    [
+        ("diffllama", dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_hidden_layers=2, vocab_size=256)),
+        ("granitemoeshared", dict(hidden_size=64, intermediate_size=32, shared_intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=128)),
+        ("deepseek_v3", dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=1, first_k_dense_replace=1, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8, v_head_dim=8, vocab_size=128)),
+    ],
+    ids=["two-kernel-calls-one-attention", "shared-mlp-beside-the-moe", "mla-up-projections-read-the-norms"],
+)
+def test_one_attention_and_a_shared_mlp_beside_the_moe_state_none(model_type, tiny):
+    """diffllama calls its kernel twice in one attention module: one attention, no more.
+    granitemoeshared's shared_mlp, an MLP beside the MoE block reading the MoE's input, is its
+    shared expert, no dense MLP beside it. DeepSeek's MLA up-projections read their latent
+    norms' outputs as the norms made them."""
+    spec = run_census(default(model_type, **tiny), name=f"tiny-{model_type}", seq_length=64).to_dict()
+    for kind, variants in spec["variants"].items():
+        assert {name: variants[name] for name in NEW_FACTS} == dict.fromkeys(NEW_FACTS, 0), kind
+
+
 # -- the registry default --------------------------------------------------------------------
 
 
@@ -236,8 +321,17 @@ def test_the_registry_default_states_its_kinds_and_counts():
     variants = spec["variants"][kind]
     assert variants["router_scores_all"] and variants["router_fp32_input"]  # a softmax over all 768 candidates, of an fp32 input
     assert not variants["experts_dense"] and spec["measured"][kind]["experts_impl"] == "grouped_mm"
+    # two MLA sublayers; two dense MLPs of ffn_hidden_size 12288 beside the MoE, each keeping
+    # SiLU's output, up's output and the product, and SiLU's input
+    assert {name: variants[name] for name in NEW_FACTS} == {
+        "attn_calls_extra": 1, "dense_beside_width": 2 * 12288, "dense_beside_calls": 2, "dense_beside_kept": 3, "dense_beside_act_saved": 1,
+        "latent_up_made": 2 * 512,  # each attention's kv latent (kv_lora_rank) scaled after its norm
+    }  # fmt: skip
     priced, measured = priced_vs_measured(spec, 256)[kind]
-    assert abs(priced / measured - 1) > 0.02  # the records price one mixer and one feed-forward: stored unpriced
+    # unpriced, per token: the router's fp32 softmax over its 256 zero experts' candidates, the
+    # zero experts' two bool masks of 12 and their fp32 summed weight, grouped_mm's 512 int32
+    # offsets over the 256 tokens
+    assert measured - priced == pytest.approx(4 * 256 + 2 * 12 + 4 + 512 * 4 / 256)
     h, heads = 6144, 64
     mla = h * 1536 + 1536 * heads * (128 + 64) + h * (512 + 64) + 512 * heads * (128 + 128) + heads * 128 * h
     assert spec["params"]["kinds"][kind] == {

@@ -26,7 +26,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
     assert [op for op, rec in records.ops.items() if rec.switch is None] == ["attMM", "ffMM", "linrec"]
     assert {s.name: s.part for s in records.slots} == {
         "attention": "attention", "linear": "attention", "mamba": "attention", "mamba2": "attention", "short_conv": "attention", "rwkv": "attention", "rglru": "attention",
-        "ffn": "ffn", "routed": "ffn", "shared": "ffn", "latent": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
+        "ffn": "ffn", "routed": "ffn", "shared": "ffn", "dense_beside": "ffn", "latent": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
         "cross": "attention", "cross_kv": "attention", "cross_gate": "ffn", "cross_norm": "norm", "cross_kv_norm": "norm",
         "linear_eager": "attention", "linear_eager_norm": "norm",
         "layer_gate": "ffn", "ff_down_norm": "norm", "norm_gate": "norm",
