@@ -126,6 +126,26 @@ def mixer_v_head_dim(view: MixerFacts, top_k: int | None) -> int:
     return int(calls[0]["v"][-1]) if calls else 0
 
 
+@variant
+def mixer_qkv_width(view: MixerFacts, top_k: int | None) -> int:
+    """In the child where a linear attention ran in torch: the elements per token of the distinct
+    storages its first value matmul's q, k and v are views of (KernelCall.qkv_row): each its own
+    projection's output (xLSTM's `weight_mode: single`: q's, k's and v's widths), or one fused
+    projection's output whole (xLSTM's `fused`: q, k, v and the output gate's pre-activation;
+    minimax's SiLU output: q, k and v); 0 for other mixers."""
+    calls = view.linear_eager_kernels()
+    return calls[0].qkv_row if calls else 0
+
+
+@variant
+def mixer_qkv_joined(view: MixerFacts, top_k: int | None) -> bool:
+    """In the child where a linear attention ran in torch: its first value matmul's q, k and v are
+    views of one storage (KernelCall.qk_share_v: xLSTM's fused projection, minimax's SiLU output),
+    which q's and k's products keep whatever v's copies; false for other mixers."""
+    calls = view.linear_eager_kernels()
+    return bool(calls) and calls[0].qk_share_v
+
+
 def _mixer_out_norm(view: MixerFacts) -> tuple[str | None, int]:
     """The first norm inside the child where a linear attention ran in torch (None without one),
     and the width of the rows it normalises: the last dim of the input of the first op it ran."""

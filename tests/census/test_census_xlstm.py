@@ -193,25 +193,36 @@ def test_the_gated_mlstm_is_priced_as_worked_by_hand_and_as_a_real_run_keeps(seq
     assert priced == pytest.approx(by_hand, rel=1e-9)
 
 
+@pytest.mark.parametrize("weight_mode", ["single", "fused"])
 @pytest.mark.parametrize("heads", [1, NH])
 @pytest.mark.parametrize("seq, batch", [(L, 1), (L, 2), (S, 1), (S, 2)])
-def test_the_records_price_what_real_runs_keep_at_one_and_two_sequences(heads, seq, batch):
+def test_the_records_price_what_real_runs_keep_at_one_and_two_sequences(monkeypatch, weight_mode, heads, seq, batch):
     """The 5-D products fold (batch, heads, chunks) into one dim by a view where the strides allow,
     and copy their operands contiguous where not (records.yaml lin_fold, lin_states_fold): one
     head or one chunk of one sequence, or several of each. The census measures one sequence; the
-    records' price at a micro-batch of two is checked against real CPU runs of two."""
+    records' price at a micro-batch of two is checked against real CPU runs of two. With the
+    projections fused, q, k and v are views of one output (the output gate's pre-activation in it),
+    kept whole (mixer_qkv_width) beside the copies of v's chunks several sequences and heads make
+    (mixer_qkv_joined, lin_loop_copy); log-sigmoid's forget gates are a view of both gates'
+    soft-cap output, kept whole too: the input gates' share (one per head and token) is not priced."""
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.pricing import price_layers
     from speccat.catalogue.records.settings import load_settings
 
-    config = {**TINY_XLSTM, "num_heads": heads}
+    from transformers.models.xlstm import modeling_xlstm
+
+    config = {**TINY_XLSTM, "num_heads": heads, "weight_mode": weight_mode}
+    # transformers' fused gate init slices a head's bias against both gates' (a broadcast error):
+    # the modules' own init stands in, which keeps the same shapes
+    monkeypatch.setattr(modeling_xlstm.xLSTMPreTrainedModel, "_init_weights", lambda self, module: None)
     model = tiny_model({**config, "mode": "train"}, torch.bfloat16)
     x = torch.randn(batch, seq, H, dtype=torch.bfloat16, requires_grad=True)
     kept, _ = saves_and_grads(model, model.backbone.blocks[0], x)
     real = sum(n for *_, n in signature(kept.values())) - BF16 * heads * seq * batch  # log-sigmoid's CPU buffer
     grid = load_settings()
     prices = price_layers(run_census(config, name="tiny-xlstm", seq_length=seq), load_records(), grid.with_settings([grid.setting({"seq_length": seq, "micro_batch": batch})]))
-    assert float(prices.total[0, 0, 0]) == pytest.approx(real, rel=1e-9)
+    unpriced = BF16 * heads * seq * batch if weight_mode == "fused" else 0  # the input gates beside the forget gates log-sigmoid keeps
+    assert float(prices.total[0, 0, 0]) == pytest.approx(real - unpriced, rel=1e-9)
 
 
 def test_the_gated_mlstm_states_its_value_heads_and_output_norm(spec):
@@ -222,6 +233,11 @@ def test_the_gated_mlstm_states_its_value_heads_and_output_norm(spec):
     assert {v: variants[v] for v in ("mixer_v_head_dim", "mixer_out_norm_rows", "mixer_out_norm_fp32", "mixer_out_norm_half", "mixer_act")} == {
         "mixer_v_head_dim": V // NH, "mixer_out_norm_rows": NH, "mixer_out_norm_fp32": 2, "mixer_out_norm_half": 1, "mixer_act": 1,
     }  # fmt: skip
+    # q, k and v each their own projection's output; fused, one projection's output whole (q, k, v
+    # and the output gate's pre-activation, V wide)
+    assert (variants["mixer_qkv_width"], variants["mixer_qkv_joined"]) == (2 * QK + V, False)
+    fused = run_census({**TINY_XLSTM, "weight_mode": "fused"}, name="tiny-xlstm", seq_length=S)
+    assert (fused["variants"][KIND]["mixer_qkv_width"], fused["variants"][KIND]["mixer_qkv_joined"]) == (2 * QK + 2 * V, True)
 
 
 def test_a_constant_decay_is_not_gated():
