@@ -197,7 +197,7 @@ def kind_values(spec: Mapping, kind: str) -> KindValues:
             if need(name, field):
                 values[name] = spec[field]
     values["linear_eager"] = 1 if mixer == "linear_eager" else 0
-    # one whose decay is computed from the tokens (xLSTM's mLSTM): no record prices its recurrence yet
+    # one whose decay is computed from the tokens (xLSTM's mLSTM): records.yaml linear_eager_gated prices it
     values["linear_eager_gated"] = 1 if mixer == "linear_eager_gated" else 0
     values["cross"] = 1 if mixer == "cross" else 0  # attention to encoder states
     ssm_fields = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from speccat.census.describe.layer_roles import HALF
 from speccat.census.describe.mixer_facts import MixerFacts
 from speccat.census.describe.variant_registry import variant
 from speccat.census.structure.predicates import is_projection
@@ -115,6 +116,80 @@ def mixer_out_norms(view: MixerFacts, top_k: int | None) -> int:
     """In the child where a linear attention ran in torch: norm calls inside it (its output norm)."""
     children = _linear_eager_children(view)
     return sum(n for path, n in view.probe.norm_calls.items() if "." in path and view.part(path) in children)
+
+
+@variant
+def mixer_v_head_dim(view: MixerFacts, top_k: int | None) -> int:
+    """In the child where a linear attention ran in torch: v's last dim at its first value matmul
+    (xLSTM's mLSTM: 512, twice q's head width; minimax's: its head width); 0 for other mixers."""
+    calls = view.linear_eager_kernels()
+    return int(calls[0]["v"][-1]) if calls else 0
+
+
+@variant
+def mixer_qkv_width(view: MixerFacts, top_k: int | None) -> int:
+    """In the child where a linear attention ran in torch: the elements per token of the distinct
+    storages its first value matmul's q, k and v are views of (KernelCall.qkv_row): each its own
+    projection's output (xLSTM's `weight_mode: single`: q's, k's and v's widths), or one fused
+    projection's output whole (xLSTM's `fused`: q, k, v and the output gate's pre-activation;
+    minimax's SiLU output: q, k and v); 0 for other mixers."""
+    calls = view.linear_eager_kernels()
+    return calls[0].qkv_row if calls else 0
+
+
+@variant
+def mixer_qkv_joined(view: MixerFacts, top_k: int | None) -> bool:
+    """In the child where a linear attention ran in torch: its first value matmul's q, k and v are
+    views of one storage (KernelCall.qk_share_v: xLSTM's fused projection, minimax's SiLU output),
+    which q's and k's products keep whatever v's copies; false for other mixers."""
+    calls = view.linear_eager_kernels()
+    return bool(calls) and calls[0].qk_share_v
+
+
+def _mixer_out_norm(view: MixerFacts) -> tuple[str | None, int]:
+    """The first norm inside the child where a linear attention ran in torch (None without one),
+    and the width of the rows it normalises: the last dim of the input of the first op it ran."""
+    children = _linear_eager_children(view)
+    path = next((p for p in view.probe.norm_calls if "." in p and view.part(p) in children), None)
+    row = next((op.in_last for op in view.probe.norm_ops.get(path, []) if op.in_last), 0) if path else 0
+    return path, row
+
+
+@variant
+def mixer_out_norm_rows(view: MixerFacts, top_k: int | None) -> int:
+    """With an output norm in a linear attention run in torch (`mixer_out_norms`): the rows it
+    normalises per token, its weight's width over the width of the rows it ran on (xLSTM's
+    multi-head LayerNorm: one per head, 8; minimax's RMSNorm over every head: 1); 0 without."""
+    path, row = _mixer_out_norm(view)
+    weight = getattr(view.module(path), "weight", None) if path else None
+    return int(weight.shape[-1]) // row if isinstance(weight, torch.Tensor) and row else 0
+
+
+def _mixer_out_norm_kept(view: MixerFacts, dtypes: tuple[torch.dtype, ...]) -> int:
+    """Storages of a row's width or wider (its rows joined) in `dtypes` that the linear
+    attention's output norm saved per call (census/measure/kept_modules.py holds their elements
+    per row saved: each such storage holds the row's width, or the norm's weight's)."""
+    path, row = _mixer_out_norm(view)
+    if not path or not row:
+        return 0
+    widths = sum(n // last for (op, _, saved, last, dtype), n in view.probe.kept_modules.items() if op == "normOp" and saved == path and dtype in dtypes and last >= row)
+    return widths // max(view.probe.norm_calls[path], 1)
+
+
+@variant
+def mixer_out_norm_fp32(view: MixerFacts, top_k: int | None) -> int:
+    """With an output norm in a linear attention run in torch: the fp32 storages of its rows'
+    width it saved per call (xLSTM's LayerNorm written as torch ops: its upcast input and its
+    centred input, 2); 0 without."""
+    return _mixer_out_norm_kept(view, (torch.float32,))
+
+
+@variant
+def mixer_out_norm_half(view: MixerFacts, top_k: int | None) -> int:
+    """With an output norm in a linear attention run in torch: the half-precision storages of its
+    rows' width it saved per call (xLSTM's: the normalised input its weight multiplies, 1); 0
+    without."""
+    return _mixer_out_norm_kept(view, HALF)
 
 
 @variant

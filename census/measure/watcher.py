@@ -333,8 +333,12 @@ class Watcher:
         if where in self.linear_modules.setdefault(probe.index, set()):
             return
         self.linear_modules[probe.index].add(where)
+        # the storages q, k and v view, whole: a fused projection's output is kept whole by its views
+        storages = {storage_key(t): t.untyped_storage().nbytes() // t.element_size() for t in (q, k, v)}
+        row = sum(storages.values()) // max(probe.tokens, 1)
         # not counted per child: the projections around it are the mixer's own (describe.py scan_projections)
-        probe.kernels.append(KernelCall("linear_eager", self.child(), shapes(q=q.shape, k=k.shape, v=v.shape), gated=gated))
+        shared = storage_key(q) == storage_key(k) == storage_key(v)
+        probe.kernels.append(KernelCall("linear_eager", self.child(), shapes(q=q.shape, k=k.shape, v=v.shape), gated=gated, qkv_row=row, qk_share_v=shared))
 
     # -- module hooks -----------------------------------------------------------------------
 

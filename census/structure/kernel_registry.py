@@ -81,6 +81,7 @@ class KernelCall:
     gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
     eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py), not the flash kernel
+    qkv_row: int = 0  # a linear attention run in torch: elements per token of the distinct storages q, k and v are views of (each its own, or one fused projection's output whole)
 
     def __getitem__(self, name: str) -> tuple[int, ...]:
         """The shape of the input `name` (KeyError for one this call was not given)."""

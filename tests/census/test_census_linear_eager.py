@@ -90,6 +90,13 @@ def test_minimax_gives_its_kinds_counts_and_facts(spec):
     variants = spec["variants"]
     assert {v: variants[KIND][v] for v in ("mixer_act", "mixer_out_gate", "mixer_out_norms")} == {"mixer_act": 1, "mixer_out_gate": True, "mixer_out_norms": 1}
     assert {v: variants["full_moe"][v] for v in ("mixer_act", "mixer_out_gate", "mixer_out_norms")} == {"mixer_act": 0, "mixer_out_gate": False, "mixer_out_norms": 0}
+    # v's head width, and its output norm: an RMS norm over every head (one row), keeping its fp32
+    # input and its bf16 normalised input; q, k and v views of the SiLU's output (3 heads' widths); none in the softmax layer
+    norm_facts = ("mixer_v_head_dim", "mixer_out_norm_rows", "mixer_out_norm_fp32", "mixer_out_norm_half", "mixer_qkv_width", "mixer_qkv_joined")
+    assert {v: variants[KIND][v] for v in norm_facts} == {
+        "mixer_v_head_dim": D, "mixer_out_norm_rows": 1, "mixer_out_norm_fp32": 1, "mixer_out_norm_half": 1, "mixer_qkv_width": 3 * A * D, "mixer_qkv_joined": True,
+    }  # fmt: skip
+    assert {v: variants["full_moe"][v] for v in norm_facts} == dict.fromkeys(norm_facts, 0)
 
 
 # One block (the block as long as the sequence: taken for softmax scores, then run again with

@@ -28,7 +28,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "attention": "attention", "linear": "attention", "mamba": "attention", "mamba2": "attention", "short_conv": "attention", "rwkv": "attention", "rglru": "attention",
         "ffn": "ffn", "routed": "ffn", "shared": "ffn", "dense_beside": "ffn", "latent": "ffn", "router": "ffn", "norm": "norm", "scan_norms": "norm",
         "cross": "attention", "cross_kv": "attention", "cross_gate": "ffn", "cross_norm": "norm", "cross_kv_norm": "norm",
-        "linear_eager": "attention", "linear_eager_norm": "norm",
+        "linear_eager": "attention", "linear_eager_norm": "norm", "linear_eager_gated": "attention", "linear_eager_gated_norm": "norm",
         "layer_gate": "ffn", "ff_down_norm": "norm", "norm_gate": "norm",
         "stream_code_attn": "attention", "stream_code_ff": "ffn", "router_mlp": "ffn", "router_mlp_norm": "norm", "half_qk_norm": "norm",
         "routed_attention": "attention", "side": "attention", "stream_scale_attn": "attention", "stream_scale_ff": "ffn",
