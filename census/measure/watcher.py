@@ -438,7 +438,10 @@ class Watcher:
                 self.expert_links.experts_returned(output)
             if is_norm(module) and isinstance(output, torch.Tensor):
                 self.current.norm_outputs.setdefault(name, set()).add(storage_key(output))
-            if not self.path and not stream_code.is_stream_code(module):
+            # a stream norm is never the child that ran last: the layer's code after a norm that
+            # closes a branch (ergo's and dory's post-norms, then their residual gates) is that
+            # branch's, as it is where no norm closes it
+            if not self.path and not stream_code.is_stream_code(module) and not is_norm(module):
                 self.last_child = name.split(".", 1)[0]
 
     def _on_stream(self, name: str, module: nn.Module, args: tuple, depth_one: bool) -> bool:
