@@ -203,8 +203,9 @@ def router_weight_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
     (census/measure/param_casts.py): a half router weight cast for an fp32 matmul, its copy
     kept once a layer call whatever the tokens (kolibri1's F.linear(x.float(), weight.float()):
     384), its rows beyond the candidates too where it also scores the shared experts (inkling's
-    256 routed and 2 shared: 258). 0 without routed experts, and where the weight is fp32
-    already (DeepSeek-V3's, kept in fp32: no copy)."""
+    256 routed and 2 shared: 258), and an fp32 weight cast to the compute dtype and back (ergo's
+    weight.to(bf16).float(): 256). 0 without routed experts, and where the weight is used in fp32
+    as it is (DeepSeek-V3's, kept in fp32: no copy)."""
     if view.experts is None:
         return 0
     candidates = view.router_candidates(view.router_ops())
@@ -440,3 +441,26 @@ def dense_beside_act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
     op; 0 without such MLPs."""
     widths = view.dense_beside_call_widths()
     return _kept_in(view, view.dense_beside(), widths, activation=True) if widths else 0
+def _experts_norms(view: FeedForwardFacts) -> list[str]:
+    """The norm modules inside the routed experts (one module, or a group's) that ran."""
+    roots = view.experts_group
+    return [path for path in view.probe.norm_calls if any(path.startswith(root + ".") for root in roots)]
+
+
+@variant
+def experts_out_norms(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Calls of norms inside the routed experts (one row per slot: ergo's post_expert_norm on each
+    route's output, before the weighted sum), per layer call; 0 without one."""
+    return view.per_call(sum(view.probe.norm_calls[path] for path in _experts_norms(view)))
+
+
+@variant
+def experts_norm_weight_bytes(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Of the first such norm: its weight's element bytes where the weight holds a row per expert
+    (2-D, a row for each of the experts module's experts: ergo's fp32 (experts, hidden)), rows a
+    slot's expert picks, which the product with the normalised rows keeps; 0 otherwise."""
+    norms = _experts_norms(view)
+    weight = getattr(view.module(norms[0]), "weight", None) if norms else None
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[-1] != view.hidden:
+        return 0
+    return weight.dtype.itemsize

@@ -27,13 +27,18 @@ def _first_norm_ops(view: LayerRoles) -> list:
 
 @variant
 def norm_upcast(view: LayerRoles, top_k: int | None) -> bool:
-    """The ops inside the layer's first norm on its hidden stream: a cast of a half input to fp32."""
-    return any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in _first_norm_ops(view))
+    """The ops inside the layer's first norm on its hidden stream: a cast of a half input to fp32,
+    or, with no cast, a first op reading fp32 (the layer built in a half dtype hands its norms an
+    fp32 stream: ergo's embedding and residual gates are kept in fp32, so `hidden_states.float()`
+    is no op). Either way the norm keeps its input in fp32."""
+    ops = _first_norm_ops(view)
+    cast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in ops)
+    return cast or bool(ops) and ops[0].in_dtype == torch.float32
 
 
 @variant
 def norm_scale_fp32(view: LayerRoles, top_k: int | None) -> bool:
-    """The ops inside the layer's first norm, which casts its input to fp32 (`norm_upcast`): its
+    """The ops inside the layer's first norm, which keeps its input in fp32 (`norm_upcast`): its
     last product (the weight's) in fp32."""
     muls = [op for op in _first_norm_ops(view) if op.name == "mul"]
     return norm_upcast(view, top_k) and bool(muls) and muls[-1].out_dtype == torch.float32

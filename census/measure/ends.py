@@ -18,9 +18,13 @@ and counted by dtype as tensors over the vocabulary: Gemma 2's final-logit softc
 tanh's output (one more in the compute dtype, `logit_saved`); the loss keeps its
 log-probabilities in fp32 where it upcasts the logits first (`logit_saved_fp32`, transformers'
 causal-LM loss) and in the compute dtype where it does not (bart's and whisper's
-CrossEntropyLoss on the bf16 logits). A model whose forward cannot run that way (none of
-transformers' registry today) has no measured ends: ends.yaml prices them unchecked, as for a
-model with no final norm.
+CrossEntropyLoss on the bf16 logits). Only tensors over the tokens and the vocabulary are
+counted so: what the head keeps once whatever the tokens is counted apart, an fp32 copy of its
+weight (ergo's `weight.float()`, `head_weight_fp32`) and fp32 vectors over the vocabulary (dory's
+logit scale, `vocab_vectors_fp32`), and so is an input the head keeps in fp32 (ergo's
+`hidden_states.float()`, `head_input_fp32`), told by the storages saved while the head module
+ran. A model whose forward cannot run that way (none of transformers' registry today) has no
+measured ends: ends.yaml prices them unchecked, as for a model with no final norm.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from speccat.catalogue.vocabulary import END_PARTS
-from speccat.census.build.model import Built
+from speccat.census.build.model import BUILD_DTYPE, Built
 from speccat.census.structure.predicates import is_norm
 from speccat.census.build.fake import fake_mode_of, make_fake, on_meta
 from speccat.census.measure.cuda_widths import layer_norm_stats_cuda_nbytes
@@ -92,7 +96,9 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     forward and loss keep in the compute dtype and in fp32; "transform_saved" and
     "transform_rows_fp32": the hidden-wide tensors in the compute dtype and fp32 values per token
     that a transform before the head keeps; "embedding_norms": the norm calls inside the
-    embedding module on its output}; None for a model with no output
+    embedding module on its output; "head_input_fp32", "head_weight_fp32" and
+    "vocab_vectors_fp32": what the head keeps in fp32, its input, copies of its weight, vectors
+    over the vocabulary}; None for a model with no output
     head or no final norm beside its layers (ends that ends.yaml does not describe), or whose
     causal LM's forward cannot run on a stand-in decoder."""
     head = built.model.get_output_embeddings()
@@ -117,10 +123,15 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
     part = ["embedding"]
     widths = _CudaWidths()
 
+    in_head = [False]  # whether the head module is running
+    head_saved: set[int] = set()  # the storages first saved while it ran
+
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         key = tensor.untyped_storage()._cdata
         if key not in params and not any(key in held for held in booked.values()):
             booked[part[0]][key] = (tensor, widths.nbytes.get(key, tensor.untyped_storage().nbytes()))
+            if in_head[0]:
+                head_saved.add(key)
         return tensor
 
     inner_norms = [m for m in built.embedding.modules() if m is not built.embedding and is_norm(m) and not isinstance(m, torch.nn.Embedding)]
@@ -146,6 +157,8 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
         # a multimodal model's vision tower, which a text-only forward never calls, stays on meta
         inside = set(built.decoder.modules())
         hooks = [m.register_forward_pre_hook(faked) for m in built.model.modules() if m not in inside]
+        hooks += [head.register_forward_pre_hook(lambda *_: in_head.__setitem__(0, True)),
+                  head.register_forward_hook(lambda *_: in_head.__setitem__(0, False))]
         try:
             if not _run_logits(built, normed, ids):
                 return None
@@ -154,12 +167,14 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
                 hook.remove()
     vocabulary = head.weight.shape[0]
     logits = booked["logits"].values()
-    wide = [t.dtype for t, _ in logits if t.dim() > 0 and t.shape[-1] == vocabulary]
+    # the tensors over the tokens and the vocabulary, by dtype; what has no token dimension is not one
+    wide = [t.dtype for t, _ in logits if t.dim() > 0 and t.shape[-1] == vocabulary and t.numel() == seq_length * vocabulary]
+    head_kept = [t for key, (t, _) in booked["logits"].items() if key in head_saved]
     hidden_wide = sum(1 for t, _ in logits if t.dim() > 0 and t.shape[-1] == hidden_width and t.dtype == hidden.dtype)
     rows = sum(n for t, n in logits if t.is_floating_point() and t.numel() == seq_length and t.shape[-1] != vocabulary)
     return {
         "bytes_per_token": {name: sum(n for _, n in booked[name].values()) / seq_length for name in END_PARTS},
-        "logit_saved": wide.count(hidden.dtype),
+        "logit_saved": wide.count(BUILD_DTYPE),  # the compute dtype, whatever the stream's (ergo's is fp32)
         "logit_saved_fp32": wide.count(torch.float32),
         # beyond the head's own input: what a transform before the head keeps (the LM head
         # module's dense, activation and LayerNorm: roberta-prelayernorm's)
@@ -168,4 +183,11 @@ def probe_ends(built: Built, seq_length: int, hidden_width: int) -> dict | None:
         # norms the embedding module runs on its own output (inkling's embed_norm), each kept as
         # the layers' norms keep theirs
         "embedding_norms": calls[0],
+        # what the head keeps in fp32 where the compute dtype is a half one: its input over the
+        # tokens (ergo's hidden_states.float()), copies of its weight (ergo's weight.float())
+        "head_input_fp32": int(BUILD_DTYPE != torch.float32 and any(
+            t.dtype == torch.float32 and t.shape[-1] == head.weight.shape[-1] and t.numel() == seq_length * t.shape[-1] for t in head_kept)),
+        "head_weight_fp32": sum(1 for t in head_kept if t.dtype == torch.float32 and t.numel() == head.weight.numel()),
+        # fp32 values, one per vocabulary entry, with no token dimension (dory's logit scale)
+        "vocab_vectors_fp32": sum(1 for t, _ in logits if t.dtype == torch.float32 and t.numel() == vocabulary),
     }

@@ -21,8 +21,10 @@ from speccat.census.measure.layer_probe import LayerProbe
 def saver(path: list, tensor: torch.Tensor) -> tuple[str | None, int]:
     """What Watcher.pack notes of one saver: the innermost module running (its path in the layer,
     None in the layer's own code) and the rows of the tensor it saves (its elements over its last
-    dim; 0 for a 0-dim tensor or an empty last dim)."""
-    last = int(tensor.shape[-1]) if tensor.dim() else 0
+    dim; 0 for a 0-dim tensor or an empty last dim, and for a vector: one dim holds no rows of
+    tokens, a per-channel value computed from parameters alone, ergo's residual gates' sigmoid of
+    their weight, is kept once whatever the tokens)."""
+    last = int(tensor.shape[-1]) if tensor.dim() > 1 else 0
     return (path[-1][0] if path else None), (tensor.numel() // last if last else 0)
 
 

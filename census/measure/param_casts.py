@@ -18,10 +18,14 @@ CAST_OP = torch.ops.aten._to_copy.default
 
 
 def note_param_cast(watcher, probe, func, args, kwargs, out) -> None:
-    """A cast of a parameter (or buffer) to another dtype, outside any kernel: its output noted
-    with (the child running, the parameter's shape, the cast's dtype), and held alive so no
-    later storage takes its identity."""
+    """A cast of a parameter (or buffer) to another dtype, or of such a cast again (ergo's
+    router: its fp32 weight cast to the branch's bf16, then back to fp32 for the matmul), outside
+    any kernel: its output noted with (the child running, the parameter's shape, the cast's
+    dtype), and held alive so no later storage takes its identity."""
     source = args[0] if args else None
-    if current_kernel() is None and isinstance(source, torch.Tensor) and storage_key(source) in watcher.excluded and out.dtype != source.dtype:
+    if current_kernel() is not None or not isinstance(source, torch.Tensor) or out.dtype == source.dtype:
+        return
+    key = storage_key(source)
+    if key in watcher.excluded or key in watcher.param_casts:
         watcher.param_casts[storage_key(out)] = (watcher.child(), tuple(source.shape), out.dtype)
         watcher.kept.append(out.untyped_storage())

@@ -34,7 +34,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from speccat.census.kernels import attention
 from speccat.census.build import inputs
 from speccat.census.measure import readers
-from speccat.census.build.model import Built
+from speccat.census.build.model import BUILD_DTYPE, Built
 from speccat.census.measure.backward_peak import BackwardPeak, working_set
 from speccat.census.measure.booking import book_bytes
 from speccat.census.measure.flops import LayerFlops
@@ -245,8 +245,10 @@ def _run_layers(
                 for index, probe in watcher.probes.items():
                     probe.backward_peak = peak.peaks.get(index, 0)
                     # per token of the sequence (one sequence), as the records price it: a layer called
-                    # with several streams of hidden states (gemma3n's, hyper-connections) holds their widths
-                    probe.working_set = working_set(peak.at_peak.get(index), seq_length, built.embedding.weight.dtype)
+                    # with several streams of hidden states (gemma3n's, hyper-connections) holds their widths;
+                    # the compute dtype is the build's, not the embedding's (ergo's is kept in fp32, and so
+                    # is its stream: its gradients are fp32, priced as such)
+                    probe.working_set = working_set(peak.at_peak.get(index), seq_length, BUILD_DTYPE)
     except (DynamicOutputShapeException, DataDependentOutputException) as err:
         raise ModelCodeError(
             "unsupported_layer",

@@ -442,7 +442,10 @@ class Watcher:
                 self.expert_links.experts_returned(output)
             if is_norm(module) and isinstance(output, torch.Tensor):
                 self.current.norm_outputs.setdefault(name, set()).add(storage_key(output))
-            if not self.path and not stream_code.is_stream_code(module):
+            # a stream norm is never the child that ran last: the layer's code after a norm that
+            # closes a branch (ergo's and dory's post-norms, then their residual gates) is that
+            # branch's, as it is where no norm closes it
+            if not self.path and not stream_code.is_stream_code(module) and not is_norm(module):
                 self.last_child = name.split(".", 1)[0]
 
     def _on_stream(self, name: str, module: nn.Module, args: tuple, depth_one: bool) -> bool:
@@ -451,6 +454,8 @@ class Watcher:
             return False
         if any(is_learned_query_attention(m) for _, m in self.path[:-1]):
             return False  # the norm of an attention over the stack's depth (census/kernels/attention.py)
+        if any(is_experts(m) for _, m in self.path[:-1]):
+            return False  # a norm inside the routed experts runs over their slots (ergo's post_expert_norm: experts_out_norms)
         if not depth_one and any(where[:1] == (name.split(".", 1)[0],) for where in self.linear_modules.get(self.current.index, ())):
             return False  # the output norm of a linear attention run in torch, whatever its width (census/kernels/routing.py)
         return depth_one or (args[0].shape[-1] == self.current.hidden_width and not QK_NORM_NAME.match(name.rsplit(".", 1)[-1]))

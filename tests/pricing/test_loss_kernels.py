@@ -152,7 +152,8 @@ def measure(kernel: str, s: int, b: int, h: int) -> tuple[int, int, list]:
 def priced(kernel: str, s: int, b: int, h: int) -> tuple[float, float]:
     """The data file's (keeps, working) at these sizes, one rank, bf16."""
     loss = losses()[kernel]
-    names = {"s": s, "b": b, "h": h, "V": V, "t": 1, "cp": 1, "bytes_compute": 2, "logit_saved": 0, "logit_saved_fp32": 1}
+    names = {"s": s, "b": b, "h": h, "V": V, "t": 1, "cp": 1, "bytes_compute": 2, "logit_saved": 0, "logit_saved_fp32": 1,
+             "head_input_fp32": 0, "head_weight_fp32": 0, "vocab_vectors_fp32": 0}  # a plain bf16 head
     if loss.chunk is not None:
         names["chunk"] = loss.chunk
     return float(loss.keeps(names)), float(loss.working(names))
