@@ -441,6 +441,8 @@ def dense_beside_act_saved(view: FeedForwardFacts, top_k: int | None) -> int:
     op; 0 without such MLPs."""
     widths = view.dense_beside_call_widths()
     return _kept_in(view, view.dense_beside(), widths, activation=True) if widths else 0
+
+
 def _experts_norms(view: FeedForwardFacts) -> list[str]:
     """The norm modules inside the routed experts (one module, or a group's) that ran."""
     roots = view.experts_group
