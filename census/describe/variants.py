@@ -3,7 +3,7 @@
 
 Importing this module imports every topic module, so each has registered its readers:
 census/describe/variants_norms.py, variants_attention.py, variants_feed_forward.py,
-variants_mixers.py, variants_layer.py and variants_stream.py. The facts are read in catalogue/vocabulary.yaml's order, the order a spec
+variants_mixers.py, variants_layer.py, variants_stream.py and variants_hyper.py. The facts are read in catalogue/vocabulary.yaml's order, the order a spec
 lists them. docs/census.md holds the table between its `variants` markers, drawn from the
 vocabulary's meanings and the readers' docstrings (`python -m docs.tables` redraws it, `python
 -m speccat.census.describe.variants` prints it); tests keep the two equal.
@@ -12,12 +12,12 @@ vocabulary's meanings and the readers' docstrings (`python -m docs.tables` redra
 from __future__ import annotations
 
 from speccat.catalogue.vocabulary import VARIANTS, describe
-from speccat.census.describe import variants_attention, variants_feed_forward, variants_layer, variants_mixers, variants_norms, variants_stream
+from speccat.census.describe import variants_attention, variants_feed_forward, variants_hyper, variants_layer, variants_mixers, variants_norms, variants_stream
 from speccat.census.describe.variant_registry import READERS
 from speccat.census.spec import SpecError
 
 # The topic modules whose readers are registered by importing them, in the table's reading order.
-TOPICS = (variants_norms, variants_attention, variants_feed_forward, variants_mixers, variants_layer, variants_stream)
+TOPICS = (variants_norms, variants_attention, variants_feed_forward, variants_mixers, variants_layer, variants_stream, variants_hyper)
 
 
 def read_variants(view, top_k: int | None) -> dict[str, bool | int]:

@@ -45,6 +45,13 @@ def index_topk(view: AttentionFacts, top_k: int | None) -> int:
 
 
 @variant
+def index_borrowed(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention kernel's arguments: sparse indices whose storage another probed layer made
+    (census/kernels/flash_attention.py: the decoder hands them on from an earlier layer)."""
+    return any(k.index_borrowed for k in view.attention_kernels())
+
+
+@variant
 def keys_appended_every(view: AttentionFacts, top_k: int | None) -> int:
     """The attention kernel's arguments: the queries over the keys beyond them (s / (t − s) for t
     keys, 0 when t = s; "Appended keys")."""

@@ -7,6 +7,8 @@ its docstring is what docs/census.md's table says it is read from.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from speccat.census.describe.feed_forward_facts import FeedForwardFacts
@@ -255,11 +257,20 @@ def ff_kept_fp32(view: FeedForwardFacts, top_k: int | None) -> int:
     up's output in fp32, which a product taken in fp32 keeps (beam's act_fn(gate.float()) *
     up.float(), cast back before down_proj: 2); 0 for an MLP run in the compute dtype."""
     calls, width = _act_calls(view), view.dense_width()
-    rows = view.probe.hidden_dims[-1] if view.probe.hidden_dims else 0  # one row of the MLP's width a token
+    rows = _token_rows(view)  # one row of the MLP's width a token
     if not calls or not width or not rows:
         return 0
     ops = {f"child:{child}" for child in view.ffn_children}
     return _kept(view, ops, lambda tail, dtype: tail == (rows, width) and dtype == torch.float32) // calls
+
+
+def _token_rows(view: FeedForwardFacts) -> int:
+    """The last dim of the tokens among the hidden states' dims (the rows before the width of a
+    tensor made per token: the sequence's in (b, s), the batch's in (s, b)), not the streams
+    after them (hy_v4's (b, s, streams)); 0 without hidden dims."""
+    dims, tokens = view.probe.hidden_dims, view.probe.tokens
+    ends = [i for i in range(len(dims)) if math.prod(dims[: i + 1]) == tokens]
+    return dims[ends[-1]] if ends else 0
 
 
 def _experts_fp32(view: FeedForwardFacts, activation: bool) -> int:
@@ -408,6 +419,20 @@ def experts_fused_gate_up(view: FeedForwardFacts, top_k: int | None) -> bool:
         return False
     width = view.expert_width()
     return bool(width) and 2 * width in view.experts_weights()[0][1:]
+
+
+@variant
+def experts_act_kept(view: FeedForwardFacts, top_k: int | None) -> int:
+    """The elements a token slot of the storages booked to `ffAct` that a module inside the
+    routed experts saved, where their activation is their own code (`act_inline`), over one
+    expert's width (LayerProbe.kept_modules): tensors of that width a slot, the fused gate_up
+    output kept whole counting two (gpt-oss's clamp, sigmoid and glu chain: 6; hy_v4's clamped
+    SwiGLU: gate_up, the clamped gate and up and SiLU's output, 5); 0 for the others."""
+    width = view.expert_width()
+    if not act_inline(view, top_k) or not width:
+        return 0
+    kept = sum(n for (op, _, saved, _, _), n in view.probe.kept_modules.items() if op == "ffAct" and saved is not None and view.in_experts(saved))
+    return kept // width
 
 
 @variant

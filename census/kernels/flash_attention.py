@@ -239,7 +239,7 @@ def _flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
 def _book(call: CallSeen) -> KernelCall:
     """The attention's shapes and what its inputs share: q heads-major, v a view of a fused
     projection, q and k views of v's storage, k and v one tensor, sparse indices, dropout, a
-    score bias, keys another probed layer made."""
+    score bias, keys or sparse indices another probed layer made."""
     args = call.args
     q, k, v, indices, causal, window, dropout = args[0], args[1], args[2], args[4], args[6], args[7], args[9]
     bias = args[11] if len(args) > 11 else call.kwargs.get("bias")
@@ -253,6 +253,7 @@ def _book(call: CallSeen) -> KernelCall:
         dropout=float(dropout),
         bias_bytes=bias.element_size() if isinstance(bias, torch.Tensor) else 0,
         kv_borrowed=call.made_elsewhere(k),
+        index_borrowed=isinstance(indices, torch.Tensor) and call.made_elsewhere(indices),
     )  # fmt: skip
 
 

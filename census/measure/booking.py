@@ -14,6 +14,7 @@ from speccat.census.measure.kept_modules import note_kept_module
 from speccat.census.measure.output_gates import book_gate_kept
 from speccat.census.measure.repeated_attention import book_join
 from speccat.census.measure.stream_scales import book_stream_scale
+from speccat.census.measure.stream_kept import note_stream_kept
 from speccat.census.measure.watcher import Watcher
 
 
@@ -36,6 +37,7 @@ def book_bytes(watcher: Watcher) -> None:
             book_stream_scale(watcher, probe, key, saver, op, nbytes)
             probe.kept_tails[(op, *watcher.tails[key])] += 1
             note_kept_module(watcher, probe, key, saver, op, nbytes)
+            note_stream_kept(watcher, probe, key, saver, op, nbytes)
             if key in watcher.param_casts:
                 probe.param_casts_kept[watcher.param_casts[key]] += 1
             tail, dtype = watcher.tails[key]

@@ -126,3 +126,7 @@ class LayerProbe:
     # op -> bytes of the factors the layer's own products with a per-channel parameter keep
     # (census/measure/stream_scales.py: doge's scaled residuals)
     stream_scale_kept: Counter = field(default_factory=Counter)
+    # (op, the top-level child that made it, the one whose code saved it: None for the layer's own
+    # code, its dtype, whether it holds the hidden width or more a token) -> elements per token of the storages booked so (census/measure/stream_kept.py:
+    # what hyper-connections and the layer's code around its blocks keep)
+    stream_kept: Counter = field(default_factory=Counter)

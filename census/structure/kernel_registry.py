@@ -80,6 +80,7 @@ class KernelCall:
     bc_is_view: bool = False  # a scan apart was handed B (and C) as views into a larger storage (zamba's x projection's output), not copies of its own
     gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
+    index_borrowed: bool = False  # the sparse indices are a storage another probed layer made (hy_v4's shared-indexer layers reuse an earlier layer's top-k)
     eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py), not the flash kernel
     qkv_row: int = 0  # a linear attention run in torch: elements per token of the distinct storages q, k and v are views of (each its own, or one fused projection's output whole)
 

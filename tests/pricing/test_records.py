@@ -33,6 +33,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "stream_code_attn": "attention", "stream_code_ff": "ffn", "router_mlp": "ffn", "router_mlp_norm": "norm", "half_qk_norm": "norm",
         "routed_attention": "attention", "side": "attention", "stream_scale_attn": "attention", "stream_scale_ff": "ffn",
         "experts_out_norm": "norm",
+        "hyper": "attention", "hyper_ff": "ffn",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
