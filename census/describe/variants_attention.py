@@ -408,3 +408,18 @@ def attn_routed_slots(view: AttentionFacts, top_k: int | None) -> int:
     tokens = view.probe.tokens
     rows = [n for path, n in view.probe.experts_rows.items() if view.part(path) in children]
     return max(rows) // tokens if rows and tokens else 0
+
+
+@variant
+def attention_as_written(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention calls: a softmax self-attention run as the model's own eager code
+    (census/kernels/attention.py `_as_written`: per-query sinks, which no kernel takes), not the flash kernel."""
+    return any(k.eager for k in view.attention_kernels())
+
+
+@variant
+def score_sink_columns(view: AttentionFacts, top_k: int | None) -> int:
+    """Of such a call, the columns its softmax ran over (census/measure/eager_scores.py) beyond its
+    keys (k's length): logits concatenated beside the scores (inkling2's per-query sinks, 1), the
+    most of the layer's calls; 0 for the others."""
+    return max((k.score_columns - k["k"][2] for k in view.attention_kernels() if k.eager and k.score_columns), default=0)

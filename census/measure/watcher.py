@@ -35,7 +35,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
 from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
-from speccat.census.measure import kept_modules, output_gates, readers, repeated_attention, stream_code
+from speccat.census.measure import eager_scores, kept_modules, output_gates, readers, repeated_attention, stream_code
 from speccat.census.measure.expert_links import ExpertLinks
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION, AFTER_ATTENTION, InnerNorms, norm_width
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
@@ -154,6 +154,8 @@ class Watcher:
         self.up_input_children: dict[int, str | None] = {}  # a storage booked UP_INPUT -> the child whose projection saved it
         self.param_casts: dict[int, tuple[str | None, tuple[int, ...], torch.dtype]] = {}  # a parameter's cast -> (child, the parameter's shape, the cast's dtype) (census/measure/param_casts.py)
         self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel parameter, each kept by its product first (census/measure/stream_scales.py)
+        self.eager_scores: set[int] = set()  # softmax outputs of attention run as the model's eager code (census/measure/eager_scores.py)
+        self.score_casts: set[int] = set()  # their casts to the compute dtype: the probabilities, booked to headCast
         self.joined_outputs: dict[int, tuple[int, Any]] = {}  # a kernel's output, or a torch.cat of them -> (the kernel outputs it holds, a weak reference to its storage) (census/measure/repeated_attention.py)
 
     # -- where are we -----------------------------------------------------------------------
@@ -170,9 +172,11 @@ class Watcher:
         if any(is_learned_query_attention(module) for _, module in self.path):
             return OTHER  # an attention over the stack's depth, its norm included: no op the records price (census/kernels/attention.py)
         scope = current_kernel()
-        if scope == attention.EAGER_ATTENTION:  # softmax attention run as written: its probabilities are softmax's, the rest attBMM's
+        if scope == attention.EAGER_ATTENTION:  # softmax attention run as written: its probabilities are softmax's, their cast headCast's, the rest attBMM's
             made = self.creator.get(key)
-            return "softmax" if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS else "attBMM"
+            if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS:
+                return "softmax"
+            return "headCast" if key in self.score_casts else "attBMM"
         kernel = kernel_named(scope)
         if kernel is not None and kernel.keeps is not None:  # a kernel's stand-in runs: booked as its record says
             made = self.creator.get(key)

@@ -81,6 +81,7 @@ class KernelCall:
     gated: bool = False  # a linear attention run in torch whose decay is computed from the tokens (census/kernels/routing.py)
     kv_borrowed: bool = False  # k is a storage another probed layer made (census/measure/readers.py: keys and values an earlier layer stored)
     eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py), not the flash kernel
+    score_columns: int = 0  # such an attention's softmax: the columns it ran over, the keys and any logits beside them (census/measure/eager_scores.py)
 
     def __getitem__(self, name: str) -> tuple[int, ...]:
         """The shape of the input `name` (KeyError for one this call was not given)."""

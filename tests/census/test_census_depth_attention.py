@@ -157,8 +157,9 @@ def test_the_depth_attention_is_booked_to_other(spec, real):
 
 
 def test_the_self_attention_keeps_its_eager_probabilities(spec, real):
-    """The eager code keeps q, k and v repeated to every head, the fp32 softmax over the keys and
-    the sink (s + 1 per query), and the bf16 probabilities the value product reads."""
+    """The eager code keeps q, k and v repeated to every head (attBMM), the fp32 softmax over the
+    keys and the sink (s + 1 per query: softmax), and the bf16 probabilities the value product
+    reads, its cast (headCast)."""
     kinds = _kind_of_layer(spec)
     for index in (1, 5):
         kept = Counter(real[index])
@@ -167,8 +168,42 @@ def test_the_self_attention_keeps_its_eager_probabilities(spec, real):
         assert kept[((HEADS, S, S), torch.bfloat16, BF16 * HEADS * S * S)] == 1
         booked = spec["measured"][kinds[index]]["bytes_per_token"]
         assert booked["softmax"] * S == probabilities[2]
-        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D + BF16 * HEADS * S * S
+        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D
+        assert booked["headCast"] * S == BF16 * HEADS * S * S
         assert spec["measured"][kinds[index]]["attention_impl"] == "eager"
+
+
+def test_the_eager_attention_is_stated_and_priced_as_it_ran(spec):
+    """The kinds state that their attention ran as the model's eager code, over one sink column
+    beside the keys, and the records price its ops as eager attention at every attention kernel
+    a setting names (the model supports none but its eager code), worked by hand per token: q, k
+    and v at every head (bf16, 3·heads·d), the fp32 softmax output over s keys and the sink,
+    heads·(s + 1)·4, and its bf16 cast, heads·s·2."""
+    by_hand = {"attBMM": 3 * BF16 * HEADS * D, "softmax": FP32 * HEADS * (S + 1), "headCast": BF16 * HEADS * S}
+    for kernel in ("flash", "efficient", "math", "auto"):
+        priced = _op_prices(spec, kernel)
+        for kind in spec["measured"]:
+            assert spec["variants"][kind]["attention_as_written"] is True
+            assert spec["variants"][kind]["score_sink_columns"] == 1
+            for op, per_token in by_hand.items():
+                assert priced[kind, op] == pytest.approx(per_token), (kernel, kind, op)
+                assert spec["measured"][kind]["bytes_per_token"][op] == pytest.approx(per_token), (kind, op)
+
+
+def _op_prices(spec, kernel: str) -> dict[tuple[str, str], float]:
+    """(kind, op) -> the records' bytes per token at the census's setting with `kernel` named."""
+    import dataclasses
+
+    from speccat.catalogue.records.opsplit import op_prices
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.settings import load_settings
+
+    records, grid = load_records(), load_settings()
+    at = grid.setting({"seq_length": S, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": False, "attention_kernel": kernel})
+    priced: dict[tuple[str, str], float] = {}
+    for row in op_prices(spec, records, dataclasses.replace(grid, curve=(at,))):
+        priced[row["kind"], row["op"]] = priced.get((row["kind"], row["op"]), 0.0) + row["kept_bytes"] / S
+    return priced
 
 
 def test_the_attention_dims_and_counts_are_the_self_attention(spec):
