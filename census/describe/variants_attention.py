@@ -83,12 +83,13 @@ def score_bias_bytes(view: AttentionFacts, top_k: int | None) -> int:
 
 
 def _biased_kernel(view: AttentionFacts) -> KernelCall | None:
-    return next((k for k in view.attention_kernels() if k.bias_bytes), None)
+    """The first attention call given an additive score bias: a kernel that keeps it, or eager code that adds it."""
+    return next((k for k in view.attention_kernels() if k.bias_bytes or k.bias_given), None)
 
 
 @variant
 def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
-    """With a score bias: a gather outside the kernel, in an attention child, whose output has the
+    """With a score bias (kept by the kernel or added by eager code): a gather outside the kernel, in an attention child, whose output has the
     scores' last two dims (s, t): its source's bytes per query head and token (inkling's relative
     logits: one per head and distance, rel_extent or the window wide, which the gather keeps). 0
     without a score bias."""
@@ -106,7 +107,7 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
 
 @variant
 def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
-    """With a score bias: the storages booked to an attention child that were first saved 4-D and
+    """With a score bias (kept by the kernel or added by eager code): the storages booked to an attention child that were first saved 4-D and
     hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64, and the
     masked_fill mask of distances outside the bias's extent, bool): their element bytes summed. 0
     without a score bias."""

@@ -27,8 +27,13 @@ def _first_norm_ops(view: LayerRoles) -> list:
 
 @variant
 def norm_upcast(view: LayerRoles, top_k: int | None) -> bool:
-    """The ops inside the layer's first norm on its hidden stream: a cast of a half input to fp32."""
-    return any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in _first_norm_ops(view))
+    """The ops inside the layer's first norm on its hidden stream: a cast of a half input to fp32,
+    or a first op reading a row of the hidden width in fp32, an input given in fp32 that the
+    cast leaves as it is (inkling2's norms on the fp32 output of its attention over the stack's
+    depth): either way the norm keeps its input in fp32."""
+    ops = _first_norm_ops(view)
+    cast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in ops)
+    return cast or (bool(ops) and ops[0].in_dtype == torch.float32 and ops[0].in_last == view.probe.hidden_width)
 
 
 @variant

@@ -169,9 +169,13 @@ class Watcher:
         return part_of(self.path[-1][0], self.blocks[self.current.index]) if top in self.blocks[self.current.index] else top
 
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
-        if any(is_learned_query_attention(module) for _, module in self.path):
-            return OTHER  # an attention over the stack's depth, its norm included: no op the records price (census/kernels/attention.py)
         scope = current_kernel()
+        depth = next((i for i, (_, module) in enumerate(self.path) if is_learned_query_attention(module)), None)
+        if depth is not None:  # an attention over the stack's depth (census/kernels/attention.py): its norm's saves normOp's, its probabilities softmax's, the rest attBMM's
+            if any(is_norm(module) for _, module in self.path[depth + 1 :]):
+                return "normOp"
+            made = self.creator.get(key)
+            return "softmax" if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS else "attBMM"
         if scope == attention.EAGER_ATTENTION:  # softmax attention run as written: its probabilities are softmax's, their cast headCast's, the rest attBMM's
             made = self.creator.get(key)
             if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS:
@@ -313,18 +317,27 @@ class Watcher:
             note(self, probe, func, args, kwargs, out)
         output_gates.note_gate_op(self, probe, func, args, kwargs, out)  # any elementwise op: not one of OP_NOTES' keys
 
-    def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool) -> None:
-        """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one call."""
+    def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool, biased: bool = False) -> None:
+        """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one
+        call; `biased`: given an additive score bias."""
         if self.current is None or self.forward_done:
             return
         self.current.kernels.append(
             KernelCall(
                 "attention", self.child(), shapes(q=q.shape, k=k.shape, v=v.shape), window, causal,
-                heads_major=heads_major(q), eager=True,
+                heads_major=heads_major(q), eager=True, bias_given=biased,
             )
         )
+        self.current.value_storages.add(storage_key(v))  # its v, as a kernel's: what a norm on the values made (v_norm_weightless)
         self.kernel_count_in_child[self.child()] += 1
         self.inner_norms.kernel_ran(self.child(), AFTER_ATTENTION)
+
+    def note_depth_attention(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """An attention over the stack's depth ran as the model's eager code (census/kernels/attention.py):
+        its keys, (…, states, width), and its learned queries, (…, queries, width), per token."""
+        if self.current is None or self.forward_done:
+            return
+        self.current.depth_calls.append((int(k.shape[-2]), int(q.shape[-2])))
 
     def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gated: bool = False) -> None:
         """A linear attention's value matmul ran in torch (census/kernels/routing.py): one call per module

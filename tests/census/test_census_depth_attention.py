@@ -106,12 +106,16 @@ def _blocks_before(index: int) -> int:
     return (index + BLOCK - 1) // BLOCK
 
 
-def _depth_bytes(keys: int, queries: int) -> int:
-    """What one attention over the depth keeps per token, with `keys` states (the stored blocks
-    and the partial one) and `queries` learned queries: the fp32 stack (the norm's input), its
-    fp32 normalised copy (the keys and values), the norm's fp32 rsqrt per state and the fp32
-    probabilities."""
-    return 2 * keys * H * FP32 + keys * FP32 + queries * keys * FP32
+def _depth_calls(index: int) -> list[tuple[int, int]]:
+    """The attentions over the depth layer `index` runs, by hand: (states, learned queries) each.
+    Its attention's input (none in layer 0; 3 queries in a full layer, one each for q's, k's and
+    v's input) attends over the stored blocks and the partial one; its MLP's input over one more
+    in a block boundary, which stores its input first."""
+    stored = _blocks_before(index)
+    full = (index + 1) % BLOCK == 0
+    boundary = index % BLOCK == 0
+    calls = [(stored + 1, 3 if full else 1)] if index > 0 else []
+    return calls + [(stored + 1 + boundary, 1)]
 
 
 def test_every_layer_books_what_a_real_run_keeps_at_its_place(spec, real):
@@ -144,16 +148,33 @@ def test_the_kinds_follow_the_depth_and_the_layer_types(spec):
     assert [spec["flavours"][kind]["attention"] for kind, _ in groups] == ["full"] * 6
 
 
-def test_the_depth_attention_is_booked_to_other(spec, real):
+def test_the_depth_attention_is_stated_booked_and_priced(spec):
+    """Each attention over the depth with n states and m queries keeps, per token, the fp32 stack
+    (its norm's input: n·hidden·4) and the norm's fp32 rsqrt (n·4), booked normOp; the normalised
+    stack, its keys and values (n·hidden·4), attBMM; the fp32 probabilities (m·n·4), softmax.
+    Beside the self-attention's (q, k, v at every head; the softmax over s keys and the sink) and
+    the stream norms' (an fp32 input and normalised input and an rsqrt each: 2 in a sliding
+    layer, 4 in a full one, whose q, k and v inputs have a norm each), and the weightless norm on
+    v (fp32 values and an rsqrt per kv head): the census books them so and the records price them
+    so, by hand, at every layer's depth; nothing is left to `other`."""
     kinds = _kind_of_layer(spec)
+    priced = _op_prices(spec, "flash")
     for index in range(LAYERS):
-        stored = _blocks_before(index)
-        full = (index + 1) % BLOCK == 0
-        boundary = index % BLOCK == 0
-        depth = _depth_bytes(stored + 1, 3 if full else 1) if index > 0 else 0  # the attention's input (q, k and v's for a full layer)
-        depth += _depth_bytes(stored + 1 + boundary, 1)  # the MLP's input
-        booked = spec["measured"][kinds[index]]["bytes_per_token"]
-        assert booked["other"] * S == depth * S, index
+        kind = kinds[index]
+        calls = _depth_calls(index)
+        states, scores = sum(n for n, _ in calls), sum(n * m for n, m in calls)
+        assert (spec["variants"][kind]["depth_states"], spec["variants"][kind]["depth_scores"]) == (states, scores), index
+        stream_norms = 4 if (index + 1) % BLOCK == 0 else 2
+        by_hand = {
+            "normOp": FP32 * (H + 1) * states + stream_norms * FP32 * (2 * H + 1) + FP32 * KV * (D + 1),
+            "attBMM": FP32 * H * states + 3 * BF16 * HEADS * D,
+            "softmax": FP32 * scores + FP32 * HEADS * (S + 1),
+        }
+        booked = spec["measured"][kind]["bytes_per_token"]
+        assert booked.get("other", 0) == 0, index
+        for op, per_token in by_hand.items():
+            assert booked[op] == pytest.approx(per_token), (index, op)
+            assert priced[kind, op] == pytest.approx(per_token), (index, op)
 
 
 def test_the_self_attention_keeps_its_eager_probabilities(spec, real):
@@ -166,9 +187,10 @@ def test_the_self_attention_keeps_its_eager_probabilities(spec, real):
         probabilities = ((1, HEADS, S, S + 1), torch.float32, FP32 * HEADS * S * (S + 1))
         assert kept[probabilities] == 1
         assert kept[((HEADS, S, S), torch.bfloat16, BF16 * HEADS * S * S)] == 1
+        calls = _depth_calls(index)  # the attentions over the depth, booked beside it
         booked = spec["measured"][kinds[index]]["bytes_per_token"]
-        assert booked["softmax"] * S == probabilities[2]
-        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D
+        assert booked["softmax"] * S == probabilities[2] + FP32 * S * sum(n * m for n, m in calls)
+        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D + FP32 * H * S * sum(n for n, _ in calls)
         assert booked["headCast"] * S == BF16 * HEADS * S * S
         assert spec["measured"][kinds[index]]["attention_impl"] == "eager"
 
@@ -179,15 +201,18 @@ def test_the_eager_attention_is_stated_and_priced_as_it_ran(spec):
     a setting names (the model supports none but its eager code), worked by hand per token: q, k
     and v at every head (bf16, 3·heads·d), the fp32 softmax output over s keys and the sink,
     heads·(s + 1)·4, and its bf16 cast, heads·s·2."""
-    by_hand = {"attBMM": 3 * BF16 * HEADS * D, "softmax": FP32 * HEADS * (S + 1), "headCast": BF16 * HEADS * S}
+    kinds = _kind_of_layer(spec)
     for kernel in ("flash", "efficient", "math", "auto"):
         priced = _op_prices(spec, kernel)
-        for kind in spec["measured"]:
+        for index in range(LAYERS):
+            kind, calls = kinds[index], _depth_calls(index)
             assert spec["variants"][kind]["attention_as_written"] is True
             assert spec["variants"][kind]["score_sink_columns"] == 1
+            depth = {"attBMM": FP32 * H * sum(n for n, _ in calls), "softmax": FP32 * sum(n * m for n, m in calls), "headCast": 0}
+            by_hand = {"attBMM": 3 * BF16 * HEADS * D, "softmax": FP32 * HEADS * (S + 1), "headCast": BF16 * HEADS * S}
             for op, per_token in by_hand.items():
-                assert priced[kind, op] == pytest.approx(per_token), (kernel, kind, op)
-                assert spec["measured"][kind]["bytes_per_token"][op] == pytest.approx(per_token), (kind, op)
+                assert priced[kind, op] - depth[op] == pytest.approx(per_token), (kernel, index, op)
+                assert spec["measured"][kind]["bytes_per_token"][op] - depth[op] == pytest.approx(per_token), (index, op)
 
 
 def _op_prices(spec, kernel: str) -> dict[tuple[str, str], float]:
