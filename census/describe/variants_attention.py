@@ -424,3 +424,10 @@ def score_sink_columns(view: AttentionFacts, top_k: int | None) -> int:
     keys (k's length): logits concatenated beside the scores (inkling2's per-query sinks, 1), the
     most of the layer's calls; 0 for the others."""
     return max((k.score_columns - k["k"][2] for k in view.attention_kernels() if k.eager and k.score_columns), default=0)
+
+
+@variant
+def attn_gate_factor_fp32(view: AttentionFacts, top_k: int | None) -> bool:
+    """With such a gate: the product's other factor, the attention's output, was in fp32, a cast of
+    the kernel's output (inkling2's attn_output.float() * gate), which the product keeps."""
+    return view.output_gate().factor_fp32

@@ -46,7 +46,7 @@ class LayerProbe:
     # elementwise ops alone (census/measure/output_gates.py), and what elementwise ops made of the
     # product -> (that projection, the factor's elements, the chain's storages up to the factor,
     # whether the other factor was the kernel's output in its own heads-major layout)
-    gated_products: dict[int, tuple[str, int, frozenset[int], bool]] = field(default_factory=dict)
+    gated_products: dict[int, tuple[str, int, frozenset[int], bool, bool]] = field(default_factory=dict)
     # (projection, op, dtype) -> elements backward keeps of those chains' storages, booked to op
     # (an output gate's activation's saves)
     gate_kept: Counter = field(default_factory=Counter)

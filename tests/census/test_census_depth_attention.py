@@ -215,6 +215,49 @@ def test_the_eager_attention_is_stated_and_priced_as_it_ran(spec):
                 assert spec["measured"][kind]["bytes_per_token"][op] - depth[op] == pytest.approx(per_token), (index, op)
 
 
+def test_the_attention_prices_all_but_what_its_clips_and_dynamic_convs_keep(spec):
+    """The records price every storage the attention child keeps (attMM) but what no fact states
+    yet, worked by hand per token: q's L2 clip (its fp32 upcast and its product with the scale,
+    four fp32 statistics per head, the fp32 scale per layer), k's (its fp32 upcast, four per kv
+    head), the relative states' clip likewise over d_rel, the relative states the product with
+    the distance profiles keeps (bf16) and the bias's (s, t) bool mask; in a full layer also the
+    k and v projections' own inputs (bf16), the dynamic short convs' fp32 weights and windows
+    (kv·d·conv_kernel each, for k and for v: torch code, no causal conv kernel) and the two
+    log scales (fp32, one a token). What is priced includes the output gate's product taken on
+    the attention's output cast to fp32 (attn_gate_factor_fp32), which keeps that copy."""
+    d_rel, conv_kernel = TINY_INKLING2["d_rel"], 4
+    kinds = _kind_of_layer(spec)
+    priced = _op_prices(spec, "flash")
+    for index in range(LAYERS):
+        kind = kinds[index]
+        full = (index + 1) % BLOCK == 0
+        assert spec["variants"][kind]["attn_gate_factor_fp32"] is True
+        clips = (2 * HEADS * D + 4 * HEADS + HEADS * D / S) * FP32 + (KV * D + 4 * KV) * FP32
+        clips += (2 * HEADS * d_rel + 4 * HEADS + HEADS * d_rel / S) * FP32 + BF16 * HEADS * d_rel + S
+        if full:
+            clips += 2 * BF16 * H + 2 * 2 * FP32 * KV * D * conv_kernel + 2 * FP32
+        measured = spec["measured"][kind]["bytes_per_token"]["attMM"]
+        assert priced[kind, "attMM"] == pytest.approx(measured - clips), index
+
+
+def test_the_experts_keep_their_bf16_product_beside_the_fp32_activation(spec):
+    """The MoE block, worked by hand per token: the router's fp32 input, its sigmoid scores over
+    the experts, the chosen indices (int64), the sum and the gathered weights (fp32); per chosen
+    slot, the gathered input, the product cast back to bf16 that down keeps (the activation is
+    the experts' own code, act_inline, run in fp32: six fp32 tensors of the expert width), the
+    fp32 routing weight, down's output and three int64 indices. Priced so; measured so beside
+    the int32 count of tokens per expert, one per layer (unpriced)."""
+    experts, chosen, width = TINY_INKLING2["n_routed_experts"], TINY_INKLING2["num_experts_per_tok"], TINY_INKLING2["moe_intermediate_size"]
+    router = FP32 * H + FP32 * experts + 8 * chosen + FP32 * (1 + chosen)
+    per_slot = BF16 * H + BF16 * width + FP32 + BF16 * H + 3 * 8 + 6 * FP32 * width
+    priced = _op_prices(spec, "flash")
+    for kind in spec["measured"]:
+        booked = spec["measured"][kind]["bytes_per_token"]
+        assert spec["variants"][kind]["act_inline"] is True and spec["variants"][kind]["experts_act_fp32"] == 6
+        assert priced[kind, "ffMM"] + priced[kind, "ffAct"] == pytest.approx(router + chosen * per_slot), kind
+        assert booked["ffMM"] + booked["ffAct"] == pytest.approx(router + chosen * per_slot + 4 * experts / S), kind
+
+
 def _op_prices(spec, kernel: str) -> dict[tuple[str, str], float]:
     """(kind, op) -> the records' bytes per token at the census's setting with `kernel` named."""
     import dataclasses
