@@ -23,6 +23,7 @@ class OutputGate(NamedTuple):
     kept: int  # elements backward keeps of the gate's ops in the compute dtype (a sigmoid's output)
     kept_fp32: int  # and in fp32 (a softplus computed in fp32 keeps its fp32 input)
     before_copy: bool  # the product is taken on the kernel's heads-major output, before the copy o_proj reads
+    factor_fp32: bool  # the product is taken on an fp32 cast of the attention's output, which it keeps
 
 
 class AttentionFacts(LayerRoles):
@@ -69,26 +70,29 @@ class AttentionFacts(LayerRoles):
         per query head and token; what it keeps is what backward keeps of those ops' outputs,
         booked to that child, per query head and token by dtype; and whether the product is taken
         on the kernel's output as the kernel laid it out (dots3's, heads-major), so that the copy
-        o_proj reads is made after it. No gate: all 0."""
+        o_proj reads is made after it, and whether it is taken on an fp32 cast of the attention's
+        output (inkling2's). No gate: all 0."""
         kernels = self.attention_kernels()
         children = {k.child for k in kernels if k.child}
         reads = self.projection_reads(children)
         gates = {
-            projection: (elements, before_copy)
-            for product, (projection, elements, _, before_copy) in self.probe.gated_products.items()
+            projection: (elements, before_copy, factor_fp32)
+            for product, (projection, elements, _, before_copy, factor_fp32) in self.probe.gated_products.items()
             if product in reads and self.part(projection) in children
         }
         if not gates:
-            return OutputGate(0, 0, 0, False)
+            return OutputGate(0, 0, 0, False, False)
         per_head = self.probe.tokens * kernels[0]["q"][1]  # the tokens times the query heads
         ops = {f"child:{c}" for c in children}
         kept = Counter()
         for (projection, op, dtype), elements in self.probe.gate_kept.items():
             if projection in gates and op in ops:
                 kept["half" if dtype in HALF else str(dtype)] += elements
-        width = max(elements for elements, _ in gates.values()) // per_head
+        width = max(elements for elements, *_ in gates.values()) // per_head
         per_call = per_head * self.cycles()  # what one call keeps, of calls with grad run alike (LayerView.cycles: recurrent_cycles)
-        return OutputGate(width, kept["half"] // per_call, kept[str(torch.float32)] // per_call, any(before for _, before in gates.values()))
+        return OutputGate(
+            width, kept["half"] // per_call, kept[str(torch.float32)] // per_call, any(before for _, before, _ in gates.values()), any(fp32 for *_, fp32 in gates.values())
+        )
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""

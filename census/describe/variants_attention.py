@@ -90,12 +90,13 @@ def score_bias_bytes(view: AttentionFacts, top_k: int | None) -> int:
 
 
 def _biased_kernel(view: AttentionFacts) -> KernelCall | None:
-    return next((k for k in view.attention_kernels() if k.bias_bytes), None)
+    """The first attention call given an additive score bias: a kernel that keeps it, or eager code that adds it."""
+    return next((k for k in view.attention_kernels() if k.bias_bytes or k.bias_given), None)
 
 
 @variant
 def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
-    """With a score bias: a gather outside the kernel, in an attention child, whose output has the
+    """With a score bias (kept by the kernel or added by eager code): a gather outside the kernel, in an attention child, whose output has the
     scores' last two dims (s, t): its source's bytes per query head and token (inkling's relative
     logits: one per head and distance, rel_extent or the window wide, which the gather keeps). 0
     without a score bias."""
@@ -113,7 +114,7 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
 
 @variant
 def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
-    """With a score bias: the storages booked to an attention child that were first saved 4-D and
+    """With a score bias (kept by the kernel or added by eager code): the storages booked to an attention child that were first saved 4-D and
     hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64, and the
     masked_fill mask of distances outside the bias's extent, bool): their element bytes summed. 0
     without a score bias."""
@@ -446,3 +447,25 @@ def latent_up_made(view: AttentionFacts, top_k: int | None) -> int:
         if maker in children and saver in projections and last in latents and dtype in HALF
     )
     return made // view.cycles() if latents else 0
+
+
+@variant
+def attention_as_written(view: AttentionFacts, top_k: int | None) -> bool:
+    """The attention calls: a softmax self-attention run as the model's own eager code
+    (census/kernels/attention.py `_as_written`: per-query sinks, which no kernel takes), not the flash kernel."""
+    return any(k.eager for k in view.attention_kernels())
+
+
+@variant
+def score_sink_columns(view: AttentionFacts, top_k: int | None) -> int:
+    """Of such a call, the columns its softmax ran over (census/measure/eager_scores.py) beyond its
+    keys (k's length): logits concatenated beside the scores (inkling2's per-query sinks, 1), the
+    most of the layer's calls; 0 for the others."""
+    return max((k.score_columns - k["k"][2] for k in view.attention_kernels() if k.eager and k.score_columns), default=0)
+
+
+@variant
+def attn_gate_factor_fp32(view: AttentionFacts, top_k: int | None) -> bool:
+    """With such a gate: the product's other factor, the attention's output, was in fp32, a cast of
+    the kernel's output (inkling2's attn_output.float() * gate), which the product keeps."""
+    return view.output_gate().factor_fp32

@@ -28,12 +28,14 @@ def _first_norm_ops(view: LayerRoles) -> list:
 @variant
 def norm_upcast(view: LayerRoles, top_k: int | None) -> bool:
     """The ops inside the layer's first norm on its hidden stream: a cast of a half input to fp32,
-    or, with no cast, a first op reading fp32 (the layer built in a half dtype hands its norms an
-    fp32 stream: ergo's embedding and residual gates are kept in fp32, so `hidden_states.float()`
-    is no op). Either way the norm keeps its input in fp32."""
+    or, with no cast, a first op reading a row of the hidden width in fp32: the layer built in a
+    half dtype hands its norms an fp32 stream (ergo's embedding and residual gates are kept in
+    fp32, so `hidden_states.float()` is no op), or an input given in fp32 (inkling2's norms on
+    the fp32 output of its attention over the stack's depth). Either way the norm keeps its
+    input in fp32."""
     ops = _first_norm_ops(view)
     cast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in ops)
-    return cast or bool(ops) and ops[0].in_dtype == torch.float32
+    return cast or (bool(ops) and ops[0].in_dtype == torch.float32 and ops[0].in_last == view.probe.hidden_width)
 
 
 @variant

@@ -38,8 +38,10 @@ EAGER_ATTENTION = "eager_attention"
 DEPTH_ATTENTION = "depth_attention"
 # While attention runs as the model's eager code (see `_as_written`): census/kernels/routing.py leaves it be
 _AS_WRITTEN: ContextVar[bool] = ContextVar("speccat_as_written", default=False)
-# Told (q, k, v, window, causal) of each self-attention run as written, while a probe watches
+# Told (q, k, v, window, causal, biased) of each self-attention run as written, while a probe watches
 _ON_EAGER: ContextVar[Callable | None] = ContextVar("speccat_on_eager", default=None)
+# Told (q, k) of each attention over the stack's depth run as written, while a probe watches
+_ON_DEPTH: ContextVar[Callable | None] = ContextVar("speccat_on_depth", default=None)
 # Tensor inputs a model may pass through the attention interface that change nothing the kernel
 # computes: the positions (already applied to q and k by the rotary embedding).
 POSITIONAL_INPUTS = frozenset({"position_ids"})
@@ -52,12 +54,15 @@ def as_written_now() -> bool:
 
 
 @contextlib.contextmanager
-def eager_seen(callback: Callable) -> Iterator[None]:
-    """`callback(q, k, v, window, causal)` is told of each self-attention run as written."""
-    token = _ON_EAGER.set(callback)
+def eager_seen(callback: Callable, on_depth: Callable | None = None) -> Iterator[None]:
+    """`callback(q, k, v, window, causal, biased)` is told of each self-attention run as written
+    (`biased`: given an additive score bias, `_score_bias`), and
+    `on_depth(q, k)` of each attention over the stack's depth."""
+    token, depth_token = _ON_EAGER.set(callback), _ON_DEPTH.set(on_depth)
     try:
         yield
     finally:
+        _ON_DEPTH.reset(depth_token)
         _ON_EAGER.reset(token)
 
 
@@ -145,7 +150,7 @@ def _as_written(module: torch.nn.Module, query, key, value, attention_mask, kwar
     """The attention as the model's own eager code computes it (`eager_attention_forward` of the
     module's modeling file, the function transformers' attention interface falls back to), with
     autograd, routed nowhere: what it keeps is what training through transformers keeps, as the
-    model supports no fused kernel for it. A self-attention is told to the probe (`eager_seen`)."""
+    model supports no fused kernel for it. Each call is told to the probe (`eager_seen`)."""
     eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if eager is None:
         _refuse_unknown_inputs(module, kwargs)
@@ -153,7 +158,9 @@ def _as_written(module: torch.nn.Module, query, key, value, attention_mask, kwar
     learned = _learned_queries(module)
     if not learned and (callback := _ON_EAGER.get()) is not None:
         causal = getattr(module, "is_causal", True)
-        callback(query, key, value, int(kwargs.get("sliding_window") or 0), bool(causal))
+        callback(query, key, value, int(kwargs.get("sliding_window") or 0), bool(causal), _score_bias(query, key, kwargs) is not None)
+    if learned and (on_depth := _ON_DEPTH.get()) is not None:
+        on_depth(query, key)
     token = _AS_WRITTEN.set(True)
     try:
         with kernel_scope(DEPTH_ATTENTION if learned else EAGER_ATTENTION):

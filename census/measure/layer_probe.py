@@ -46,7 +46,7 @@ class LayerProbe:
     # elementwise ops alone (census/measure/output_gates.py), and what elementwise ops made of the
     # product -> (that projection, the factor's elements, the chain's storages up to the factor,
     # whether the other factor was the kernel's output in its own heads-major layout)
-    gated_products: dict[int, tuple[str, int, frozenset[int], bool]] = field(default_factory=dict)
+    gated_products: dict[int, tuple[str, int, frozenset[int], bool, bool]] = field(default_factory=dict)
     # (projection, op, dtype) -> elements backward keeps of those chains' storages, booked to op
     # (an output gate's activation's saves)
     gate_kept: Counter = field(default_factory=Counter)
@@ -107,6 +107,7 @@ class LayerProbe:
     # other inputs: gemma-4's per-layer input times its gate's activation (census/describe/layer_gate.py)
     input_products: set[int] = field(default_factory=set)
     value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    depth_calls: list[tuple[int, int]] = field(default_factory=list)  # each attention over the stack's depth: (the states it attends over, its learned queries) (census/kernels/attention.py)
     # the layer was called with a stack of hidden states beside its own, (…, n, width): states
     # stored down the stack's depth, n growing with the layer's place (census/measure/readers.py)
     reads_depth: bool = False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from speccat.census.measure import cuda_widths, dropouts, inline_activations, input_products, kernel_fallback, param_casts, repeated_attention, score_gathers, sigmoid_gates, stream_scales, token_shift
+from speccat.census.measure import cuda_widths, dropouts, eager_scores, inline_activations, input_products, kernel_fallback, param_casts, repeated_attention, score_gathers, sigmoid_gates, stream_scales, token_shift
 
 OP_NOTES: dict[object, tuple[Callable[..., None], ...]] = {
     kernel_fallback.CONVOLUTION: (kernel_fallback.note_convolution,),
@@ -23,6 +23,7 @@ OP_NOTES: dict[object, tuple[Callable[..., None], ...]] = {
     token_shift.TOKEN_SHIFT_OP: (token_shift.note_token_shift,),
     token_shift.TOKEN_MIX_OP: (token_shift.note_token_mix, input_products.note_input_product, sigmoid_gates.note_gated_product, stream_scales.note_stream_scale),
     sigmoid_gates.SIGMOID_OP: (sigmoid_gates.note_sigmoid,),
-    param_casts.CAST_OP: (param_casts.note_param_cast,),
+    param_casts.CAST_OP: (param_casts.note_param_cast, eager_scores.note_cast),
     repeated_attention.CAT_OP: (repeated_attention.note_join,),
+    **{op: (eager_scores.note_softmax,) for op in eager_scores.SOFTMAX_OPS},
 }

@@ -88,9 +88,10 @@ def _lineage(watcher, key: int) -> frozenset[int]:
 
 def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
     """A product of two tensors: noted with the chain's projection, the factor's elements, the
-    chain's storages up to the factor and whether the other factor is laid out as the kernel left
+    chain's storages up to the factor, whether the other factor is laid out as the kernel left
     it (not contiguous: a view of its heads-major output, so the product is too and the copy
-    o_proj reads is made after it) when it is a gated product; false for a scalar product."""
+    o_proj reads is made after it) and whether it is in fp32 (a cast of the attention's output:
+    inkling2's attn_output.float() * gate) when it is a gated product; false for a scalar product."""
     factors = [a for a in args if isinstance(a, torch.Tensor)]
     gated = [a for a in factors if storage_key(a) in watcher.gate_chains]
     if len(factors) == 2 and len(gated) == 1 and any(_layer_constant(watcher, a, out) for a in factors if a is not gated[0]):
@@ -101,7 +102,7 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
     if child is not None and watcher.kernel_count_in_child[child] > 0:
         key = storage_key(gated[0])
         other = next(a for a in factors if a is not gated[0])
-        probe.gated_products[storage_key(out)] = (watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key), not other.is_contiguous())
+        probe.gated_products[storage_key(out)] = (watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key), not other.is_contiguous(), other.dtype == torch.float32)
         watcher.kept.append(out.untyped_storage())
     return len(factors) == 2
 
@@ -109,7 +110,7 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
 def book_gate_kept(watcher, probe, key: int, op: str, nbytes: int) -> None:
     """A storage backward keeps, booked to `op`: counted among a gate's kept elements, by dtype,
     when it lies on the gate's chain up to its product (LayerProbe.gate_kept)."""
-    projection = next((p for p, _, lineage, _ in probe.gated_products.values() if key in lineage), None)
+    projection = next((p for p, _, lineage, *_ in probe.gated_products.values() if key in lineage), None)
     if projection is not None:
         dtype = watcher.tails[key][1]
         probe.gate_kept[(projection, op, dtype)] += nbytes // dtype.itemsize

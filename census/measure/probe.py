@@ -222,7 +222,7 @@ def _run_layers(
                     raise SpecError("unsupported_layer", f"{type(decoder).__name__}: its forward takes no encoder states ({', '.join(ENCODER_INPUTS)})")
                 extra[name] = torch.empty(1, encoder_tokens, width, dtype=built.embedding.weight.dtype, requires_grad=True)
             counted = LayerFlops(decoder) if flops else None
-            with counted.counting() if counted else contextlib.nullcontext(), DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()), attention.eager_seen(watcher.note_eager_attention):
+            with counted.counting() if counted else contextlib.nullcontext(), DispatchWatch(watcher), torch.autograd.graph.saved_tensors_hooks(watcher.pack, unpack), route_attention(seq_length, watcher.note_linear_attention), assumed_routing(kept.values()), attention.eager_seen(watcher.note_eager_attention, watcher.note_depth_attention):
                 output = decoder(use_cache=False, **extra)
             watcher.forward_done = True
             refuse_fallbacks(watcher.fallbacks)

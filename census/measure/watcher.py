@@ -35,7 +35,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
 from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
-from speccat.census.measure import kept_modules, output_gates, readers, repeated_attention, stream_code
+from speccat.census.measure import eager_scores, kept_modules, output_gates, readers, repeated_attention, stream_code
 from speccat.census.measure.expert_links import ExpertLinks
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION, AFTER_ATTENTION, InnerNorms, norm_width
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
@@ -154,6 +154,8 @@ class Watcher:
         self.up_input_children: dict[int, str | None] = {}  # a storage booked UP_INPUT -> the child whose projection saved it
         self.param_casts: dict[int, tuple[str | None, tuple[int, ...], torch.dtype]] = {}  # a parameter's cast -> (child, the parameter's shape, the cast's dtype) (census/measure/param_casts.py)
         self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel parameter, each kept by its product first (census/measure/stream_scales.py)
+        self.eager_scores: set[int] = set()  # softmax outputs of attention run as the model's eager code (census/measure/eager_scores.py)
+        self.score_casts: set[int] = set()  # their casts to the compute dtype: the probabilities, booked to headCast
         self.joined_outputs: dict[int, tuple[int, Any]] = {}  # a kernel's output, or a torch.cat of them -> (the kernel outputs it holds, a weak reference to its storage) (census/measure/repeated_attention.py)
 
     # -- where are we -----------------------------------------------------------------------
@@ -167,12 +169,18 @@ class Watcher:
         return part_of(self.path[-1][0], self.blocks[self.current.index]) if top in self.blocks[self.current.index] else top
 
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
-        if any(is_learned_query_attention(module) for _, module in self.path):
-            return OTHER  # an attention over the stack's depth, its norm included: no op the records price (census/kernels/attention.py)
         scope = current_kernel()
-        if scope == attention.EAGER_ATTENTION:  # softmax attention run as written: its probabilities are softmax's, the rest attBMM's
+        depth = next((i for i, (_, module) in enumerate(self.path) if is_learned_query_attention(module)), None)
+        if depth is not None:  # an attention over the stack's depth (census/kernels/attention.py): its norm's saves normOp's, its probabilities softmax's, the rest attBMM's
+            if any(is_norm(module) for _, module in self.path[depth + 1 :]):
+                return "normOp"
             made = self.creator.get(key)
             return "softmax" if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS else "attBMM"
+        if scope == attention.EAGER_ATTENTION:  # softmax attention run as written: its probabilities are softmax's, their cast headCast's, the rest attBMM's
+            made = self.creator.get(key)
+            if made is not None and getattr(made.probe.calls[made.call], "overloadpacket", None) in SOFTMAX_PACKETS:
+                return "softmax"
+            return "headCast" if key in self.score_casts else "attBMM"
         kernel = kernel_named(scope)
         if kernel is not None and kernel.keeps is not None:  # a kernel's stand-in runs: booked as its record says
             made = self.creator.get(key)
@@ -309,18 +317,27 @@ class Watcher:
             note(self, probe, func, args, kwargs, out)
         output_gates.note_gate_op(self, probe, func, args, kwargs, out)  # any elementwise op: not one of OP_NOTES' keys
 
-    def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool) -> None:
-        """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one call."""
+    def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool, biased: bool = False) -> None:
+        """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one
+        call; `biased`: given an additive score bias."""
         if self.current is None or self.forward_done:
             return
         self.current.kernels.append(
             KernelCall(
                 "attention", self.child(), shapes(q=q.shape, k=k.shape, v=v.shape), window, causal,
-                heads_major=heads_major(q), eager=True,
+                heads_major=heads_major(q), eager=True, bias_given=biased,
             )
         )
+        self.current.value_storages.add(storage_key(v))  # its v, as a kernel's: what a norm on the values made (v_norm_weightless)
         self.kernel_count_in_child[self.child()] += 1
         self.inner_norms.kernel_ran(self.child(), AFTER_ATTENTION)
+
+    def note_depth_attention(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """An attention over the stack's depth ran as the model's eager code (census/kernels/attention.py):
+        its keys, (…, states, width), and its learned queries, (…, queries, width), per token."""
+        if self.current is None or self.forward_done:
+            return
+        self.current.depth_calls.append((int(k.shape[-2]), int(q.shape[-2])))
 
     def note_linear_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gated: bool = False) -> None:
         """A linear attention's value matmul ran in torch (census/kernels/routing.py): one call per module

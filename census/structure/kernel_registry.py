@@ -73,6 +73,7 @@ class KernelCall:
     index_topk: int = 0  # keys each query attends to under sparse indices (DeepSeek DSA)
     dropout: float = 0.0  # the attention-probability dropout the kernel was called with
     bias_bytes: int = 0  # an additive score bias the kernel was given (and keeps): its element bytes
+    bias_given: bool = False  # an additive score bias the eager code was given, which adds it and keeps none of it (census/kernels/attention.py)
     in_bytes: int = 0  # a causal conv1d's input (which it keeps): its element bytes
     in_is_view: bool = False  # a causal conv1d's input is a view into a larger storage (jamba's: in_proj's whole output), which it keeps whole
     gate_channel_bytes: int = 0  # a delta rule gated per key channel (Kimi delta attention): its gate's element bytes
@@ -83,6 +84,7 @@ class KernelCall:
     index_borrowed: bool = False  # the sparse indices are a storage another probed layer made (hy_v4's shared-indexer layers reuse an earlier layer's top-k)
     eager: bool = False  # a softmax attention run as the model's eager code (census/kernels/attention.py), not the flash kernel
     qkv_row: int = 0  # a linear attention run in torch: elements per token of the distinct storages q, k and v are views of (each its own, or one fused projection's output whole)
+    score_columns: int = 0  # such an attention's softmax: the columns it ran over, the keys and any logits beside them (census/measure/eager_scores.py)
 
     def __getitem__(self, name: str) -> tuple[int, ...]:
         """The shape of the input `name` (KeyError for one this call was not given)."""

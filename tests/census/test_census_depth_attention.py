@@ -106,12 +106,16 @@ def _blocks_before(index: int) -> int:
     return (index + BLOCK - 1) // BLOCK
 
 
-def _depth_bytes(keys: int, queries: int) -> int:
-    """What one attention over the depth keeps per token, with `keys` states (the stored blocks
-    and the partial one) and `queries` learned queries: the fp32 stack (the norm's input), its
-    fp32 normalised copy (the keys and values), the norm's fp32 rsqrt per state and the fp32
-    probabilities."""
-    return 2 * keys * H * FP32 + keys * FP32 + queries * keys * FP32
+def _depth_calls(index: int) -> list[tuple[int, int]]:
+    """The attentions over the depth layer `index` runs, by hand: (states, learned queries) each.
+    Its attention's input (none in layer 0; 3 queries in a full layer, one each for q's, k's and
+    v's input) attends over the stored blocks and the partial one; its MLP's input over one more
+    in a block boundary, which stores its input first."""
+    stored = _blocks_before(index)
+    full = (index + 1) % BLOCK == 0
+    boundary = index % BLOCK == 0
+    calls = [(stored + 1, 3 if full else 1)] if index > 0 else []
+    return calls + [(stored + 1 + boundary, 1)]
 
 
 def test_every_layer_books_what_a_real_run_keeps_at_its_place(spec, real):
@@ -144,31 +148,130 @@ def test_the_kinds_follow_the_depth_and_the_layer_types(spec):
     assert [spec["flavours"][kind]["attention"] for kind, _ in groups] == ["full"] * 6
 
 
-def test_the_depth_attention_is_booked_to_other(spec, real):
+def test_the_depth_attention_is_stated_booked_and_priced(spec):
+    """Each attention over the depth with n states and m queries keeps, per token, the fp32 stack
+    (its norm's input: n·hidden·4) and the norm's fp32 rsqrt (n·4), booked normOp; the normalised
+    stack, its keys and values (n·hidden·4), attBMM; the fp32 probabilities (m·n·4), softmax.
+    Beside the self-attention's (q, k, v at every head; the softmax over s keys and the sink) and
+    the stream norms' (an fp32 input and normalised input and an rsqrt each: 2 in a sliding
+    layer, 4 in a full one, whose q, k and v inputs have a norm each), and the weightless norm on
+    v (fp32 values and an rsqrt per kv head): the census books them so and the records price them
+    so, by hand, at every layer's depth; nothing is left to `other`."""
     kinds = _kind_of_layer(spec)
+    priced = _op_prices(spec, "flash")
     for index in range(LAYERS):
-        stored = _blocks_before(index)
-        full = (index + 1) % BLOCK == 0
-        boundary = index % BLOCK == 0
-        depth = _depth_bytes(stored + 1, 3 if full else 1) if index > 0 else 0  # the attention's input (q, k and v's for a full layer)
-        depth += _depth_bytes(stored + 1 + boundary, 1)  # the MLP's input
-        booked = spec["measured"][kinds[index]]["bytes_per_token"]
-        assert booked["other"] * S == depth * S, index
+        kind = kinds[index]
+        calls = _depth_calls(index)
+        states, scores = sum(n for n, _ in calls), sum(n * m for n, m in calls)
+        assert (spec["variants"][kind]["depth_states"], spec["variants"][kind]["depth_scores"]) == (states, scores), index
+        stream_norms = 4 if (index + 1) % BLOCK == 0 else 2
+        by_hand = {
+            "normOp": FP32 * (H + 1) * states + stream_norms * FP32 * (2 * H + 1) + FP32 * KV * (D + 1),
+            "attBMM": FP32 * H * states + 3 * BF16 * HEADS * D,
+            "softmax": FP32 * scores + FP32 * HEADS * (S + 1),
+        }
+        booked = spec["measured"][kind]["bytes_per_token"]
+        assert booked.get("other", 0) == 0, index
+        for op, per_token in by_hand.items():
+            assert booked[op] == pytest.approx(per_token), (index, op)
+            assert priced[kind, op] == pytest.approx(per_token), (index, op)
 
 
 def test_the_self_attention_keeps_its_eager_probabilities(spec, real):
-    """The eager code keeps q, k and v repeated to every head, the fp32 softmax over the keys and
-    the sink (s + 1 per query), and the bf16 probabilities the value product reads."""
+    """The eager code keeps q, k and v repeated to every head (attBMM), the fp32 softmax over the
+    keys and the sink (s + 1 per query: softmax), and the bf16 probabilities the value product
+    reads, its cast (headCast)."""
     kinds = _kind_of_layer(spec)
     for index in (1, 5):
         kept = Counter(real[index])
         probabilities = ((1, HEADS, S, S + 1), torch.float32, FP32 * HEADS * S * (S + 1))
         assert kept[probabilities] == 1
         assert kept[((HEADS, S, S), torch.bfloat16, BF16 * HEADS * S * S)] == 1
+        calls = _depth_calls(index)  # the attentions over the depth, booked beside it
         booked = spec["measured"][kinds[index]]["bytes_per_token"]
-        assert booked["softmax"] * S == probabilities[2]
-        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D + BF16 * HEADS * S * S
+        assert booked["softmax"] * S == probabilities[2] + FP32 * S * sum(n * m for n, m in calls)
+        assert booked["attBMM"] * S == 3 * BF16 * HEADS * S * D + FP32 * H * S * sum(n for n, _ in calls)
+        assert booked["headCast"] * S == BF16 * HEADS * S * S
         assert spec["measured"][kinds[index]]["attention_impl"] == "eager"
+
+
+def test_the_eager_attention_is_stated_and_priced_as_it_ran(spec):
+    """The kinds state that their attention ran as the model's eager code, over one sink column
+    beside the keys, and the records price its ops as eager attention at every attention kernel
+    a setting names (the model supports none but its eager code), worked by hand per token: q, k
+    and v at every head (bf16, 3·heads·d), the fp32 softmax output over s keys and the sink,
+    heads·(s + 1)·4, and its bf16 cast, heads·s·2."""
+    kinds = _kind_of_layer(spec)
+    for kernel in ("flash", "efficient", "math", "auto"):
+        priced = _op_prices(spec, kernel)
+        for index in range(LAYERS):
+            kind, calls = kinds[index], _depth_calls(index)
+            assert spec["variants"][kind]["attention_as_written"] is True
+            assert spec["variants"][kind]["score_sink_columns"] == 1
+            depth = {"attBMM": FP32 * H * sum(n for n, _ in calls), "softmax": FP32 * sum(n * m for n, m in calls), "headCast": 0}
+            by_hand = {"attBMM": 3 * BF16 * HEADS * D, "softmax": FP32 * HEADS * (S + 1), "headCast": BF16 * HEADS * S}
+            for op, per_token in by_hand.items():
+                assert priced[kind, op] - depth[op] == pytest.approx(per_token), (kernel, index, op)
+                assert spec["measured"][kind]["bytes_per_token"][op] - depth[op] == pytest.approx(per_token), (index, op)
+
+
+def test_the_attention_prices_all_but_what_its_clips_and_dynamic_convs_keep(spec):
+    """The records price every storage the attention child keeps (attMM) but what no fact states
+    yet, worked by hand per token: q's L2 clip (its fp32 upcast and its product with the scale,
+    four fp32 statistics per head, the fp32 scale per layer), k's (its fp32 upcast, four per kv
+    head), the relative states' clip likewise over d_rel, the relative states the product with
+    the distance profiles keeps (bf16) and the bias's (s, t) bool mask; in a full layer also the
+    k and v projections' own inputs (bf16), the dynamic short convs' fp32 weights and windows
+    (kv·d·conv_kernel each, for k and for v: torch code, no causal conv kernel) and the two
+    log scales (fp32, one a token). What is priced includes the output gate's product taken on
+    the attention's output cast to fp32 (attn_gate_factor_fp32), which keeps that copy."""
+    d_rel, conv_kernel = TINY_INKLING2["d_rel"], 4
+    kinds = _kind_of_layer(spec)
+    priced = _op_prices(spec, "flash")
+    for index in range(LAYERS):
+        kind = kinds[index]
+        full = (index + 1) % BLOCK == 0
+        assert spec["variants"][kind]["attn_gate_factor_fp32"] is True
+        clips = (2 * HEADS * D + 4 * HEADS + HEADS * D / S) * FP32 + (KV * D + 4 * KV) * FP32
+        clips += (2 * HEADS * d_rel + 4 * HEADS + HEADS * d_rel / S) * FP32 + BF16 * HEADS * d_rel + S
+        if full:
+            clips += 2 * BF16 * H + 2 * 2 * FP32 * KV * D * conv_kernel + 2 * FP32
+        measured = spec["measured"][kind]["bytes_per_token"]["attMM"]
+        assert priced[kind, "attMM"] == pytest.approx(measured - clips), index
+
+
+def test_the_experts_keep_their_bf16_product_beside_the_fp32_activation(spec):
+    """The MoE block, worked by hand per token: the router's fp32 input, its sigmoid scores over
+    the experts, the chosen indices (int64), the sum and the gathered weights (fp32); per chosen
+    slot, the gathered input, the product cast back to bf16 that down keeps (the activation is
+    the experts' own code, act_inline, run in fp32: six fp32 tensors of the expert width), the
+    fp32 routing weight, down's output and three int64 indices. Priced so; measured so beside
+    the int32 count of tokens per expert, one per layer (unpriced)."""
+    experts, chosen, width = TINY_INKLING2["n_routed_experts"], TINY_INKLING2["num_experts_per_tok"], TINY_INKLING2["moe_intermediate_size"]
+    router = FP32 * H + FP32 * experts + 8 * chosen + FP32 * (1 + chosen)
+    per_slot = BF16 * H + BF16 * width + FP32 + BF16 * H + 3 * 8 + 6 * FP32 * width
+    priced = _op_prices(spec, "flash")
+    for kind in spec["measured"]:
+        booked = spec["measured"][kind]["bytes_per_token"]
+        assert spec["variants"][kind]["act_inline"] is True and spec["variants"][kind]["experts_act_fp32"] == 6
+        assert priced[kind, "ffMM"] + priced[kind, "ffAct"] == pytest.approx(router + chosen * per_slot), kind
+        assert booked["ffMM"] + booked["ffAct"] == pytest.approx(router + chosen * per_slot + 4 * experts / S), kind
+
+
+def _op_prices(spec, kernel: str) -> dict[tuple[str, str], float]:
+    """(kind, op) -> the records' bytes per token at the census's setting with `kernel` named."""
+    import dataclasses
+
+    from speccat.catalogue.records.opsplit import op_prices
+    from speccat.catalogue.records.oprecords import load_records
+    from speccat.catalogue.records.settings import load_settings
+
+    records, grid = load_records(), load_settings()
+    at = grid.setting({"seq_length": S, "micro_batch": 1, "tp": 1, "cp": 1, "sequence_parallel": False, "attention_kernel": kernel})
+    priced: dict[tuple[str, str], float] = {}
+    for row in op_prices(spec, records, dataclasses.replace(grid, curve=(at,))):
+        priced[row["kind"], row["op"]] = priced.get((row["kind"], row["op"]), 0.0) + row["kept_bytes"] / S
+    return priced
 
 
 def test_the_attention_dims_and_counts_are_the_self_attention(spec):
