@@ -14,7 +14,7 @@ from speccat.census.describe.layer_roles import HALF
 from speccat.census.describe.stream_router_qk import router_mlp_calls, router_mlp_width as router_width, stream_code_bytes
 from speccat.census.describe.variant_registry import variant
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION
-from speccat.census.structure.predicates import is_activation_region, is_norm, is_projection
+from speccat.census.structure.predicates import is_projection
 
 
 @variant
@@ -430,23 +430,25 @@ def experts_fused_gate_up(view: FeedForwardFacts, top_k: int | None) -> bool:
 @variant
 def ff_stats_kept(view: FeedForwardFacts, top_k: int | None) -> int:
     """Statistics over the dense MLP's width that its own code keeps, one value a token each
-    (LayerProbe.kept_modules: made in an MLP module's own code, not in a projection, a norm or an
-    activation, one element a row), per activation call: gemma3n's activation sparsity sets the
-    cutoff its ReLU applies from the mean and the standard deviation of gate_proj's output, and
-    the std keeps its result and its input, that output: 1; 0 without a dense MLP."""
-    calls = view.activations()
-    if view.experts is not None or not calls:
+    (LayerProbe.kept_modules: made in the code of the module whose children are the MLP's
+    projections of its width, one element a row), per activation call: gemma3n's activation
+    sparsity sets the cutoff its ReLU applies from the mean and the standard deviation of
+    gate_proj's output, and the std keeps its result and its input, that output: 1; 0 without
+    a dense MLP (hy_v4's hyper-connection's per-stream mixes, (b, s, streams, 1) in a module of
+    its own beside the MLP, are none)."""
+    calls, width = view.activations(), view.dense_width()
+    if view.experts is not None or not calls or not width:
         return 0
     ops = {f"child:{child}" for child in view.ffn_children}
     stats = sum(
         elements
         for (op, made_in, _, last, _), elements in view.probe.kept_modules.items()
-        if op in ops and last == 1 and made_in is not None and _own_code(view.module(made_in))
+        if op in ops and last == 1 and made_in is not None and _holds_mlp(view.module(made_in), width)
     )
     return stats // calls
 
 
-def _own_code(module) -> bool:
-    """A module whose own code made a tensor: no projection, norm or activation module, whose ops
-    the MLP's records price as such."""
-    return not (is_projection(module) or is_norm(module) or is_activation_region(module))
+def _holds_mlp(module, width: int) -> bool:
+    """The MLP module itself: its children include projections of the MLP's width (a projection,
+    a norm or an activation module holds none)."""
+    return any(is_projection(child) and width in child.weight.shape for child in module.children())
