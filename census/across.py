@@ -134,10 +134,11 @@ def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
     kv_heads = {name: getattr(rank_text, name, None) for name in POINTS["kv_heads_fields"]}
     for name in POINTS["tensor_parallel_fields"]:
         value = getattr(rank_text, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            if value % t:
+        sizes = value if isinstance(value, list) else [value]  # one per layer (gemma3n's intermediate_size), each divided
+        if sizes and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+            if any(v % t for v in sizes):
                 return None
-            setattr(rank_text, name, value // t)
+            setattr(rank_text, name, [v // t for v in sizes] if isinstance(value, list) else value // t)
     for name, kv in kv_heads.items():
         if isinstance(kv, int) and not isinstance(kv, bool) and kv > 0:
             if kv % t and t % kv:

@@ -231,7 +231,9 @@ class FeedForwardFacts(LayerRoles):
         """Activation calls of one expert (MoE) or of the dense MLP. Stacked experts run one by
         one (a loop over the experts hit: longcat_flash's) call it once each expert that ran: a
         whole multiple of the experts that compute and get a slot at the census's assumed even
-        loads (census/measure/expert_counts.py), over them."""
+        loads (census/measure/expert_counts.py), over them. An inline activation whose kept
+        tensor an activation module kept after it as its input is a step of that activation's, no
+        call of its own (LayerProbe.act_chained: gemma3n's sparsity ReLU before its GELU)."""
         if self.experts_path:
             calls = sum(n for owner, n in self.probe.activations.items() if owner == self.experts_owner)
             experts = self.experts
@@ -241,7 +243,7 @@ class FeedForwardFacts(LayerRoles):
             ran = sum(1 for n in loads[: expert_count(experts)] if n)
             return calls // ran if ran > 1 and calls % ran == 0 else calls
         gate = self.gate.activations if self.gate else frozenset()
-        return sum(n for owner, n in self.probe.activations.items() if self.part(owner) in self.ffn_children and owner not in gate)
+        return sum(n - self.probe.act_chained[owner] for owner, n in self.probe.activations.items() if self.part(owner) in self.ffn_children and owner not in gate)
 
     def mlp_bias(self) -> bool:
         if self.experts is not None and experts_bias(self.experts):

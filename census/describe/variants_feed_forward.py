@@ -16,6 +16,7 @@ from speccat.census.describe.layer_roles import HALF
 from speccat.census.describe.stream_router_qk import router_mlp_calls, router_mlp_width as router_width, stream_code_bytes
 from speccat.census.describe.variant_registry import variant
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION
+from speccat.census.structure.predicates import is_projection
 
 
 @variant
@@ -404,9 +405,30 @@ def ff_adapter_width(view: FeedForwardFacts, top_k: int | None) -> int:
 def side_input_width(view: FeedForwardFacts, top_k: int | None) -> int:
     """The input widths of the projections called in the layer's side branches
     (census/describe/layer_roles.py `side_children`: zamba's and zamba2's linear after the shared
-    block, hidden_size), each call counted: each keeps its input, booked as `other`."""
-    called = [path for child in view.side_children for path in view.probe.projection_order.get(child, [])]
-    return sum(int(view.module(path).weight.shape[1]) for path in called)
+    block, hidden_size), each call counted: each keeps its input, booked as `other`; not a call
+    given a storage the attention's or the MLP's projections read too, which their records price
+    (gemma3n's Laurel linear_left reads the attention's input: its rank-wide linear_right counts)."""
+    priced = view.projection_reads(view.mixer_children | view.ffn_children)
+    called = [
+        (path, read)
+        for child in view.side_children
+        for path, read in zip(view.probe.projection_order.get(child, []), view.probe.projection_call_inputs.get(child, []))
+    ]
+    return sum(int(view.module(path).weight.shape[1]) for path, read in called if read not in priced)
+
+
+@variant
+def side_code_bytes(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Bytes per token and hidden channel of the tensors spanning the hidden width that the side
+    branches' own code keeps, outside their projections (LayerProbe.code_kept, booked to a side
+    child: AltUp's predict and correct, methods the layer calls, keep its streams, the innovation
+    repeated over them and the copy the output scale multiplies, 2·4 + 2·4 + 2 at 4 streams in
+    bf16: 18; their coefficients, a few values a token, not); 0 without side branches."""
+    tokens, hidden = view.probe.tokens, view.probe.hidden_width
+    if not tokens or not hidden or not view.side_children:
+        return 0
+    kept = sum(n for op, n in view.probe.code_kept.items() if view.part(op.split(":", 1)[1]) in view.side_children)
+    return kept // (tokens * hidden)
 
 
 @variant
@@ -491,3 +513,30 @@ def experts_norm_weight_bytes(view: FeedForwardFacts, top_k: int | None) -> int:
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[-1] != view.hidden:
         return 0
     return weight.dtype.itemsize
+
+
+@variant
+def ff_stats_kept(view: FeedForwardFacts, top_k: int | None) -> int:
+    """Statistics over the dense MLP's width that its own code keeps, one value a token each
+    (LayerProbe.kept_modules: made in the code of the module whose children are the MLP's
+    projections of its width, one element a row), per activation call: gemma3n's activation
+    sparsity sets the cutoff its ReLU applies from the mean and the standard deviation of
+    gate_proj's output, and the std keeps its result and its input, that output: 1; 0 without
+    a dense MLP (hy_v4's hyper-connection's per-stream mixes, (b, s, streams, 1) in a module of
+    its own beside the MLP, are none)."""
+    calls, width = view.activations(), view.dense_width()
+    if view.experts is not None or not calls or not width:
+        return 0
+    ops = {f"child:{child}" for child in view.ffn_children}
+    stats = sum(
+        elements
+        for (op, made_in, _, last, _), elements in view.probe.kept_modules.items()
+        if op in ops and last == 1 and made_in is not None and _holds_mlp(view.module(made_in), width)
+    )
+    return stats // calls
+
+
+def _holds_mlp(module, width: int) -> bool:
+    """The MLP module itself: its children include projections of the MLP's width (a projection,
+    a norm or an activation module holds none)."""
+    return any(is_projection(child) and width in child.weight.shape for child in module.children())

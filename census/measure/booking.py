@@ -9,8 +9,9 @@ reads).
 
 from __future__ import annotations
 
+from speccat.census.measure.inline_activations import note_chained
 from speccat.census.measure.joint_storages import note_joint
-from speccat.census.measure.kept_modules import note_kept_module
+from speccat.census.measure.kept_modules import note_code_kept, note_kept_module
 from speccat.census.measure.output_gates import book_gate_kept
 from speccat.census.measure.repeated_attention import book_join
 from speccat.census.measure.stream_scales import book_stream_scale
@@ -38,6 +39,8 @@ def book_bytes(watcher: Watcher) -> None:
             probe.kept_tails[(op, *watcher.tails[key])] += 1
             note_kept_module(watcher, probe, key, saver, op, nbytes)
             note_stream_kept(watcher, probe, key, saver, op, nbytes)
+            note_code_kept(watcher, probe, key, saver, op, nbytes)
+            note_chained(watcher, probe, key)
             if key in watcher.param_casts:
                 probe.param_casts_kept[watcher.param_casts[key]] += 1
             tail, dtype = watcher.tails[key]

@@ -38,6 +38,7 @@ def note_inline_activation(watcher, probe, func, args, kwargs, out) -> None:
         probe.activations[watcher.path[-1][0]] += 1
         kept = out if func in OUTPUT_KEEPING_ACTIVATIONS else args[0]
         watcher.activation_inputs.add(storage_key(kept))
+        watcher.inline_owners[storage_key(kept)] = watcher.path[-1][0]
         watcher.kept.append(kept.untyped_storage())
 
 
@@ -63,3 +64,16 @@ def mark_inline_activations(layer: nn.Module) -> None:
         if is_experts_interface(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
             module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
             object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
+
+
+def note_chained(watcher, probe, key: int) -> None:
+    """A kept storage an inline activation kept that an activation module saved after it, as its
+    input: the inline op is a step before that activation (gemma3n's activation sparsity,
+    relu(gate - cutoff), whose output its GELU reads), not an activation call of the MLP's own
+    (LayerProbe.act_chained): the two keep one tensor between them."""
+    owner = watcher.inline_owners.get(key)
+    if owner is None:
+        return
+    layer = watcher.layers[probe.index]
+    if any(path is not None and is_activation_region(layer.get_submodule(path)) for path, _ in watcher.saved_in[key][1:]):
+        probe.act_chained[owner] += 1

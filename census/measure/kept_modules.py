@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.structure.predicates import is_projection
 
 
 def saver(path: list, tensor: torch.Tensor) -> tuple[str | None, int]:
@@ -39,3 +40,18 @@ def note_kept_module(watcher, probe: LayerProbe, key: int, index: int, op: str, 
     tail, dtype = watcher.tails[key]
     if rows and tail:
         probe.kept_modules[(op, made_in, saved_in, int(tail[-1]), dtype)] += nbytes // dtype.itemsize // rows
+
+
+def note_code_kept(watcher, probe: LayerProbe, key: int, index: int, op: str, nbytes: int) -> None:
+    """Book a kept storage's bytes under its op (LayerProbe.code_kept) where it is booked to a child
+    (`child:NAME`), the tensor that first saved it spans the hidden width (one of its last two
+    dims: AltUp's streams are kept as (tokens, width, streams)), and its first saver still alive,
+    `index`, ran in no projection: the child's own code or the layer's code after it kept it
+    (AltUp's predict and correct, methods the layer calls between its children), not a
+    projection's input, which the side inputs' widths price, nor a few coefficients a token."""
+    if not op.startswith("child:") or probe.hidden_width not in watcher.tails[key][0]:
+        return
+    path = watcher.saved_in[key][index][0]
+    if path is not None and is_projection(watcher.layers[probe.index].get_submodule(path)):
+        return
+    probe.code_kept[op] += nbytes

@@ -53,7 +53,15 @@ class LayerProbe:
     sigmoid_gates: dict[str, set[int]] = field(default_factory=dict)  # projection whose output an inline sigmoid read next (RWKV's receptance) -> the products of that sigmoid's output
     projection_order: dict[str, list[str]] = field(default_factory=dict)  # top-level child -> projections in call order
     projection_inputs: dict[str, set[int]] = field(default_factory=dict)  # top-level child -> storages its projections read
+    # top-level child -> the storage each of its projection calls read, in projection_order's order
+    # (None for a call given no tensor): a side branch's projection reading what the attention's
+    # projections read keeps nothing of its own (gemma3n's Laurel linear_left)
+    projection_call_inputs: dict[str, list[int | None]] = field(default_factory=dict)
     act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
+    # MLP module path -> its inline activation calls whose kept tensor an activation module then
+    # kept as its input (census/measure/inline_activations.py: gemma3n's sparsity ReLU before its
+    # GELU): a step of that activation's, no activation call of its own
+    act_chained: Counter = field(default_factory=Counter)
     mixer_act_kept: Counter = field(default_factory=Counter)  # top-level child -> storages an activation module in it keeps (ffAct's: the RG-LRU block's GELU among them)
     children_ran: set[str] = field(default_factory=set)  # top-level children whose forward ran (a cross-attention without encoder states does not)
     saved_bytes: Counter = field(default_factory=Counter)  # op -> bytes at seq_length
@@ -131,3 +139,8 @@ class LayerProbe:
     # code, its dtype, whether it holds the hidden width or more a token) -> elements per token of the storages booked so (census/measure/stream_kept.py:
     # what hyper-connections and the layer's code around its blocks keep)
     stream_kept: Counter = field(default_factory=Counter)
+    # op -> bytes of the kept storages spanning the hidden width booked to a child (`child:NAME`)
+    # that no projection saved: what the child's own code, or the layer's code after it, keeps
+    # (census/measure/kept_modules.py: AltUp's predict and correct keep the streams, their
+    # innovation and the scaled copy)
+    code_kept: Counter = field(default_factory=Counter)

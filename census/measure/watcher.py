@@ -106,13 +106,12 @@ class DispatchWatch(TorchDispatchMode):
 
 
 def tokens_of(dims: tuple[int, ...], seq_length: int | None) -> int:
-    """The tokens among the hidden states' dims before the width: those up to the sequence's dim,
-    the first of `seq_length`'s size (a batch before it, (b, s); (s, b) with the census's one
-    sequence). Dims after it are streams of each token (hy_v4's and deepseek_v4's hyper-connection
-    copies of the stream, (b, s, streams)), not tokens; without such a dim, all of them."""
-    if seq_length in dims:
-        dims = dims[: dims.index(seq_length) + 1]
-    return math.prod(dims)
+    """The tokens among the hidden states' dims before the width: the sequence's dim, the first of
+    `seq_length`'s size, of the census's one sequence ((b, s) or (s, b), b 1). Other dims are
+    streams of each token, after it (hy_v4's and deepseek_v4's hyper-connection copies of the
+    stream, (b, s, streams)) or before it (gemma3n's AltUp streams, (streams, b, s)), not tokens;
+    without such a dim, all of them."""
+    return seq_length if seq_length in dims else math.prod(dims)
 
 
 class Watcher:
@@ -131,6 +130,7 @@ class Watcher:
         self.dropout_storages: set[int] = set()
         self.act_child: dict[int, str | None] = {}  # storage an activation module kept -> the layer's top-level child it ran in
         self.activation_inputs: set[int] = set()  # what inline activations in an MLP keep: F.silu's input (LFM2's), torch.relu's output (RWKV's)
+        self.inline_owners: dict[int, str] = {}  # each of those storages -> the MLP module path whose inline activation kept it
         self.shifted: set[int] = set()  # token-shifted copies of the hidden states (census/measure/token_shift.py)
         self.last_projection: tuple[str, int, Any] | None = None  # the projection that returned last, its output's storage key and the storage (held: its key stays its own)
         self.gate_outputs: dict[int, str] = {}  # the output of a sigmoid of a projection -> that projection
@@ -437,7 +437,9 @@ class Watcher:
                 child = part_of(name, self.blocks[probe.index])
                 self.inner_norms.projection_called(self.child())
                 probe.projection_order.setdefault(child, []).append(name)
-                if args and isinstance(args[0], torch.Tensor):
+                read = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                probe.projection_call_inputs.setdefault(child, []).append(None if read is None else storage_key(read))
+                if read is not None:
                     probe.projection_inputs.setdefault(child, set()).add(storage_key(args[0]))
                     self.expert_links.projection_called(probe, name, args[0])
                 if not depth_one and self.kernel_count_in_child[child] > 0:

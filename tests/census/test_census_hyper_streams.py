@@ -44,6 +44,7 @@ def test_an_output_gate_beside_hyper_connection_streams_is_read_per_token():
     spec = run_census(TINY, name="hy_v4_tiny", seq_length=S)
     for kind, facts in spec["variants"].items():
         assert (facts["attn_gate_width"], facts["attn_gate_kept"], facts["attn_gate_kept_fp32"]) == (V, V, 0), kind
+        assert facts["ff_stats_kept"] == 0, kind  # the hyper-connections' per-stream mixes, (b, s, streams, 1) beside the MLP, are no statistic of its
     # by hand, per token, what attMM keeps: the projections' input (the norm's output, H), the
     # up-projections' inputs (the latent norms' outputs, QR and KR), the sigmoid's output and the
     # product o_proj reads (NH × V each), all bf16; and, booked after the attention's child, the
