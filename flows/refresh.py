@@ -37,7 +37,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,8 @@ from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from speccat.catalogue.errors import InputError, ReasonError
+from speccat.catalogue.store.bounds import spill_directory
+from speccat.catalogue.store.spool import spool
 from speccat.catalogue.vocabulary import UNEXPECTED_REASONS
 
 from speccat.flows import isolate, progress
@@ -71,6 +73,9 @@ from speccat.flows.tasks import (
 from speccat.flows.versions import current_versions
 
 FETCH_THREADS = 8
+# Census jobs handed to the task runner at once: each finished one's result is let go of once
+# the night has it, which Prefect's futures would otherwise hold until the stage ends.
+IN_FLIGHT = 64
 TASK_RUNNERS = ("local", "dask")
 SCOPES = ("top", "all")  # the Hub's top `limit` by downloads, or every repo (flows/crawl.py)
 DEFAULT_RETRY_DELAYS = (5.0, 30.0, 120.0)
@@ -89,6 +94,7 @@ class Night:
     known: dict[str, str] = field(default_factory=dict)  # repo_id -> config_hash of a repo listed unchanged, not fetched
     budget: dict[str, Any] | None = None  # the Hub requests it spent (flows/hub_budget.py Budget.report)
     analyses: dict[str, Analysis] = field(default_factory=dict)  # config_hash -> analysis
+    spool: Path | None = None  # where each analysis's prices are written as it arrives (catalogue/store/spool.py)
     stored: int = 0  # configs the catalogue already held, specced and priced
     new_hashes: set[str] = field(default_factory=set)  # configs it held no spec of
     priced: int = 0  # stored specs priced again (under new records)
@@ -280,16 +286,21 @@ def analyse_stage(
     repos_of = defaultdict(list)
     for fetched in night.fetched.values():
         repos_of[fetched.config_hash].append(fetched.listing.repo_id)
+    waiting, in_flight = list(reversed(jobs)), {}
     with _api_for(runner), runner:
-        futures = {
-            runner.submit(task, {"job": job, "versions": versions, "time_limit": time_limit, "memory_limit": memory_limit}): job
-            for job in jobs
-        }
-        for done, future in enumerate(as_completed(list(futures)), 1):
-            job = futures[future]
+        for done in range(1, len(jobs) + 1):
+            while waiting and len(in_flight) < IN_FLIGHT:
+                job = waiting.pop()
+                params = {"job": job, "versions": versions, "time_limit": time_limit, "memory_limit": memory_limit}
+                in_flight[runner.submit(task, params)] = job
+            future = next(as_completed(list(in_flight)))
+            job = in_flight.pop(future)  # its result is let go of once handled: a night holds no one's prices
             result = future.result(raise_on_failure=False)
             if isinstance(result, Analysis):
-                result = night.analyses[job.config_hash] = result.named(job.name)
+                result = result.named(job.name)
+                if result.prices is not None and night.spool is not None:
+                    result = replace(result, prices=spool(result.prices, night.spool / job.config_hash))
+                night.analyses[job.config_hash] = result
                 if future.state.name == "Cached":
                     night.cached += 1
                 elif job.spec is not None:
@@ -390,6 +401,7 @@ def night_data(
         crawl=night.crawl,
         reason=reason,
         message=message,
+        spool=None if night.spool is None else str(night.spool),
     )
 
 
@@ -611,11 +623,13 @@ def night_flow(
     if jobs and isinstance(runner, ThreadPoolTaskRunner):
         with night.timed("census_start"):
             isolate.start()  # the fork server's one-time import of torch, transformers, the census
-    with night.timed("census"):
-        analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild, memory_limit)
-    with night.timed("publish"):
-        status = "partial" if night.failures else "completed"
-        target.publish(night_data(night, run_id, started, status, source, versions))
+    with spill_directory(prefix="speccat-night-") as spool_dir:
+        night.spool = spool_dir  # the prices, on disk until published
+        with night.timed("census"):
+            analyse_stage(night, jobs, runner, versions_key(versions, seq_length), time_limit, rebuild, memory_limit)
+        with night.timed("publish"):
+            status = "partial" if night.failures else "completed"
+            target.publish(night_data(night, run_id, started, status, source, versions))
     progress.note(f"published {target}")
     log_failures(log, night)
     counts = summary(night, run_id, str(target), (datetime.now(timezone.utc) - started).total_seconds(), status)

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.store.spool import KeyedPrices
 from speccat.catalogue.vocabulary import END_PARTS, FAILURE_REASONS, GATING, RUN_STATUSES, SOURCES
 
 # runs.<key>_version columns, in order (speccat, transformers, torch, records,
@@ -129,7 +133,8 @@ class NightData:
     prices: config_hash -> PriceTables (attributes or keys `layer_prices`, `full_prices`,
         `switch_costs`: pyarrow tables with LAYER_PRICE_COLUMNS, FULL_PRICE_COLUMNS and
         SWITCH_COST_COLUMNS, the last one row per (kind, setting) of full_prices and switch
-        set (its mask), plus mask -1 for full recompute), at versions["records"].
+        set (its mask), plus mask -1 for full recompute), at versions["records"]; or the
+        same tables spooled to disk (catalogue/store/spool.py SpooledPrices).
         A setting where the model cannot be laid out has no prices ...
     infeasible: config_hash -> rows with INFEASIBLE_FIELDS, one per kind that cannot be laid
         out at such a setting (catalogue/records/layouts.py), with the rule and why.
@@ -191,6 +196,9 @@ class NightData:
     fits_on_layouts: Sequence[Mapping[str, Any]] = ()
     param_rules: Sequence[Mapping[str, Any]] = ()
     crawl: Mapping[str, Any] | None = None  # CRAWL_FIELDS: a `--scope all` Hub night's crawl, else None
+    # A directory the staged price tables are written to instead of held in memory (a night of
+    # thousands of configs: catalogue/store/spool.py); None holds them in memory.
+    spool: str | None = None
     reason: str | None = None
     message: str | None = None
 
@@ -323,7 +331,8 @@ class NightData:
                 ("config_hash", *self.spec_key, "spec"),
             ),
         }
-        tables["layer_prices"], tables["full_prices"], tables["switch_costs"] = self._price_tables()
+        prices, priced = self._price_tables()
+        tables.update(prices)
         for name, per_config, fields in self._per_config_rows():  # keyed by the config and tonight's versions
             tables[name] = _table(
                 [
@@ -337,22 +346,24 @@ class NightData:
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
-        priced = {(h, s) for h, s in zip(tables["full_prices"]["config_hash"].to_pylist(), tables["full_prices"]["setting_id"].to_pylist())}
         both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in rows} & priced)
         if both:
             _bad("infeasible", f"config {both[0][0]} is both priced and infeasible at setting {both[0][1]}")
         return tables
 
-    def _price_tables(self) -> tuple[pa.Table, pa.Table, pa.Table]:
+    def _price_tables(self) -> tuple[dict[str, pa.Table | ds.Dataset], set[tuple[str, str]]]:
         """The price and cost tables of the run, keyed and in the tables' column order, each
-        config's rows checked here (complete and unique), so the store can append them as they are."""
+        config's rows checked here (complete and unique), so the store can append them as they
+        are: held in memory, or written into `spool` and handed over as datasets. And the (config,
+        setting) pairs priced."""
         setting_ids = {s["setting_id"] for s in self.settings}
         n_masks = 1 << len(self.switches)
-        out: dict[str, list[pa.Table]] = {part: [] for part, _ in _PRICE_PARTS}
+        out = KeyedPrices(STAGED_PRICES, None if self.spool is None else Path(tempfile.mkdtemp(prefix="staged-", dir=self.spool)))
+        priced: set[tuple[str, str]] = set()
         for config_hash, tables in sorted(self.prices.items()):
             parts = {}
             for part, columns in _PRICE_PARTS:
-                table = tables[part] if isinstance(tables, Mapping) else getattr(tables, part)
+                table = tables.get(part) if isinstance(tables, Mapping) else getattr(tables, part)
                 where = f"prices[{config_hash!r}].{part}"
                 if not isinstance(table, pa.Table):
                     _bad(where, f"must be a pyarrow Table, got {type(table).__name__}")
@@ -370,6 +381,7 @@ class NightData:
                                {row["loss"] for row in self.losses})
             costs = [(row["kind"], row["setting_id"], row["op"]) for row in self.op_costs.get(config_hash, ())]
             priced_at = set(zip(parts["full_prices"]["kind"].to_pylist(), parts["full_prices"]["setting_id"].to_pylist()))
+            priced |= {(config_hash, setting_id) for setting_id in settings_priced}
             if costs and (len(set(costs)) != len(costs) or {c[:2] for c in costs} != priced_at):
                 _bad(f"op_costs[{config_hash!r}]", "must cost each op once for each kind and setting the config is priced at")
             _check_op_prices(f"op_prices[{config_hash!r}]", self.op_prices.get(config_hash, ()), {k for k, _ in priced_at}, setting_ids)
@@ -387,8 +399,8 @@ class NightData:
                     else table.column(f.name).cast(f.type)
                     for f in schema
                 ]
-                out[part].append(pa.table(columns, schema=schema))
-        return tuple(_concat(out[part], STAGED_PRICES[part]) for part, _ in _PRICE_PARTS)
+                out.add(part, pa.table(columns, schema=schema))
+        return out.tables(), priced
 
 
 def _check_op_prices(where: str, rows: Sequence[Mapping[str, Any]], kinds: set[str], setting_ids: set[str]) -> None:
@@ -471,10 +483,6 @@ def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> pa.Table:
     if rows:
         return pa.Table.from_pylist(rows)
     return pa.table({c: pa.array([], pa.null()) for c in columns})
-
-
-def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _check_prices(where: str, layer: pa.Table, full: pa.Table, setting_ids: set[str], n_masks: int) -> None:
