@@ -12,11 +12,10 @@ and it (once), as a flash kernel does.
 
 from __future__ import annotations
 
-import weakref
-
 import pytest
 import torch
 from support.layer_runs import signature, tiny_model
+from support.storage_tracker import saved_tensors
 
 from speccat.census import run_census
 
@@ -62,18 +61,7 @@ def _real_saves(index: int) -> tuple[list, list]:
     rope = {kind: decoder.rotary_emb(embeds, position_ids=positions, layer_type=kind) for kind in ("main", "compress")}
     x = embeds.unsqueeze(2).expand(-1, -1, HC, -1).contiguous().requires_grad_(True)
 
-    class Holder:
-        def __init__(self, tensor):
-            self.tensor = tensor
-
-    held: dict[int, tuple[torch.Tensor, list]] = {}
-
-    def pack(t):
-        holder = Holder(t)
-        held.setdefault(t.untyped_storage()._cdata, (t, []))[1].append(weakref.ref(holder))
-        return holder
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda holder: holder.tensor):
+    with saved_tensors() as held:
         out = decoder.layers[index](x, position_embeddings=rope, position_ids=positions, attention_mask=None, input_ids=ids)
     left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, ids, out, *(t for pair in rope.values() for t in pair))}
     kept = {key: pair for key, pair in held.items() if key not in left_out}

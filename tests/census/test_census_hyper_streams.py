@@ -7,11 +7,10 @@ tokens, not at tokens × streams (hy_v4's gate of v_head_dim per head was read a
 
 from __future__ import annotations
 
-import weakref
-
 import pytest
 import torch
 from support.layer_runs import priced_vs_measured
+from support.storage_tracker import saved_tensors
 
 from speccat.census import run_census
 from speccat.census.measure.watcher import tokens_of
@@ -110,18 +109,7 @@ def _real_layer_bytes(index: int) -> int:
     for layer in decoder.layers[:index]:
         topk = layer(x, **given, prev_topk_indices=topk)[1]
 
-    class Holder:
-        def __init__(self, tensor):
-            self.tensor = tensor
-
-    held: dict[int, tuple[torch.Tensor, list]] = {}
-
-    def pack(t):
-        holder = Holder(t)
-        held.setdefault(t.untyped_storage()._cdata, (t, []))[1].append(weakref.ref(holder))
-        return holder
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda holder: holder.tensor):
+    with saved_tensors() as held:
         out = decoder.layers[index](x, **given, prev_topk_indices=topk)[0]
     left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, out, mask, *rotary)}
     if topk is not None:

@@ -4,6 +4,10 @@ a run with StorageTracker."""
 
 from __future__ import annotations
 
+import contextlib
+import weakref
+from collections.abc import Iterator
+
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -65,3 +69,24 @@ class PlainIndexPut(StorageTracker):
 
     def plain_bytes(self, alive) -> int:
         return self.bytes(alive) - sum(self.nbytes[zeros] for zeros, copy in self.filled if zeros in alive and copy in alive)
+
+
+@contextlib.contextmanager
+def saved_tensors() -> Iterator[dict[int, tuple[torch.Tensor, list]]]:
+    """What autograd saves while the block runs: storage address -> (a tensor of it, a weak
+    reference to the holder of each save). A holder lives as long as the graph node that saved
+    it, so a save whose holders are all dead is one no output reaches, freed after the forward."""
+
+    class Holder:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+    held: dict[int, tuple[torch.Tensor, list]] = {}
+
+    def pack(tensor):
+        holder = Holder(tensor)
+        held.setdefault(tensor.untyped_storage()._cdata, (tensor, []))[1].append(weakref.ref(holder))
+        return holder
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda holder: holder.tensor):
+        yield held
