@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.layer_runs import priced_vs_measured, tiny_model
+from support.layer_runs import priced_vs_measured, saves_by_layer, tiny_model
 
 from speccat.census import run_census
 
@@ -104,36 +104,8 @@ def test_every_layer_books_what_a_real_run_keeps(spec):
     register()
     model = tiny_model({**TINY_AXK2, "attn_implementation": ATTENTION_IMPL}, torch.bfloat16)
     model.set_experts_implementation(EXPERTS_IMPL)
-    decoder = model.model
-    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
-    current, left_out, saved = [None], [], {}  # the tensors left out held: no later storage takes one's identity
-
-    def pre(index):
-        def hook(module, args, kwargs):
-            current[0] = index
-            others = [*args[1:], *kwargs.values(), *(kwargs.get("position_embeddings") or ())]
-            left_out.extend(t for t in others if isinstance(t, torch.Tensor))
-
-        return hook
-
-    def post(module, args, kwargs, output):
-        current[0] = None
-        left_out.append(output)
-
-    for index, layer in enumerate(decoder.layers):
-        layer.register_forward_pre_hook(pre(index), with_kwargs=True)
-        layer.register_forward_hook(post, with_kwargs=True)
-
-    def pack(t):
-        if current[0] is not None:
-            saved.setdefault(t.untyped_storage()._cdata, (current[0], t))
-        return t
-
-    ids = torch.randint(0, 128, (1, S), generator=torch.Generator().manual_seed(1))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = decoder(input_ids=ids, use_cache=False).last_hidden_state
-    out.float().square().sum().backward()
-    real, left = [0, 0], fixed | {t.untyped_storage()._cdata for t in left_out}
+    saved, given, fixed = saves_by_layer(model, S)
+    real, left = [0, 0], fixed | {t.untyped_storage()._cdata for inputs in given.values() for t in inputs}
     for key, (index, t) in saved.items():
         if key not in left:
             real[index] += t.untyped_storage().nbytes()

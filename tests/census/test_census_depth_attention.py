@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 import torch
-from support.layer_runs import tiny_model
+from support.layer_runs import saves_by_layer, tiny_model
 
 from speccat.census import run_census
 
@@ -52,45 +52,11 @@ def _real_run(config: dict) -> dict[int, list[tuple[tuple[int, ...], torch.dtype
     parameters, buffers, the layer's inputs other than its hidden states (the block states, masks,
     distances, a looped layer's messages) and its output left out, as the census leaves them out;
     a looped layer's passes summed."""
-    model = tiny_model(config, torch.bfloat16)
-    decoder = model.model
-    fixed = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
-    current: list[int | None] = [None]
-    inputs: dict[int, set[int]] = {}
-    outputs: dict[int, set[int]] = {}
-    saved: dict[int, tuple[int, torch.Tensor]] = {}
-
-    def pre(index):
-        def hook(module, args, kwargs):
-            current[0] = index
-            others = [t for t in (*args[1:], *kwargs.values()) if isinstance(t, torch.Tensor)]
-            inputs.setdefault(index, set()).update(t.untyped_storage()._cdata for t in others)
-
-        return hook
-
-    def post(index):
-        def hook(module, args, kwargs, output):
-            current[0] = None
-            outputs.setdefault(index, set()).add(output.untyped_storage()._cdata)
-
-        return hook
-
-    for index, layer in enumerate(decoder.layers):
-        layer.register_forward_pre_hook(pre(index), with_kwargs=True)
-        layer.register_forward_hook(post(index), with_kwargs=True)
-
-    def pack(t):
-        if current[0] is not None:
-            saved.setdefault(t.untyped_storage()._cdata, (current[0], t))
-        return t
-
-    ids = torch.randint(0, 128, (1, S), generator=torch.Generator().manual_seed(1))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = decoder(input_ids=ids, use_cache=False).last_hidden_state
-    out.float().square().sum().backward()
+    saved, given, fixed = saves_by_layer(tiny_model(config, torch.bfloat16), S)
+    own = {index: {g.untyped_storage()._cdata for g in tensors} for index, tensors in given.items()}
     per_layer: dict[int, list] = {index: [] for index in range(LAYERS)}
     for key, (index, t) in saved.items():
-        if key not in fixed and key not in inputs[index] and key not in outputs[index]:
+        if key not in fixed and key not in own[index]:
             per_layer[index].append((tuple(t.shape), t.dtype, t.untyped_storage().nbytes()))
     return per_layer
 

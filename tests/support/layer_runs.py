@@ -140,3 +140,49 @@ def saved_by_layer(model: torch.nn.Module, layer: torch.nn.Module, x: torch.Tens
     out = layer(x, attention_mask=None)
     out = out[0] if isinstance(out, tuple) else out
     return {key: t for key, t in saved_by_graph(out).items() if key not in fixed | {out.untyped_storage()._cdata}}
+
+
+def saves_by_layer(model: torch.nn.Module, seq: int) -> tuple[dict[int, tuple[int, torch.Tensor]], dict[int, list[torch.Tensor]], set[int]]:
+    """A real forward and backward of `model`'s whole decoder on `seq` token ids (seed 1): (each
+    storage first saved for backward while one of its layers ran, as (that layer's index, a tensor
+    of it); each layer's inputs beside its hidden states, the members of a tuple or list among
+    them too, and its outputs, all its calls', held so that no later storage takes their
+    identity; the model's parameters' and buffers' storages). What a test leaves out of a
+    layer's saves, as the census does, it takes from the last two."""
+    decoder = model.model
+    current: list[int | None] = [None]
+    given: dict[int, list[torch.Tensor]] = {index: [] for index in range(len(decoder.layers))}
+    saved: dict[int, tuple[int, torch.Tensor]] = {}
+
+    def tensors(values) -> list[torch.Tensor]:
+        flat = [m for v in values for m in (v if isinstance(v, (tuple, list)) else (v,))]
+        return [t for t in flat if isinstance(t, torch.Tensor)]
+
+    def pre(index):
+        def hook(module, args, kwargs):
+            current[0] = index
+            given[index].extend(tensors((*args[1:], *kwargs.values())))
+
+        return hook
+
+    def post(index):
+        def hook(module, args, kwargs, output):
+            current[0] = None
+            given[index].extend(tensors((output,)))
+
+        return hook
+
+    for index, layer in enumerate(decoder.layers):
+        layer.register_forward_pre_hook(pre(index), with_kwargs=True)
+        layer.register_forward_hook(post(index), with_kwargs=True)
+
+    def pack(t):
+        if current[0] is not None:
+            saved.setdefault(t.untyped_storage()._cdata, (current[0], t))
+        return t
+
+    ids = torch.randint(0, 128, (1, seq), generator=torch.Generator().manual_seed(1))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = decoder(input_ids=ids, use_cache=False).last_hidden_state
+    out.float().square().sum().backward()
+    return saved, given, {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
