@@ -67,6 +67,8 @@ def night(scratch: Path, env: dict, target: list[str], watched: list[Path], labe
     if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: a partial night (gated repos, refusals)
         raise RuntimeError(f"{label}: refresh exited {os.waitstatus_to_exitcode(status)}: {err.read_text()[-2000:]}")
     counts = json.loads(out.read_text().strip().splitlines()[-1])
+    if "error" in counts:  # a night that stopped with one line of reason, not a summary
+        raise RuntimeError(f"{label}: {counts['error']}: {err.read_text()[-2000:]}")
     return {"wall": wall, "rss_mib": usage.ru_maxrss / 1024, "bytes": written(before, files_of(*watched)), "counts": counts}
 
 

@@ -197,14 +197,17 @@ def priced_night(spec: Mapping, config_hash: str, name: str, grid) -> NightData:
     )  # fmt: skip
 
 
-def layout_rows(candidates: list[Layout], settings: Mapping[tuple[int, int], str], recipe: str, budget: float, accelerator: str) -> pa.Table:
+def layout_rows(
+    candidates: list[Layout], settings: Mapping[tuple[int, int], str], recipe: str, budget: float, accelerator: str, only_fitting: bool = True
+) -> pa.Table:
     """The layouts tried, as the table the planner's macros read (sql/macros/rank_stages.sql),
     numbered in the order they were enumerated: each at the setting of its (tp, cp) in
-    `settings` (a layout without one is left out: layouts.yaml refuses it), asking for the
-    settings where some switch set could fit only."""
+    `settings` (a layout without one is left out: layouts.yaml refuses it), asking, as fit
+    does, only for what could fit at each layout's fullest stage (`only_fitting`), or, with
+    only_fitting false, for every set at every stage."""
     rows = [{"layout": i, "dp": lay.dp, "pp": lay.pp, "ep": lay.ep, "zero": lay.zero, "vpp": lay.vpp, "etp": None,
              "setting_id": settings[(lay.tp, lay.cp)], "recipe": recipe, "budget_bytes": float(budget), "accelerator": accelerator,
-             "only_fitting": True}
+             "only_fitting": only_fitting}
             for i, lay in enumerate(candidates) if (lay.tp, lay.cp) in settings]  # fmt: skip
     return pa.Table.from_pylist(rows, schema=LAYOUT_SCHEMA)
 

@@ -13,9 +13,12 @@
 -- where no switch set can fit its budget, as each stage's floor (its ends, its model states and
 -- each kind's fewest bytes under any set) already exceeds it on some stage, and the switch sets
 -- fitting_sets can never list (`outclassed`: equal to, or beaten in every kind's bytes and
--- recompute seconds on the layout's accelerator by, a set before it in fitting_sets' order).
--- `speccat fit` and the table fits_on ask for that (they read only what fits, and most of a
--- large GPU count's layouts fit nowhere); rank_fits_layout does not.
+-- recompute seconds on the layout's accelerator by, a set before it in fitting_sets' order),
+-- and the stages that are never the fullest (`overshadowed`: a stage holding neither end whose
+-- stage before it holds at least as much of everything, so at least as many bytes under every
+-- set and setting). `speccat fit` and the table fits_on ask for that (they read only what fits,
+-- at each layout's fullest stage, and most of a large GPU count's layouts fit nowhere);
+-- rank_fits_layout does not.
 -- A rank of stage i of pp holds its layers' activations and its ends' (the embedding where it
 -- holds the stack's first piece, the final norm and the logits where it holds the last), each
 -- for the micro-batches in flight of the pipeline schedule it runs (the table schedules: the
@@ -46,9 +49,12 @@
 -- that over dp · the micro-batch, as the dp pipelines run side by side.
 -- A layout with pp beyond a model's layers, or ep not dividing both its routed experts and
 -- dp·cp, has no rows for it. SET VARIABLE repo_id reads that repo's rows only, and
--- config_hashes (a list) those specs' only (sql/steps/fits_on.sql sets it).
+-- config_hashes (a list) those specs' only (sql/steps/fits_on.sql sets it): asked by spec, the
+-- macro names no repo (repo_id NULL, a row per spec, however many repos share it), as every
+-- repo of a spec holds the same bytes and a spec shared by thousands of fine-tunes would
+-- otherwise be ranked once for each.
 -- Grain: one row per (layout, repo_id, setting_id, switch set, offload count, stage), at the
--- latest night's versions.
+-- latest night's versions; asked by config_hashes, per config_hash in place of repo_id.
 -- Columns: rank_fits' (see its view), after `layout`, the layout's number, with `stage` (0
 -- first) for fullest_stage and, after it, `fullest`: whether this stage's rank holds the most
 -- of its layout's stages under the set (of stages holding as much, the first).
@@ -81,6 +87,11 @@ latest AS MATERIALIZED (  -- the latest specs of the repos asked for
                                       AND s.torch_version = v.torch_version
     WHERE (getvariable('repo_id') IS NULL OR s.config_hash IN (SELECT config_hash FROM repos WHERE repo_id = getvariable('repo_id')))
       AND (getvariable('config_hashes') IS NULL OR list_contains(getvariable('config_hashes'), s.config_hash))
+),
+named AS MATERIALIZED (  -- the repos each spec's rows name: all of them, or none (NULL) when asked by config_hashes
+    SELECT config_hash, repo_id FROM repos WHERE getvariable('config_hashes') IS NULL
+    UNION ALL
+    SELECT config_hash, NULL FROM latest WHERE getvariable('config_hashes') IS NOT NULL
 ),
 model AS MATERIALIZED (  -- each spec at each layout that applies to it
     SELECT l.layout, l.pp, l.vpp, c.chunks, c.folded, m.*
@@ -166,6 +177,27 @@ stage_params AS MATERIALIZED (  -- parameters per group on each stage, before mo
                 ELSE m.output_params END
     FROM model AS m JOIN stages AS s USING (layout, config_hash) WHERE s.last_piece
 ),
+overshadowed AS MATERIALIZED (  -- stages never the fullest of their layout, at each offload count: a stage i holding neither
+                               -- end (no embedding, final norm, logits or loss) whose stage i - 1 holds, of every kind, at
+                               -- least as many layers (so as many parameters of every group: i holds no end's), as many
+                               -- layers' activations on the rank (layers kept times micro-batches in flight), and every
+                               -- kind it keeps or offloads (its backward's largest): i - 1 holds at least as many bytes
+                               -- under every set and setting (its ends' bytes cover any head its backward moment leaves
+                               -- out), and of equals the first is the fullest
+    SELECT s.layout, s.config_hash, o.layers AS offload, s.stage
+    FROM stages AS s JOIN offload AS o USING (layout, config_hash)
+    WHERE NOT s.first_piece AND NOT s.last_piece AND s.stage > 0
+    EXCEPT  -- a kind stage i holds more of than i - 1, or keeps or offloads where i - 1 does not
+    SELECT k.layout, k.config_hash, k.offload, k.stage
+    FROM stage_kinds AS k JOIN stages AS s USING (layout, config_hash, stage)
+    JOIN stages AS b ON b.layout = k.layout AND b.config_hash = k.config_hash AND b.stage = k.stage - 1
+    LEFT JOIN stage_kinds AS e ON e.layout = k.layout AND e.config_hash = k.config_hash AND e.offload = k.offload
+                              AND e.stage = b.stage AND e.kind = k.kind
+    WHERE k.layers > coalesce(e.layers, 0)
+       OR (k.layers - k.offloaded) * s.flight > coalesce(e.layers - e.offloaded, 0) * b.flight
+       OR (k.layers > k.offloaded AND coalesce(e.layers - e.offloaded, 0) = 0)
+       OR (k.offloaded > 0 AND coalesce(e.offloaded, 0) = 0)
+),
 priced AS MATERIALIZED (  -- the settings each spec is priced at, per layout (micro-batches in flight: the stages')
     SELECT DISTINCT m.layout, f.config_hash, f.setting_id, g.tp, g.cp
     FROM full_prices AS f JOIN model AS m USING (config_hash, census_version, transformers_version, torch_version, records_version)
@@ -185,16 +217,24 @@ held AS MATERIALIZED (  -- bytes one rank holds per parameter of a group, per st
     FROM state_sharding AS x JOIN layout AS l ON x.recipe = l.recipe
     JOIN (SELECT DISTINCT layout, tp, cp FROM priced) AS g ON g.layout = l.layout
 ),
-stage_states AS MATERIALIZED (  -- each stage's weights, gradients and optimizer states at each setting
-    SELECT p.layout, p.config_hash, p.setting_id, s.stage,
-           sum(p2.params * r.held) FILTER (WHERE r.state = 'weight') AS weight,
-           sum(p2.params * r.held) FILTER (WHERE r.state = 'grad') AS grad,
-           sum(p2.params * r.held) FILTER (WHERE r.state = 'optimizer') AS optimizer
+stage_states AS MATERIALIZED (  -- each stage's weights, gradients and optimizer states at each setting: summed once per
+                               -- (tp, cp), which they depend on, and read by every setting of that pair
+    SELECT p.layout, p.config_hash, p.setting_id, t.stage, t.weight, t.grad, t.optimizer
     FROM priced AS p
-    JOIN stages AS s USING (layout, config_hash)
-    JOIN stage_params AS p2 ON p2.layout = p.layout AND p2.config_hash = p.config_hash AND p2.stage = s.stage
-    JOIN held AS r ON r.layout = p.layout AND r."group" = p2."group" AND r.tp = p.tp AND r.cp = p.cp
-    GROUP BY ALL
+    JOIN (SELECT g.layout, g.config_hash, g.tp, g.cp, p2.stage,
+                 sum(p2.params * r.held) FILTER (WHERE r.state = 'weight') AS weight,
+                 sum(p2.params * r.held) FILTER (WHERE r.state = 'grad') AS grad,
+                 sum(p2.params * r.held) FILTER (WHERE r.state = 'optimizer') AS optimizer
+          FROM (SELECT DISTINCT layout, config_hash, tp, cp FROM priced) AS g
+          JOIN stage_params AS p2 ON p2.layout = g.layout AND p2.config_hash = g.config_hash
+          JOIN held AS r ON r.layout = g.layout AND r."group" = p2."group" AND r.tp = g.tp AND r.cp = g.cp
+          WHERE (p2.layout, p2.config_hash, p2.stage) NOT IN  -- none read: overshadowed at every offload count of a layout
+                (SELECT (v.layout, v.config_hash, v.stage)     -- asking only_fitting
+                 FROM overshadowed AS v JOIN layout AS l USING (layout)
+                 JOIN (SELECT layout, config_hash, count(*) AS counts FROM offload GROUP BY ALL) AS c USING (layout, config_hash)
+                 WHERE l.only_fitting GROUP BY v.layout, v.config_hash, v.stage, c.counts HAVING count(*) = c.counts)
+          GROUP BY ALL) AS t
+      ON t.layout = p.layout AND t.config_hash = p.config_hash AND t.tp = p.tp AND t.cp = p.cp
 ),
 points AS MATERIALIZED (  -- one layer of each kind at each setting and point: the masks, then full recompute (-1); what
                          -- it keeps (kept), and what it keeps with nothing recomputed (kept_none): its backward remakes
@@ -297,6 +337,8 @@ possible AS MATERIALIZED (  -- the (layout, spec, setting) priced set by set: al
                      FROM stage_kinds AS k JOIN priced AS q USING (layout, config_hash)
                      JOIN (SELECT config_hash, kind, setting_id, min(kept) AS kept FROM points GROUP BY ALL) AS f
                        ON f.config_hash = k.config_hash AND f.kind = k.kind AND f.setting_id = q.setting_id
+                     WHERE (k.layout, k.config_hash, k.offload, k.stage) NOT IN  -- an overshadowed stage's floor is no higher
+                           (SELECT (layout, config_hash, offload, stage) FROM overshadowed)
                      GROUP BY ALL)
                GROUP BY ALL) AS a
       ON a.layout = h.layout AND a.config_hash = h.config_hash AND a.setting_id = h.setting_id AND a.stage = h.stage
@@ -321,12 +363,20 @@ stage_totals AS (  -- each stage's rank under each set: what it holds by part, a
           JOIN layout AS l ON l.layout = k.layout
           JOIN read_points AS p ON p.outclassed_on IS NOT DISTINCT FROM l.outclassed_on AND p.config_hash = k.config_hash
                                AND p.kind = k.kind AND p.setting_id = q.setting_id
+          WHERE NOT (l.only_fitting AND (k.layout, k.config_hash, k.offload, k.stage) IN
+                                        (SELECT (layout, config_hash, offload, stage) FROM overshadowed))
           GROUP BY ALL) AS a
     JOIN stage_held AS h USING (layout, config_hash, setting_id, stage)
 ),
-fullest AS (  -- per layout, spec, setting, set and offload count, the stage whose rank holds the most (of equals, the first)
-    SELECT layout, config_hash, setting_id, mask, offload, arg_max(stage, (total, -stage)) AS stage
-    FROM stage_totals GROUP BY ALL
+ranked AS (  -- and whether the stage is the fullest: per layout, spec, setting, set and offload count, the stage whose rank
+             -- holds the most (of equals, the first); a column of the rows, so that a reader asking for the fullest stages
+             -- only (rank_layouts) has them filtered before the rows are named and joined
+    SELECT x.*, u.stage IS NOT NULL AS fullest
+    FROM stage_totals AS x
+    LEFT JOIN (SELECT layout, config_hash, setting_id, mask, offload, arg_max(stage, (total, -stage)) AS stage
+               FROM stage_totals GROUP BY ALL) AS u
+      ON u.layout = x.layout AND u.config_hash = x.config_hash AND u.setting_id = x.setting_id AND u.mask = x.mask
+     AND u.offload = x.offload AND u.stage = x.stage
 ),
 step_forwards AS (  -- the layer's step in forwards (costs.yaml step_factor): switch_costs' ratio at full recompute
     SELECT c.config_hash, c.kind, c.setting_id, c.step_flops / nullif(c.recompute_flops, 0) AS forwards
@@ -353,7 +403,7 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        g.micro_batch AS micro_batch_count, g.tp AS tp_ranks, g.cp AS cp_ranks, l.dp AS dp_ranks, l.pp AS pp_ranks,
        l.ep AS ep_ranks, l.zero AS zero_stage, l.vpp AS vpp_count, sch.schedule, (SELECT loss FROM chosen_loss) AS loss, l.recipe,
        l.dp * g.tp * l.pp * g.cp AS gpus_count,
-       x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, u.stage IS NOT NULL AS fullest, x.flight AS in_flight_count,
+       x.mask, coalesce(w.name, 'full') AS switch_set, x.stage, x.fullest, x.flight AS in_flight_count,
        x.activations AS activation_bytes, x.ends AS ends_bytes, x.transient AS loss_working_bytes, x.remade AS remade_bytes,
        x.backward AS backward_bytes,
        x.weight AS weight_bytes,
@@ -363,13 +413,11 @@ SELECT x.layout, r.repo_id, x.config_hash, x.setting_id, g.stack, g.seq_length A
        l.accelerator, c.flops AS recompute_flops, c.moved AS recompute_bytes, c.seconds AS recompute_s,
        100 * c.seconds / nullif(c.step_seconds, 0) AS overhead_pct,
        c.seconds / (l.dp * g.micro_batch) AS recompute_s_per_seq
-FROM stage_totals AS x
+FROM ranked AS x
 JOIN layout AS l ON l.layout = x.layout
 LEFT JOIN accelerators AS a ON a.accelerator = l.accelerator
 JOIN chosen AS sch ON sch.virtual = (l.vpp > 1)
-JOIN repos AS r ON r.config_hash = x.config_hash
+JOIN named AS r ON r.config_hash = x.config_hash
 JOIN settings AS g ON g.setting_id = x.setting_id
 LEFT JOIN switch_sets AS w ON w.mask = x.mask
-LEFT JOIN fullest AS u ON u.layout = x.layout AND u.config_hash = x.config_hash AND u.setting_id = x.setting_id AND u.mask = x.mask
-                      AND u.offload = x.offload AND u.stage = x.stage
 LEFT JOIN first_costs AS c ON c.layout = x.layout AND c.config_hash = x.config_hash AND c.setting_id = x.setting_id AND c.mask = x.mask;

@@ -110,3 +110,32 @@ def test_leaving_out_outclassed_switch_sets_changes_nothing_fit_lists(snapshot_r
     repos = {r[0] for r in listed[True]}
     assert {"mistralai/Mixtral-8x7B-v0.1", "meta-llama/Llama-3.1-8B-Instruct"} <= repos  # an MoE and a dense model
     assert len({r[3] for r in listed[True]}) > 2  # several switch sets are on some layout's frontier
+
+
+def test_leaving_out_overshadowed_stages_changes_no_layouts_fullest_rank(snapshot_runs):
+    """rank_stages leaves out, for a layout asking only_fitting, a middle stage whose stage before
+    it holds at least as much of everything (1F1B's later middle stages hold as many layers or
+    fewer, with fewer micro-batches in flight): each layout's fullest stage, its bytes and the
+    sets that fit are the same with and without them, and the stages left out are many."""
+    with duckdb.connect(str(snapshot_runs.db), read_only=True) as con:
+        setting_ids = [s for (s,) in con.execute(
+            "SELECT setting_id FROM settings WHERE seq_length = 4096 AND tp = 1 AND cp = 1 AND micro_batch = 1 AND in_flight = 1 "
+            "AND dropless_tok_factor = 1").fetchall()]  # fmt: skip
+        layouts = [(dp, pp, s) for dp, pp in [(1, 8), (2, 4), (1, 16)] for s in setting_ids]
+        fullest, stages = {}, {}
+        for only in (True, False):
+            con.execute("CREATE OR REPLACE TEMP TABLE tried (layout INTEGER, dp INTEGER, pp INTEGER, ep INTEGER, zero INTEGER, vpp INTEGER, etp INTEGER, "
+                        "setting_id VARCHAR, recipe VARCHAR, budget_bytes DOUBLE, accelerator VARCHAR, only_fitting BOOLEAN)")  # fmt: skip
+            con.executemany("INSERT INTO tried VALUES (?, ?, ?, 1, 1, 1, NULL, ?, 'megatron_bf16_adam', ?, 'MI300X', ?)",
+                            [(n, dp, pp, s, 192 * 2**30, only) for n, (dp, pp, s) in enumerate(layouts)])  # fmt: skip
+            rel = con.sql("SELECT repo_id, layout, setting_id, mask, fullest_stage, total_bytes, fits FROM rank_layouts('tried')")
+            fullest[only] = {row[:4]: row[4:] for row in rel.fetchall()}
+            stages[only] = con.execute("SELECT count(*) FROM rank_stages('tried')").fetchone()[0]
+            con.execute("DROP TABLE tried")
+    assert fullest[True] and set(fullest[True]) <= set(fullest[False])
+    assert {k: fullest[False][k] for k in fullest[True]} == fullest[True]
+    # every fitting (repo, layout, setting, set) of the full search that only_fitting keeps (its set not outclassed) is there
+    kept_sets = {(k[0], k[2], k[3]) for k in fullest[True]}
+    assert {k for k, v in fullest[False].items() if v[2] and (k[0], k[2], k[3]) in kept_sets} <= set(fullest[True])
+    rows_per_set = stages[True] / len(fullest[True])
+    assert rows_per_set < 4  # of 8 or 16 stages, a layout keeps the first, the last and few between

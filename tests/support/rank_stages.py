@@ -1,6 +1,6 @@
 """Every pipeline stage's model states at one layout, from the planner's own SQL (the macro
-rank_stages over a catalogue in memory holding the spec, as `speccat fit` asks it), for tests
-that work those bytes by hand."""
+rank_stages over a catalogue in memory holding the spec, as `speccat fit` asks it, but for every
+stage, not only the fullest), for tests that work those bytes by hand."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def stage_states(spec: Mapping, layout: Layout, recipe: str | None = None, seq: 
     with contextlib.closing(MemoryCatalogue(priced_night(spec, spec_hash(spec), "model", grid.with_settings([setting])))) as held:
         con = held.con
         at = {(layout.tp, layout.cp): setting["setting_id"]}
-        con.register("one_layout", layout_rows([layout], at, recipe or data["states"].default_recipe, 2.0**60, "H100-SXM"))
+        con.register("one_layout", layout_rows([layout], at, recipe or data["states"].default_recipe, 2.0**60, "H100-SXM", only_fitting=False))
         rows = con.execute(
             "SELECT weight_bytes, grad_bytes, optimizer_bytes FROM rank_stages('one_layout') WHERE mask = 0 ORDER BY stage"
         ).fetchall()
