@@ -383,7 +383,19 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     if problems:
         listed = "; ".join(f"{c}: {d}" for c, d in problems[:10])
         raise StoreError("check_failed", f"{len(problems)} problem(s): {listed}")
-    con.execute(sql.load("steps/fits_on"))  # what fits for the specs that lack it, from the prices just merged
+    answer_fits_on(con)
+
+
+def answer_fits_on(con: duckdb.DuckDBPyConnection) -> None:
+    """The table fits_on's rows for the specs that lack them, from the prices just merged, a
+    batch of specs at a time (limits.yaml `fits_on_batch_specs`): the planner's search holds
+    every layout, setting and switch set of its specs at once, so a first night of thousands of
+    specs would otherwise need memory in proportion."""
+    pending = [h for (h,) in con.execute(sql.load("steps/fits_on_pending")).fetchall()]
+    size = int(LIMITS["fits_on_batch_specs"])
+    for start in range(0, len(pending), size):
+        con.execute(sql.load("steps/fits_on_batch"), {"config_hashes": pending[start : start + size]})
+        con.execute(sql.load("steps/fits_on"))
 
 
 def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:

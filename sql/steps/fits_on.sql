@@ -1,23 +1,11 @@
--- The table fits_on's rows for every spec at the latest night's versions that has prices and
--- lacks rows at the plan_version of fits_on_sizes (a new spec, or every spec when the questions,
--- the grid, the recipes or the accelerators changed): run after the merge, on the stored prices,
--- with the planner's own macros, so that the table answers as `speccat fit` does.
+-- The table fits_on's rows for the specs of the variable config_hashes, a batch of those
+-- sql/steps/fits_on_pending.sql lists (specs with prices and without rows at the current
+-- plan_version; sql/steps/fits_on_batch.sql sets it): run after the merge, on the stored prices, with the planner's own macros, so
+-- that the table answers as `speccat fit` does.
 -- For each spec, stack, sequence length, GPU count and memory size: the (layout, switch set) of
 -- fits_on_layouts' layouts that rank_layouts finds fitting, first in fitting_sets' order (fewest
 -- estimated recompute seconds per sequence, then fewest bytes, full recompute after every set,
 -- then the lower mask, then the layout's place among the GPU count's); none where nothing fits.
-SET VARIABLE config_hashes = (
-    SELECT coalesce(list(DISTINCT s.config_hash ORDER BY s.config_hash), [])
-    FROM specs AS s JOIN latest_run AS v USING (census_version, transformers_version, torch_version)
-    WHERE EXISTS (SELECT 1 FROM fits_on_sizes)
-      AND EXISTS (SELECT 1 FROM full_prices AS f
-                  WHERE f.config_hash = s.config_hash AND f.census_version = s.census_version AND f.transformers_version = s.transformers_version
-                    AND f.torch_version = s.torch_version AND f.records_version = v.records_version)
-      AND NOT EXISTS (SELECT 1 FROM fits_on AS o
-                      WHERE o.config_hash = s.config_hash AND o.census_version = s.census_version AND o.transformers_version = s.transformers_version
-                        AND o.torch_version = s.torch_version AND o.records_version = v.records_version
-                        AND o.plan_version = (SELECT any_value(plan_version) FROM fits_on_sizes)));
-
 CREATE OR REPLACE TEMP TABLE fits_on_tried AS  -- fits_on_layouts as the planner's macros read a layouts table
 SELECT row_number() OVER (ORDER BY l.gpus, l.position, l.setting_id)::INTEGER AS layout, l.gpus, l.position, l.dp, l.pp, l.ep,
        l.zero, 1 AS vpp, NULL::INTEGER AS etp, l.setting_id, z.recipe, z.budget_bytes, z.accelerator, true AS only_fitting

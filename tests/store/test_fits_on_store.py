@@ -51,3 +51,32 @@ def test_fits_on_is_built_once_per_spec_and_plan(tmp_path):
                    f"WHERE plan_version = '{plans[1][0]}' AND gpus <= 2 AND gpu_mem_gib = 24 ORDER BY ALL")  # fmt: skip
     new = rows(db, f"SELECT stack, seq_length, gpus, fits, dp, tp, pp, cp, mask, total_bytes FROM fits_on WHERE plan_version = '{plans[0][0]}' ORDER BY ALL")
     assert new == old and any(r[3] for r in new)
+
+
+def test_fits_on_is_answered_a_batch_of_specs_at_a_time_with_the_same_rows(tmp_path, monkeypatch):
+    """The store answers the specs that lack rows a batch at a time (limits.yaml
+    `fits_on_batch_specs`), so that a first night's memory does not grow with its specs: batches
+    of one spec give every row one batch of all gives, byte for byte, and each batch asks only its
+    own specs (a spec's rows do not depend on the others')."""
+    from speccat.catalogue.store import file
+
+    night = store_runs.first_run(fits_on=True)
+    tables = {}
+    for size in (1, 100):
+        monkeypatch.setitem(file.LIMITS, "fits_on_batch_specs", size)
+        asked = []
+        real = file.sql.load
+
+        def load(name, asked=asked, real=real):
+            if name == "steps/fits_on_batch":
+                asked.append(name)
+            return real(name)
+
+        monkeypatch.setattr(file.sql, "load", load)
+        db = tmp_path / f"batch-{size}.duckdb"
+        publish(db, night)
+        monkeypatch.setattr(file.sql, "load", real)
+        tables[size] = rows(db, "SELECT * FROM fits_on ORDER BY ALL")
+        specs = len({r[0] for r in tables[size]})
+        assert len(asked) == (specs if size == 1 else 1)
+    assert specs >= 5 and tables[1] == tables[100]
