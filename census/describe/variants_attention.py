@@ -199,6 +199,113 @@ def qk_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
     return False
 
 
+def _q_norms(view: AttentionFacts) -> list[str]:
+    """The norm with no parameters in the attention, no QK-norm (`qk_norm`), that ran once per
+    attention kernel call on rows one q head wide, as many a token as q has heads
+    (LayerProbe.norm_rows), and cast a half input to fp32 first: a weightless norm of each q head
+    (deepseek_v4's q_b_norm); none where two norms do (q's and k's, as many heads)."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return []
+    heads, head_dim = kernels[0]["q"][1], kernels[0]["q"][3]
+    found = []
+    for path, seen in view.probe.norm_ops.items():
+        calls = view.probe.norm_calls[path]
+        if view.part(path) not in view.mixer_children or any(True for _ in view.module(path).parameters()):
+            continue
+        if QK_NORM_NAME.match(path.rsplit(".", 1)[-1]):
+            continue  # the attention's QK-norm (`qk_norm`: nanochat's weightless one per head, priced so)
+        if calls != len(kernels) or view.probe.norm_rows[path] != heads * calls:
+            continue
+        upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in seen)
+        if upcast and any(op.out_last == head_dim for op in seen):
+            found.append(path)
+    return found if len(found) == 1 else []  # two alike (q's and k's, as many heads): no norm of q alone
+
+
+@variant
+def q_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
+    """A norm with no parameters ran in the attention once per attention kernel call, on as many
+    rows a token as q has heads, each one head wide (LayerProbe.norm_rows), and cast a half input
+    to fp32 first (deepseek_v4's q_b_norm): it keeps that fp32 copy and a statistic per head, no
+    weighted product (llama4's norm of q and k, twice a call, is `qk_norm_weightless`)."""
+    return bool(_q_norms(view))
+
+
+@variant
+def q_norm_product_half(view: AttentionFacts, top_k: int | None) -> bool:
+    """Of such a norm: its ops cast an fp32 statistic (one element a row) back to a half dtype and
+    took a product of the head's width in a half dtype: the normalised q is its half input times
+    that cast (deepseek_v4's x * rsqrt(...).to(x.dtype)), and the product keeps both."""
+    for path in _q_norms(view):
+        seen = view.probe.norm_ops[path]
+        cast = any(op.name == "_to_copy" and op.in_dtype == torch.float32 and op.out_dtype in HALF and op.out_last == 1 for op in seen)
+        if cast and any(op.name == "mul" and op.out_dtype in HALF and op.out_last > 1 for op in seen):
+            return True
+    return False
+
+
+@variant
+def attn_out_lowrank_width(view: AttentionFacts, top_k: int | None) -> int:
+    """The input widths of the attention's output projections (LayerProbe.output_projections) that
+    read another output projection's output through elementwise ops alone
+    (LayerProbe.projections_fed), summed over their calls, per layer call: deepseek_v4's o_b_proj
+    reads o_a_proj's grouped low-rank output (o_groups · o_lora_rank, 8192), copied contiguous;
+    0 for a single output projection."""
+    outputs = set(view.probe.output_projections)
+    widths = [view.module(path).weight.shape[-1] for path in view.probe.output_projections if view.probe.projections_fed.get(path) in outputs - {path}]
+    return int(sum(widths)) // view.cycles()
+
+
+def _latent_norms(view: AttentionFacts) -> list[str]:
+    """The norms holding a weight that ran in an attention kernel's child on one row a token each
+    call (LayerProbe.norm_rows), neither on the hidden stream nor after the kernel (an output
+    norm: LayerProbe.inner_norms), nor the attention's QK-norms (`qk_norm`), in an attention that
+    is no MLA (whose latent norms the records price from its ranks): norms of a latent or of a
+    single shared key-value head (deepseek_v4's q_a_norm and kv_norm)."""
+    if view.mla():
+        return []
+    children = {k.child for k in view.attention_kernels()}
+    skipped = {path for path, _ in view.probe.stream_norms} | {path for path, *_ in view.probe.inner_norms}
+    found = []
+    for path, calls in view.probe.norm_calls.items():
+        module = view.module(path)
+        if view.part(path) not in children or path in skipped or QK_NORM_NAME.match(path.rsplit(".", 1)[-1]):
+            continue
+        if getattr(module, "weight", None) is not None and calls and view.probe.norm_rows[path] == calls:
+            found.append(path)
+    return found
+
+
+@variant
+def attn_norm_width(view: AttentionFacts, top_k: int | None) -> int:
+    """The summed widths (their weights') of the norms of latents or of a single shared key-value
+    head that ran in the attention before its kernel, one row a token (LayerProbe.norm_rows), no
+    MLA's, no QK-norm, per layer call: deepseek_v4's q_a_norm (q_lora_rank, 1024) and kv_norm
+    (head_dim, 512), 1536; 0 without."""
+    widths = [view.module(path).weight.shape[-1] * view.probe.norm_calls[path] for path in _latent_norms(view)]
+    return int(sum(widths)) // view.cycles()
+
+
+@variant
+def attn_norms(view: AttentionFacts, top_k: int | None) -> int:
+    """The calls of those norms per layer call (deepseek_v4's q_a_norm and kv_norm: 2); 0 without."""
+    return sum(view.probe.norm_calls[path] for path in _latent_norms(view)) // view.cycles()
+
+
+@variant
+def attn_norm_out_width(view: AttentionFacts, top_k: int | None) -> int:
+    """Of those norms, the summed widths of the ones whose output a projection of the attention
+    read (LayerProbe.norm_outputs, projection_inputs), which it keeps (deepseek_v4's q_a_norm's,
+    read by q_b_proj: 1024; kv_norm's reaches the kernel through the rotation, not a projection)."""
+    widths = []
+    for path in _latent_norms(view):
+        read = view.probe.projection_inputs.get(view.part(path), set())
+        if view.probe.norm_outputs.get(path, set()) & read:
+            widths.append(view.module(path).weight.shape[-1] * view.probe.norm_calls[path])
+    return int(sum(widths)) // view.cycles()
+
+
 @variant
 def v_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
     """A norm with no parameters in the attention whose output is the v an attention kernel was

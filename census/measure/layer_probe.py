@@ -68,6 +68,10 @@ class LayerProbe:
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
     norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
+    # norm module path -> rows of the width it normalises per token of the inputs it was called
+    # with, summed over its calls: one per token on the hidden stream, one per head for a norm of
+    # each head (deepseek_v4's q_b_norm: q's heads)
+    norm_rows: Counter = field(default_factory=Counter)
     norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
     norm_fp32_rows: Counter = field(default_factory=Counter)  # norm module path -> fp32 storages it saved, one row of its width per token
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
@@ -77,6 +81,10 @@ class LayerProbe:
     # the routed experts' path -> the width of the input they were called with (a latent MoE's
     # experts run narrower than the hidden size: census/measure/expert_links.py)
     experts_input_widths: dict[str, int] = field(default_factory=dict)
+    # projection path -> the projection whose output, carried through elementwise ops alone
+    # (views, casts, copies: Watcher.gate_chains), it read (deepseek_v4's o_b_proj reads o_a_proj's
+    # grouped output, copied contiguous)
+    projections_fed: dict[str, str] = field(default_factory=dict)
     experts_fed_by: set[str] = field(default_factory=set)  # projections whose output the routed experts were called with
     experts_read_by: set[str] = field(default_factory=set)  # projections called with what the routed experts returned
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)

@@ -66,7 +66,11 @@ class Held:
 
     The graph node that saved the tensor owns it; when the node is freed (its output reaches
     nothing backward will run), the holder dies too. A weak reference to it tells, after the
-    forward, whether backward can still reach the saved tensor.
+    forward, whether backward can still reach the saved tensor. It holds a detached alias: a
+    node that saves its own output (ReLU's, a softmax's) would otherwise hold, through the
+    holder, a tensor whose grad_fn is that node, a cycle no collection frees, and a branch no
+    output reaches (deepseek_v4's lightning indexer scoring the keys it picks the top-k of)
+    would count as kept where a run without hooks frees it.
     """
 
     __slots__ = ("tensor", "__weakref__")
@@ -144,6 +148,7 @@ class Watcher:
         self.cuda_dtypes: dict[int, torch.dtype] = {}  # those of them CUDA keeps (not empty) -> their CUDA dtype
         self.excluded_outputs: set[int] = set()
         self.forward_done = False
+        self.packing = False  # pack is making its holder's alias
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
         self.creator: dict[int, Made] = {}  # storage -> the call that made it
@@ -218,7 +223,11 @@ class Watcher:
         key = storage_key(tensor)
         if key in self.excluded or key in self.layer_inputs:
             return tensor
-        held = Held(tensor)
+        self.packing = True  # the alias below is no op of the model's (on_op)
+        try:
+            held = Held(tensor.detach())
+        finally:
+            self.packing = False
         nbytes = self.cuda_nbytes.get(key, tensor.untyped_storage().nbytes())
         savers = self.seen.setdefault(key, [])
         if not savers:
@@ -297,7 +306,7 @@ class Watcher:
         """An op ran in a probed layer's forward: its call numbered, a kernel's call booked, and
         the op handed to the notes of its topic (census/measure/op_notes.py)."""
         probe = self.current
-        if probe is None or self.forward_done:
+        if probe is None or self.forward_done or self.packing:
             return
         self._note_call(probe, func, out)
         if current_kernel() is None:
@@ -416,6 +425,8 @@ class Watcher:
             inner = None
             if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
                 probe.norm_calls[name] += 1
+                if args and isinstance(args[0], torch.Tensor) and args[0].dim() > 0 and args[0].shape[-1] > 0:
+                    probe.norm_rows[name] += args[0].numel() // int(args[0].shape[-1]) // max(probe.tokens, 1)
                 inner = None if depth_one else self.inner_norms.follows(self.child())
                 if inner == AFTER_ACTIVATION and self._on_stream(name, module, args, depth_one):
                     inner = None  # of the hidden width after an MLP: a norm on the block's output (axk1's post_mlp_layernorm)
@@ -441,6 +452,9 @@ class Watcher:
                 probe.projection_call_inputs.setdefault(child, []).append(None if read is None else storage_key(read))
                 if read is not None:
                     probe.projection_inputs.setdefault(child, set()).add(storage_key(args[0]))
+                    chain = self.gate_chains.get(storage_key(read))
+                    if chain is not None:
+                        probe.projections_fed[name] = chain[0]
                     self.expert_links.projection_called(probe, name, args[0])
                 if not depth_one and self.kernel_count_in_child[child] > 0:
                     probe.output_projections.append(name)
