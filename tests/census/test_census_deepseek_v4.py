@@ -262,3 +262,16 @@ def test_what_the_quirks_keep_is_worked_by_hand_and_priced(spec, index):
     plain = ModelSpec(data)
     priced = priced_vs_measured(spec, S)[kind][0] - priced_vs_measured(plain, S)[kind][0]
     assert priced == pytest.approx(Q_NORM + LATENT_NORMS + LATENT_OUT + LOW_RANK + CLAMPS, rel=1e-12)
+
+
+def test_a_tensor_parallel_rank_divides_an_aliased_field_once():
+    """deepseek_v4's config maps intermediate_size onto moe_intermediate_size (its attribute_map):
+    census/across.yaml names both, and a rank of t divides the one field once, not once per name
+    (which left the tp ranks' experts a t² share of their width)."""
+    from transformers import AutoConfig
+
+    from speccat.census.across import _rank_configs
+
+    config = AutoConfig.for_model(**TINY_V4)
+    _, rank = _rank_configs(config, config, 2)
+    assert (rank.moe_intermediate_size, rank.intermediate_size, rank.num_attention_heads) == (MOE // 2, MOE // 2, HEADS // 2)
