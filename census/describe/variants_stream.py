@@ -50,11 +50,13 @@ def stream_scale_ff_bytes(view: LayerRoles, top_k: int | None) -> int:
 @variant
 def attn_scaled_kept(view: LayerRoles, top_k: int | None) -> int:
     """Products with a per-channel scale (a parameter, or a tensor computed from parameters
-    alone, that needs a gradient) inside the attention's children, outside their norms and their
-    output gate's chain (census/measure/stream_scales.py): the elements per token, in a half
-    dtype, of the factors each product saved first, per call (dory's q after rope times sqk²:
-    heads × head_dim; doge's softplus of dt_proj's output times A: one per kv head); 0 without one."""
-    return _channel_scaled(view, view.mixer_children)
+    alone, that needs a gradient) inside the children where a softmax attention kernel ran,
+    outside their norms and their output gate's chain (census/measure/stream_scales.py): the
+    elements per token, in a half dtype, of the factors each product saved first, per call
+    (dory's q after rope times sqk²: heads × head_dim; doge's softplus of dt_proj's output times
+    A: one per kv head); 0 without one. Other mixers' products (RWKV's token mixes, the RG-LRU's
+    gate times softplus of its parameter) are their own records'."""
+    return _channel_scaled(view, {k.child for k in view.attention_kernels() if k.child})
 
 
 @variant

@@ -12,7 +12,8 @@ parameters alone, multiply activations, and each product keeps its activation fa
   (its scale's product) and the sigmoid's output (attn_gate_kept: 2 × head_dim per head).
 
 The default's bytes are worked by hand from its dims, a tiny layer's against a real CPU forward
-and backward, and the price against the census; a llama states none of them.
+and backward, and the price against the census; a llama states none of them, nor an RWKV layer, whose
+token mixes' products with time_mix are its mixer's own records'.
 """
 
 from __future__ import annotations
@@ -104,11 +105,22 @@ def test_a_tiny_layer_keeps_what_the_census_measured(tiny):
     assert priced == pytest.approx(total - cycles * BF16 * (4 * h + 4 * a * dh + 2 * ff) / SEQ, rel=1e-9)
 
 
-def test_a_llama_states_none_of_them():
-    """A layer without scales: every fact 0, and the price still the measurement."""
-    config = default("llama", hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1, vocab_size=128)
-    spec = run_census(config, name="tiny-llama", seq_length=SEQ).to_dict()
-    (kind,) = spec["measured"]
-    assert set(facts(spec, kind).values()) == {0}
-    priced, measured = priced_vs_measured(spec, SEQ)[kind]
-    assert priced == pytest.approx(measured, rel=1e-9)
+@pytest.mark.parametrize(
+    "config",
+    [
+        default("llama", hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1, vocab_size=128),
+        # RWKV's token mixes multiply the hidden states and their shifted copy by time_mix and
+        # 1 − time_mix, products with a parameter and with a tensor computed from it that keep
+        # their factors: its time mixing's own records price them (token_mixes), no attention's
+        default("rwkv", hidden_size=64, attention_hidden_size=48, intermediate_size=160, num_hidden_layers=1, vocab_size=128, context_length=64),
+    ],
+    ids=["llama", "rwkv"],
+)
+def test_a_layer_without_them_states_none(config):
+    """A layer without such scales (llama), or whose products with them are its mixer's own (rwkv):
+    every fact 0, and the price still the measurement."""
+    spec = run_census(config, name="tiny", seq_length=SEQ).to_dict()
+    for kind in spec["measured"]:
+        assert set(facts(spec, kind).values()) == {0}, kind
+        priced, measured = priced_vs_measured(spec, SEQ)[kind]
+        assert priced == pytest.approx(measured, rel=1e-9), kind
