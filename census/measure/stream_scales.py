@@ -5,9 +5,10 @@ other factor for backward where the scale needs a gradient.
 
 On the stream, in the layer's own code (between its children, in no module): doge's
 `input_residual * residual` and `post_attention_residual * residual`, a learned scale on the
-residual before each branch is added to it, and dory's `abs(λ·scale) * (out − h)`, the rate at
-which its residual moves towards each branch's output. The product keeps its other factor (the
-residual; the difference), a storage no child keeps where the stream norms upcast.
+residual before each branch is added to it; dory's `abs(λ·scale) * (out − h)`, the rate at
+which its residual moves towards each branch's output; mllama's cross-attention layer's
+`tanh(gate) * out` after each branch. The product keeps its other factor (the residual; the
+difference; the branch's output), a storage no child keeps where the stream norms upcast.
 
 Inside a child, outside its norms: dory's q after rope times sqk², and its MLP's gate_proj and
 up_proj outputs times suv_gate and suv_up. A factor on an output gate's chain (dory's gate_proj
@@ -25,7 +26,6 @@ LayerProbe.channel_scale_kept, by dtype), which the variant facts `stream_scale_
 from __future__ import annotations
 
 import torch
-
 from torch.utils._pytree import tree_leaves
 
 from speccat.census.kernels.scope import current_kernel
