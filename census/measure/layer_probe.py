@@ -140,9 +140,13 @@ class LayerProbe:
     # the kernels (census/measure/repeated_attention.py: diffllama's two calls over one q and k)
     query_key_storages: list[tuple[int, ...]] = field(default_factory=list)
     joined_outputs_kept: int = 0
-    # op -> bytes of the factors the layer's own products with a per-channel parameter keep
-    # (census/measure/stream_scales.py: doge's scaled residuals)
+    # op -> bytes of the factors the layer's own products with a per-channel scale keep
+    # (census/measure/stream_scales.py: doge's scaled residuals, dory's residual rates)
     stream_scale_kept: Counter = field(default_factory=Counter)
+    # (op, dtype) -> bytes of the factors products with a per-channel scale keep inside a child,
+    # outside its norms and its output gate's chain (census/measure/stream_scales.py: dory's q
+    # after rope times sqk², its MLP's projections' outputs times suv_gate and suv_up)
+    channel_scale_kept: Counter = field(default_factory=Counter)
     # (op, the top-level child that made it, the one whose code saved it: None for the layer's own
     # code, its dtype, whether it holds the hidden width or more a token) -> elements per token of the storages booked so (census/measure/stream_kept.py:
     # what hyper-connections and the layer's code around its blocks keep)

@@ -35,7 +35,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
 from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
-from speccat.census.measure import eager_scores, kept_modules, output_gates, readers, repeated_attention, stream_code
+from speccat.census.measure import eager_scores, kept_modules, output_gates, readers, repeated_attention, stream_code, stream_scales
 from speccat.census.measure.expert_links import ExpertLinks
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION, AFTER_ATTENTION, InnerNorms, norm_width
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
@@ -158,7 +158,9 @@ class Watcher:
         self.inner_norms = InnerNorms()  # what each child's next projection awaits, for the norms between (census/measure/inner_norms.py)
         self.up_input_children: dict[int, str | None] = {}  # a storage booked UP_INPUT -> the child whose projection saved it
         self.param_casts: dict[int, tuple[str | None, tuple[int, ...], torch.dtype]] = {}  # a parameter's cast -> (child, the parameter's shape, the cast's dtype) (census/measure/param_casts.py)
-        self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel parameter, each kept by its product first (census/measure/stream_scales.py)
+        self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel scale, each kept by its product first (census/measure/stream_scales.py)
+        self.channel_scaled: set[int] = set()  # factors of such products inside a child, outside its norms (census/measure/stream_scales.py)
+        self.param_derived: set[int] = set()  # tensors computed from parameters and buffers alone: per-channel scales (census/measure/stream_scales.py)
         self.eager_scores: set[int] = set()  # softmax outputs of attention run as the model's eager code (census/measure/eager_scores.py)
         self.score_casts: set[int] = set()  # their casts to the compute dtype: the probabilities, booked to headCast
         self.joined_outputs: dict[int, tuple[int, Any]] = {}  # a kernel's output, or a torch.cat of them -> (the kernel outputs it holds, a weak reference to its storage) (census/measure/repeated_attention.py)
@@ -325,6 +327,7 @@ class Watcher:
         for note in OP_NOTES.get(func, ()):
             note(self, probe, func, args, kwargs, out)
         output_gates.note_gate_op(self, probe, func, args, kwargs, out)  # any elementwise op: not one of OP_NOTES' keys
+        stream_scales.note_param_derived(self, probe, func, args, kwargs, out)  # any op
 
     def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool, biased: bool = False) -> None:
         """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one
@@ -475,6 +478,7 @@ class Watcher:
                 self.expert_links.experts_returned(output)
             if is_norm(module) and isinstance(output, torch.Tensor):
                 self.current.norm_outputs.setdefault(name, set()).add(storage_key(output))
+                output_gates.norm_returned(self, self.current, args, output)
             # a stream norm is never the child that ran last: the layer's code after a norm that
             # closes a branch (ergo's and dory's post-norms, then their residual gates) is that
             # branch's, as it is where no norm closes it

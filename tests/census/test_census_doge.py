@@ -3,8 +3,10 @@ the dynamic mask, keeping v as a matmul's input (`v_projected`: v is attMM's, no
 alone), and the layer scales its residual by a learned vector before each branch is added
 (`input_residual * residual`, `post_attention_residual * residual`: each product keeps the bf16
 residual, `stream_scale_attn_bytes` and `stream_scale_ff_bytes`, census/measure/stream_scales.py).
-The mask's own chain (softplus, the product with A, exp: three bf16 tensors per kv head) is left
-unpriced: a few bytes per token (0.1% of the layer at the defaults)."""
+The mask's own chain keeps three bf16 tensors per kv head: the product with A keeps softplus's
+output, a product with a parameter that keeps its factor (`attn_scaled_kept`, one element per kv
+head); softplus's input and exp's output are left unpriced: a few bytes per token (0.1% of the
+layer at the defaults)."""
 
 from __future__ import annotations
 
@@ -26,9 +28,15 @@ def facts_of(spec, kind: str) -> tuple:
 
 
 def mask_chain(kv_heads: int) -> int:
-    """Bytes per token of the dynamic mask's chain the records leave out: softplus's bf16 input,
-    the product with A keeping softplus's output, exp's output, one element per kv head each."""
+    """Bytes per token of the dynamic mask's chain: softplus's bf16 input, the product with A
+    keeping softplus's output, exp's output, one element per kv head each."""
     return 3 * BF16 * kv_heads
+
+
+def mask_unpriced(kv_heads: int) -> int:
+    """What the records leave out of it: softplus's input and exp's output (the product with A,
+    a parameter, is priced by attn_scaled_kept)."""
+    return 2 * BF16 * kv_heads
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +58,15 @@ def test_doges_attention_and_residuals_worked_by_hand(doge):
     assert measured["attBMM"] == 2 * BF16 * heads * head_dim
     assert measured["ffMM"] == BF16 * h + 3 * BF16 * ff + BF16 * h
     priced, total = priced_vs_measured(doge, 256)["decoder"]
-    assert priced == total - mask_chain(heads)
+    assert doge["variants"]["decoder"]["attn_scaled_kept"] == heads
+    assert priced == total - mask_unpriced(heads)
 
 
 def test_doge_is_priced_at_every_point_it_is_measured():
     """Across settings (a second length, cp 2, tp 2, each recompute switch and all): the records'
-    price is what the census measured less the mask's chain, which no switch frees (its ops are
-    the attention's own code: attMM); recomputing attBMM keeps v, which dt_proj keeps."""
+    price is what the census measured less what they leave out of the mask's chain, which no
+    switch frees (its ops are the attention's own code: attMM); recomputing attBMM keeps v,
+    which dt_proj keeps."""
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.points import measured_per_token, price_points
     from speccat.catalogue.records.settings import load_settings
@@ -69,7 +79,7 @@ def test_doge_is_priced_at_every_point_it_is_measured():
     kv = TINY["num_key_value_heads"]
     for row in points:
         # the chain's kv-head tensors: halved at cp 2 (a rank's tokens), at tp 2 a rank's kv heads
-        chain = mask_chain(kv) / (2 if row["point"] in ("cp 2", "tp 2") else 1)
+        chain = mask_unpriced(kv) / (2 if row["point"] in ("cp 2", "tp 2") else 1)
         assert row["priced_per_token"] == pytest.approx(measured[row["kind"], row["point"]] - chain, rel=1e-9), row["point"]
 
 
@@ -87,7 +97,7 @@ def test_the_price_is_what_a_real_layer_keeps(model_type, facts):
     (kind,) = {group["kind"] for group in spec["layers"]}
     assert facts_of(spec, kind) == facts
     priced, measured = priced_vs_measured(spec, SEQ)[kind]
-    chain = mask_chain(TINY["num_key_value_heads"]) if facts[0] else 0
+    chain = mask_unpriced(TINY["num_key_value_heads"]) if facts[0] else 0
     # the real run leaves out the layer's input, which input_residual's product keeps (the census counts it)
     layer_input = BF16 * TINY["hidden_size"] if facts[1] else 0
     assert measured == rotary_layer_bytes(config, SEQ) + layer_input

@@ -54,11 +54,12 @@ def test_a_sliding_window_keeps_its_mask_beside_what_the_census_books():
 
 
 def test_a_spec_the_night_stores_unpriced_is_said_so():
-    """dory's layers (nGPT's learned scales and L2 norms) keep what no record prices
-    (docs/census.md, "Known limits"): the census measures it, the records' price is beyond their
-    tolerance, and the night stores the spec without prices. The row says so; llama's does not."""
-    tiny_dory = {**TINY_LLAMA, "model_type": "dory"}
-    (row,) = bench_gpu.measure("tiny-dory", tiny_dory, (S,), "cpu")
+    """inkling2_text's layer (its L2 clips' fp32 copies, relative states and dynamic convs) keeps
+    what no record prices (docs/census.md, "Known limits"): the census measures it, the records'
+    price is beyond their tolerance, and the night stores the spec without prices. The row says
+    so; llama's does not."""
+    tiny_inkling2 = {**TINY_LLAMA, "model_type": "inkling2_text", "num_hidden_layers": 1}
+    (row,) = bench_gpu.measure("tiny-inkling2", tiny_inkling2, (S,), "cpu")
     assert row["unpriced"] == "unsupported_layer"
     assert row["real"] == row["census"] == row["measured"] > row["priced"] * 1.1
     (llama,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
