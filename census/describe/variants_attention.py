@@ -114,10 +114,11 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
 
 @variant
 def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
-    """With a score bias (kept by the kernel or added by eager code): the storages booked to an attention child that were first saved 4-D and
-    hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64, and the
-    masked_fill mask of distances outside the bias's extent, bool): their element bytes summed. 0
-    without a score bias."""
+    """With a score bias (kept by the kernel or added by eager code): the storages booked to an attention child that were first saved 4-D, or
+    2-D holding no floats, and hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64,
+    and the masked_fill mask of distances outside the bias's extent, bool, which inkling2's
+    masked_fill keeps as the (s, t) matrix itself): their element bytes summed. 0 without a score
+    bias."""
     kernel = _biased_kernel(view)
     if kernel is None or kernel["q"][2] != kernel["k"][2]:
         return 0
@@ -576,3 +577,88 @@ def attn_gate_factor_fp32(view: AttentionFacts, top_k: int | None) -> bool:
     """With such a gate: the product's other factor, the attention's output, was in fp32, a cast of
     the kernel's output (inkling2's attn_output.float() * gate), which the product keeps."""
     return view.output_gate().factor_fp32
+
+
+def _kept_per_head(view: AttentionFacts, heads: int, dtypes: tuple) -> int:
+    """Elements per head and token, of one call of the layer, that the attention kernels'
+    children's own code keeps in tensors of those dtypes laid out over `heads` after their tokens
+    (LayerProbe.kept_per_head, census/measure/head_rows.py)."""
+    children = {f"child:{k.child}" for k in view.attention_kernels() if k.child}
+    kept = sum(n for (op, over, dtype), n in view.probe.kept_per_head.items() if op in children and over == heads and dtype in dtypes)
+    return kept // (heads * view.cycles()) if heads else 0
+
+
+@variant
+def attn_head_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's children's own code: the fp32 elements per query head and token it
+    keeps in tensors laid out over the query heads after their tokens, outside the kernel, norm
+    modules and an output gate's chain (census/measure/head_rows.py: inkling2's L2 clips on q and
+    on the relative bias states, no norm modules, keep each one's fp32 upcast and its product with
+    a learned scale and four fp32 statistics per head: 2·(head_dim + 2) + 2·(d_rel + 2)); 0 for the others."""
+    kernels = view.attention_kernels()
+    return _kept_per_head(view, kernels[0]["q"][1], (torch.float32,)) if kernels else 0
+
+
+@variant
+def attn_kv_head_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """The same per key head, where the kernel's keys have fewer heads than its queries: the fp32
+    elements per key head and token that code keeps in tensors laid out over the key heads
+    (inkling2's L2 clip on k, its fp32 upcast and four statistics per head, and in its full layers
+    the dynamic short convolutions' fp32 windows and per-token weights, head_dim × conv_kernel
+    each, for k and for v); 0 for the others."""
+    kernels = view.attention_kernels()
+    if not kernels or kernels[0]["k"][1] == kernels[0]["q"][1]:
+        return 0
+    return _kept_per_head(view, kernels[0]["k"][1], (torch.float32,))
+
+
+@variant
+def attn_head_half(view: AttentionFacts, top_k: int | None) -> int:
+    """The same per query head in a half dtype (the compute dtype): the elements per query head and
+    token that code keeps in such tensors (inkling2's relative bias states, which the product with
+    the distance profiles keeps as its input: d_rel); 0 for the others."""
+    kernels = view.attention_kernels()
+    return _kept_per_head(view, kernels[0]["q"][1], HALF) if kernels else 0
+
+
+@variant
+def attn_inputs_extra(view: AttentionFacts, top_k: int | None) -> int:
+    """The projections of an attention kernel's child, its output projections aside, whose weight
+    takes the layer's hidden width: the storages made outside that child, a row per token, that
+    they read (LayerProbe.outer_row_inputs: not doge's values, v_proj's output its dt_proj reads,
+    nor zaya's zero state a sequence) beyond one per attention call there, per call of the layer
+    (inkling2's full layers give k's and v's projections inputs of their own, the outputs of their
+    own input norms: 2); 0 where q, k and v read one input."""
+    outputs = set(view.probe.output_projections)
+    extra = 0
+    for child in {k.child for k in view.attention_kernels() if k.child}:
+        calls = sum(1 for k in view.attention_kernels() if k.child == child)
+        named = zip(view.probe.projection_order.get(child, []), view.probe.projection_call_inputs.get(child, []))
+        inputs = {
+            key for name, key in named if key in view.probe.outer_row_inputs and name not in outputs and _input_width(view.module(name)) == view.hidden
+        }
+        extra += max(len(inputs) - calls, 0)
+    return extra // view.cycles()
+
+
+def _input_width(projection) -> int:
+    """The width a projection takes: nn.Linear's in_features, else its 2-D weight's last dim."""
+    return int(getattr(projection, "in_features", projection.weight.shape[-1]))
+
+
+@variant
+def attn_head_param_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """Casts to fp32 of the attention kernel's children's parameters of one row per query head,
+    (heads, w), that backward keeps (census/measure/param_casts.py: inkling2's learned scales of
+    its L2 clips on q and on the relative bias states, each cast for its product with an fp32
+    upcast: head_dim + d_rel): their w summed, per call of the layer; 0 for the others."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return 0
+    heads, children = kernels[0]["q"][1], {k.child for k in kernels if k.child}
+    rows = sum(
+        shape[1] * kept
+        for (child, shape, dtype), kept in view.probe.param_casts_kept.items()
+        if child in children and dtype == torch.float32 and len(shape) == 2 and shape[0] == heads
+    )
+    return rows // view.cycles()

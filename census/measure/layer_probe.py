@@ -57,6 +57,10 @@ class LayerProbe:
     # (None for a call given no tensor): a side branch's projection reading what the attention's
     # projections read keeps nothing of its own (gemma3n's Laurel linear_left)
     projection_call_inputs: dict[str, list[int | None]] = field(default_factory=dict)
+    # the storages projections read that were made outside the projection's child (by the layer's
+    # code, another child, the decoder: not doge's values, v_proj's output that its dt_proj reads)
+    # and hold one row per token (the tokens times the last dim: not zaya's zero state a sequence)
+    outer_row_inputs: set[int] = field(default_factory=set)
     act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
     # MLP module path -> its inline activation calls whose kept tensor an activation module then
     # kept as its input (census/measure/inline_activations.py: gemma3n's sparsity ReLU before its
@@ -113,9 +117,14 @@ class LayerProbe:
     # (census/measure/kept_modules.py): what a part of a child written as plain code keeps (a MoE
     # block's shared experts' inline gate)
     kept_modules: Counter = field(default_factory=Counter)
-    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
-    # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
+    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor, or as the (n, n)
+    # matrix itself holding no floats, that hold one (n, n) matrix only: tables shared by batch and
+    # heads (a score bias's gather index and mask)
     kept_square: Counter = field(default_factory=Counter)
+    # (op region, the heads a kept tensor is laid out over after its tokens, its dtype) -> elements
+    # per token of the storages booked so, a child's (census/measure/head_rows.py): what an
+    # attention's own code keeps per head (inkling2's L2 clips on q and k, its dynamic convs' windows)
+    kept_per_head: Counter = field(default_factory=Counter)
     # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
     # kernel whose output's last two dims are square: a score bias gathered from a per-query table
     score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)

@@ -143,6 +143,8 @@ class Watcher:
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
         self.saved_in: dict[int, list[tuple[str | None, int]]] = {}  # storage -> (the innermost module running, the saved tensor's rows) at each of its savers, in the savers' order (census/measure/kept_modules.py)
         self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
+        self.first_shapes: dict[int, tuple[int, ...]] = {}  # storage -> the first saved tensor's shape (census/measure/head_rows.py)
+        self.after_kernel: set[int] = set()  # storages first saved in a child after its kernel ran, in the layer's call (census/measure/head_rows.py)
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
         self.cuda_dtypes: dict[int, torch.dtype] = {}  # those of them CUDA keeps (not empty) -> their CUDA dtype
@@ -235,6 +237,9 @@ class Watcher:
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
             self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
+            self.first_shapes[key] = tuple(int(d) for d in tensor.shape)
+            if self.kernel_count_in_child[self.child()] > 0:
+                self.after_kernel.add(key)
             if tensor.dim() == 4:
                 self.four_d.add(key)
         op = self._region_op(tensor, key)
@@ -458,6 +463,10 @@ class Watcher:
                     chain = self.gate_chains.get(storage_key(read))
                     if chain is not None:
                         probe.projections_fed[name] = chain[0]
+                    made = self.creator.get(storage_key(read))
+                    inside = made is not None and made.probe is probe and made.module is not None and part_of(made.module, self.blocks[probe.index]) == child
+                    if not inside and read.dim() > 0 and read.numel() == probe.tokens * read.shape[-1]:
+                        probe.outer_row_inputs.add(storage_key(read))
                     self.expert_links.projection_called(probe, name, args[0])
                 if not depth_one and self.kernel_count_in_child[child] > 0:
                     probe.output_projections.append(name)

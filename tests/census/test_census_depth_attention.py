@@ -181,29 +181,55 @@ def test_the_eager_attention_is_stated_and_priced_as_it_ran(spec):
                 assert spec["measured"][kind]["bytes_per_token"][op] - depth[op] == pytest.approx(per_token), (index, op)
 
 
-def test_the_attention_prices_all_but_what_its_clips_and_dynamic_convs_keep(spec):
-    """The records price every storage the attention child keeps (attMM) but what no fact states
-    yet, worked by hand per token: q's L2 clip (its fp32 upcast and its product with the scale,
-    four fp32 statistics per head, the fp32 scale per layer), k's (its fp32 upcast, four per kv
-    head), the relative states' clip likewise over d_rel, the relative states the product with
-    the distance profiles keeps (bf16) and the bias's (s, t) bool mask; in a full layer also the
-    k and v projections' own inputs (bf16), the dynamic short convs' fp32 weights and windows
-    (kv·d·conv_kernel each, for k and for v: torch code, no causal conv kernel) and the two
-    log scales (fp32, one a token). What is priced includes the output gate's product taken on
-    the attention's output cast to fp32 (attn_gate_factor_fp32), which keeps that copy."""
+def test_the_attention_prices_what_its_clips_and_dynamic_convs_keep(spec, real):
+    """What the attention's own code keeps beside the kernel, worked by hand per token and stated
+    per head: q's L2 clip (no norm module) keeps its fp32 upcast and its product with the learned
+    scale (the fp32 cast of that scale, heads × d, once a layer call) and four fp32 statistics per
+    head (the norm, the norm plus eps, the quotient the clamp keeps, the clamped factor); the
+    relative states' clip likewise over d_rel; k's clip its fp32 upcast and four statistics per kv
+    head; the relative states themselves (bf16, d_rel a head), which the product with the distance
+    profiles keeps; the bias's int64 gather index and its bool mask, one s × t table each. In a full
+    layer also the k and v projections' own inputs (bf16, hidden wide: their own input norms'
+    outputs) and the dynamic short convs' fp32 windows and per-token weights (kv · d ·
+    conv_kernel each, for k and for v). The census states them so, the records price them so,
+    and the real run keeps them so; only the two log scales of a full layer (fp32, one a token,
+    8 bytes) are priced by none. What is priced includes the output gate's product taken on the
+    attention's output cast to fp32 (attn_gate_factor_fp32), which keeps that copy."""
     d_rel, conv_kernel = TINY_INKLING2["d_rel"], 4
     kinds = _kind_of_layer(spec)
     priced = _op_prices(spec, "flash")
     for index in range(LAYERS):
-        kind = kinds[index]
-        full = (index + 1) % BLOCK == 0
-        assert spec["variants"][kind]["attn_gate_factor_fp32"] is True
-        clips = (2 * HEADS * D + 4 * HEADS + HEADS * D / S) * FP32 + (KV * D + 4 * KV) * FP32
-        clips += (2 * HEADS * d_rel + 4 * HEADS + HEADS * d_rel / S) * FP32 + BF16 * HEADS * d_rel + S
-        if full:
-            clips += 2 * BF16 * H + 2 * 2 * FP32 * KV * D * conv_kernel + 2 * FP32
+        kind, full = kinds[index], (index + 1) % BLOCK == 0
+        facts = spec["variants"][kind]
+        assert facts["attn_gate_factor_fp32"] is True
+        # per query head: q's clip (upcast, product, 4 statistics) and the relative states' clip
+        assert facts["attn_head_fp32"] == (2 * D + 4) + (2 * d_rel + 4), index
+        # per kv head: k's clip (upcast, 4 statistics); a full layer's windows and weights for k and v
+        assert facts["attn_kv_head_fp32"] == D + 4 + (2 * 2 * D * conv_kernel if full else 0), index
+        assert facts["attn_head_half"] == d_rel, index
+        assert facts["attn_head_param_fp32"] == D + d_rel, index
+        assert facts["attn_inputs_extra"] == (2 if full else 0), index
+        assert facts["score_bias_tables"] == 8 + 1, index
         measured = spec["measured"][kind]["bytes_per_token"]["attMM"]
-        assert priced[kind, "attMM"] == pytest.approx(measured - clips), index
+        log_scales = 2 * FP32 if full else 0
+        assert priced[kind, "attMM"] == pytest.approx(measured - log_scales), index
+    for index in (1, 5):  # a sliding and a full layer of the real run, storage by storage
+        kept, full = Counter(real[index]), index == 5
+        clip_rows = {D: 2, d_rel: 2, 1: 8}  # per query head: q's and the relative states' clips
+        for width, storages in clip_rows.items():
+            assert kept[((1, S, HEADS, width), torch.float32, FP32 * S * HEADS * width)] == storages, (index, width)
+        for width in (D, d_rel):  # the scales' fp32 casts, once a call
+            assert kept[((HEADS, width), torch.float32, FP32 * HEADS * width)] == 1, (index, width)
+        # k's upcast, and v's: the weightless norm on v keeps its fp32 input (normOp's)
+        assert kept[((1, S, KV, D), torch.float32, FP32 * S * KV * D)] == 2, index
+        assert kept[((S * HEADS, d_rel), torch.bfloat16, BF16 * S * HEADS * d_rel)] == 1, index
+        assert kept[((S, S), torch.bool, S * S)] == 1, index
+        windows = ((1, S, KV, D, conv_kernel), torch.float32, FP32 * S * KV * D * conv_kernel)
+        assert kept[windows] == (4 if full else 0), index
+        assert kept[((1, S, 1, 1), torch.float32, FP32 * S)] == (2 if full else 0), index
+    # a full layer's projections keep two more inputs of the hidden width than a sliding one's
+    hidden_inputs = [Counter(real[index])[((S, H), torch.bfloat16, BF16 * S * H)] for index in (1, 5)]
+    assert hidden_inputs[1] - hidden_inputs[0] == 2
 
 
 def test_the_experts_keep_their_bf16_product_beside_the_fp32_activation(spec):
