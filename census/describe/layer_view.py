@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import cached_property
 
 from torch import nn
 
@@ -51,15 +52,22 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
 
     def cycles(self) -> int:
         """The layer's calls that ran with grad (`recurrent_cycles`: hrm_text's L-stack layers, 3 of
-        their 6 cycles), when they ran alike: every count of what ran a whole multiple of them.
+        their 6 cycles), when they ran alike: each call dispatched the same ops in the same order.
         Calls that ran differently (inkling2_loop_text's passes, each after the first given the
-        previous one's messages) are stated together, as one call (1)."""
+        previous one's messages, which its message gates mix in) are stated together, as one call
+        (1), whatever their counts: two passes that differ can still run a whole multiple of one
+        call's stream norms (inkling2_loop_text's 2 and 12)."""
         calls = max(self.probe.kept_calls, 1)
-        seen = (
-            len(self.attention_kernels()), len(self.delta_kernels()), len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.rglru_kernels()) + len(self.linear_eager_kernels()),
-            len(self.probe.output_projections), self.probe.dropouts, len(self.probe.stream_norms), self.activations(),
-        )  # fmt: skip
-        return calls if all(n % calls == 0 for n in seen) else 1
+        return calls if self.ran_alike else 1
+
+    @cached_property
+    def ran_alike(self) -> bool:
+        """Every call of the layer with grad dispatched the same ops, in the same order (the
+        probe's `calls`, split where each call began: LayerProbe.call_starts)."""
+        starts = self.probe.call_starts
+        ops = self.probe.calls
+        each = [ops[start:end] for start, end in zip(starts, [*starts[1:], len(ops)])]
+        return all(len(call) == len(each[0]) and all(a is b for a, b in zip(call, each[0])) for call in each[1:])
 
     def per_call(self, seen: int) -> int:
         """`seen`, counted over the layer's calls that ran with grad, per call (`cycles`)."""

@@ -89,6 +89,9 @@ class LayerProbe:
     # the layer's calls in one forward that ran with grad, each keeping its activations for backward:
     # 1, or a layer the decoder runs in several cycles (hrm_text's); calls without grad are not watched
     kept_calls: int = 0
+    # where each of those calls' ops begin in `calls`: what each call ran, told apart from the
+    # others' (census/describe/layer_view.py `cycles`: calls that ran alike, or differently)
+    call_starts: list[int] = field(default_factory=list)
     tokens: int = 0  # the tokens of the hidden states the layer was called with: their dims up to the sequence's (watcher.tokens_of), not streams after it
     hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     backward_peak: int = 0  # the most bytes alive in its backward beyond those alive when it began (census/measure/backward_peak.py)

@@ -369,6 +369,7 @@ class Watcher:
             self.current = self.probes[index]
             self.current.ran = True
             self.current.kept_calls += 1
+            self.current.call_starts.append(len(self.current.calls))
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()

@@ -92,16 +92,83 @@ def test_every_layer_books_what_a_real_run_keeps_at_its_place(spec, real):
         assert sum(booked.values()) * S == sum(n for *_, n in real[index]), index
 
 
-def test_every_looped_layer_books_what_a_real_run_keeps_in_its_passes():
+@pytest.fixture(scope="module")
+def loop_spec():
+    return run_census(TINY_LOOP, name="tiny-inkling2-loop", seq_length=S)
+
+
+def test_every_looped_layer_books_what_a_real_run_keeps_in_its_passes(loop_spec):
     """inkling2_loop_text: the census runs the decoder as it is written, each looped layer in every
     pass; what a layer keeps is what its passes keep together."""
-    spec = run_census(TINY_LOOP, name="tiny-inkling2-loop", seq_length=S)
+    spec = loop_spec
     real = _real_run(TINY_LOOP)
     kinds = _kind_of_layer(spec)
     assert len(kinds) == LAYERS
     for index in range(LAYERS):
         booked = spec["measured"][kinds[index]]["bytes_per_token"]
         assert sum(booked.values()) * S == sum(n for *_, n in real[index]), index
+
+
+def _looped(index: int) -> bool:
+    return TINY_LOOP["loop_layer_index_start"] <= index < TINY_LOOP["loop_layer_index_end"]
+
+
+def test_a_looped_layers_passes_are_stated_together_as_one_call(loop_spec):
+    """The passes of a looped layer ran differently (the second mixes the first's messages in
+    through its message gates), so its kind states them as one call (`recurrent_cycles` 1) and
+    counts what they ran together, though its stream norm calls are a whole multiple of its two
+    passes. By hand, a sliding looped layer's: 2 in the first pass (input_layernorm,
+    post_attention_layernorm); 12 in the second, input_layernorm once on each of q's, k's and v's
+    gated inputs, post_attention_layernorm, and the two weightless norms of each of the four
+    message gates (q, k, v and the MLP's input); 14, not 7 a pass twice. A full looped layer's q,
+    k and v input norms run in both passes: 4 + 12 = 16. The other layers run once."""
+    kinds = _kind_of_layer(loop_spec)
+    for index in range(LAYERS):
+        kind = kinds[index]
+        full = (index + 1) % BLOCK == 0
+        first_pass = 4 if full else 2
+        stream_norms = first_pass + (first_pass + (0 if full else 2) + 4 * 2 if _looped(index) else 0)
+        assert loop_spec["variants"][kind]["recurrent_cycles"] == 1, index
+        assert loop_spec["ops"][kind]["normOp"] == stream_norms, index
+
+
+def test_what_each_later_pass_adds_by_hand(loop_spec):
+    """What a looped layer keeps in each pass after the first beyond what its first keeps (the
+    same model run in one pass: `loop_num_passes` 1, each layer at the same depth, since every
+    pass restarts from the states before the loop), worked by hand per token, against what the
+    census books and a real run keeps. The records price none of it yet (docs/census.md, Known
+    limits). Its four message gates (q's, k's, v's and the MLP's input, `(1 - forget) * hidden +
+    message_gate * message`) each keep three fp32 rows of the hidden width (the two tanh outputs
+    and 1 - forget), their down projection's bf16 input (the normalised hidden states and message
+    side by side: 2·hidden) and their forget and message projections' fp32 input (the gate rank),
+    all booked ffMM, and an fp32 statistic for each of their two weightless norms (normOp). The
+    norms after them read the gates' outputs, their own inputs, where the first pass's read the
+    depth attentions' outputs, which the gates' norms keep now (normOp): in a sliding layer the
+    attention's input norm runs three times, on q's, k's and v's gated inputs (two more calls,
+    an fp32 input, normalised input and statistic each), and the gates keep the two depth
+    attentions' outputs (fp32, hidden wide each); in a full one, the q, k and v norms keep their
+    own inputs in both passes, and the gates keep the attention input's three outputs, one fp32
+    storage (3·hidden), and the MLP input's (hidden). The message itself is the layer's input
+    (the decoder's `message_input` makes it), not the layer's to keep."""
+    rank = TINY_LOOP["loop_gate_rank"]
+    once = {**TINY_LOOP, "loop_num_passes": 1}
+    single = run_census(once, name="tiny-inkling2-loop-once", seq_length=S)
+    real_twice, real_once = _real_run(TINY_LOOP), _real_run(once)
+    kinds, kinds_once = _kind_of_layer(loop_spec), _kind_of_layer(single)
+    gates = 4 * (3 * FP32 * H + BF16 * 2 * H + FP32 * rank)
+    for index in range(LAYERS):
+        full = (index + 1) % BLOCK == 0
+        if not _looped(index):
+            later = {}
+        elif full:
+            later = {"ffMM": gates, "normOp": 4 * 2 * FP32 + FP32 * (3 * H + H)}
+        else:
+            later = {"ffMM": gates, "normOp": 4 * 2 * FP32 + 2 * (2 * FP32 * H + FP32) + FP32 * (H + H)}
+        twice, first = loop_spec["measured"][kinds[index]]["bytes_per_token"], single["measured"][kinds_once[index]]["bytes_per_token"]
+        for op in twice:
+            assert twice[op] - (2 if _looped(index) else 1) * first[op] == pytest.approx(later.get(op, 0)), (index, op)
+        kept_twice, kept_once = (sum(n for *_, n in real[index]) for real in (real_twice, real_once))
+        assert kept_twice - (2 if _looped(index) else 1) * kept_once == sum(later.values()) * S, index
 
 
 def test_the_kinds_follow_the_depth_and_the_layer_types(spec):
