@@ -14,10 +14,12 @@ from speccat.census.describe.variant_registry import variant
 @variant
 def recurrent_cycles(view: LayerRoles, top_k: int | None) -> int:
     """The layer's calls in the probe's forward that ran with grad (census/measure/watcher.py
-    counts them; a call under torch.no_grad() keeps nothing and is not watched), when they ran
-    alike (census/describe/layer_view.py `cycles`): hrm_text's L-module layers run in 6 cycles,
-    3 of them with grad. The kind's op counts and its other facts are one call's, its measured
-    bytes all of them. Calls that ran differently (inkling2_loop_text's passes) are stated as one: 1."""
+    counts them; a call under torch.no_grad() keeps nothing and is not watched), when each ran
+    the first call's ops in their order (census/describe/layer_view.py `cycles`): alike (hrm_text's
+    L-module layers run in 6 cycles, 3 of them with grad), or later calls running more beside them
+    (inkling2_loop_text's looped layers: 3 passes, each after the first mixing the previous one's
+    messages in). The kind's op counts and its other facts are the first call's, its measured
+    bytes all of them. Calls that ran otherwise are stated as one: 1."""
     return view.cycles()
 
 

@@ -92,6 +92,9 @@ class LayerProbe:
     # where each of those calls' ops begin in `calls`: what each call ran, told apart from the
     # others' (census/describe/layer_view.py `cycles`: calls that ran alike, or differently)
     call_starts: list[int] = field(default_factory=list)
+    # where each of those calls' norms begin in `stream_norms`: the stream norms of one call, the
+    # first (census/describe/layer_view.py `first_call_norms`)
+    call_norm_starts: list[int] = field(default_factory=list)
     tokens: int = 0  # the tokens of the hidden states the layer was called with: their dims up to the sequence's (watcher.tokens_of), not streams after it
     hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     backward_peak: int = 0  # the most bytes alive in its backward beyond those alive when it began (census/measure/backward_peak.py)

@@ -370,6 +370,7 @@ class Watcher:
             self.current.ran = True
             self.current.kept_calls += 1
             self.current.call_starts.append(len(self.current.calls))
+            self.current.call_norm_starts.append(len(self.current.stream_norms))
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()
