@@ -7,6 +7,8 @@ read from.
 
 from __future__ import annotations
 
+import torch
+
 from speccat.census.describe.layer_roles import LayerRoles
 from speccat.census.describe.variant_registry import variant
 
@@ -39,3 +41,55 @@ def depth_scores(view: LayerRoles, top_k: int | None) -> int:
     (inkling2's full layer's attention input: 3 queries, one each for q's, k's and v's input),
     summed over one call's; 0 without one."""
     return view.per_call(sum(states * queries for states, queries in view.probe.depth_calls))
+
+
+def _later_children(view: LayerRoles) -> set[str]:
+    """The top-level children that ran in a call after the first and not in the first
+    (LayerProbe.call_children), where those calls count as the layer's (`recurrent_cycles`: each
+    ran the first call's ops among more of its own): inkling2_loop_text's message gates, which
+    mix the previous pass's messages in. None where the calls ran alike or once."""
+    each = view.probe.call_children
+    if view.cycles() < 2 or len(each) < 2:
+        return set()
+    return set().union(*each[1:]) - each[0]
+
+
+@variant
+def later_child_calls(view: LayerRoles, top_k: int | None) -> int:
+    """The calls after the first that ran children the first did not run, one for each such
+    child a call ran (LayerProbe.call_children): inkling2_loop_text's four message gates in each
+    of the passes after the first (2 more at its default: 8); 0 where the calls ran alike or once."""
+    later = _later_children(view)
+    return sum(len(children & later) for children in view.probe.call_children[1:])
+
+
+def _later_kept(view: LayerRoles, fp32: bool) -> int:
+    """The elements per token that those children keep in their own code and modules, booked to
+    them (census/measure/kept_modules.py), per call (`later_child_calls`): fp32 ones (`fp32`),
+    else those of a 2-byte float dtype (the compute dtype's)."""
+    later = _later_children(view)
+    calls = later_child_calls(view, None)
+    if not calls:
+        return 0
+    ops = {f"child:{child}" for child in later}
+    kept = sum(
+        n for (op, _, _, _, dtype), n in view.probe.kept_modules.items()
+        if op in ops and (dtype == torch.float32 if fp32 else dtype.is_floating_point and dtype.itemsize == 2)
+    )  # fmt: skip
+    return kept // calls
+
+
+@variant
+def later_kept_fp32(view: LayerRoles, top_k: int | None) -> int:
+    """Of those children: the fp32 elements per token each call keeps (census/measure/kept_modules.py):
+    inkling2_loop_text's message gate, three rows of the hidden width (its two tanh outputs and
+    1 - forget) and its forget and message projections' one input, `loop_gate_rank` wide; 0 without them."""
+    return _later_kept(view, fp32=True)
+
+
+@variant
+def later_kept_half(view: LayerRoles, top_k: int | None) -> int:
+    """Of those children: the compute-dtype elements per token each call keeps: inkling2_loop_text's
+    message gate, its down projection's input (the normalised hidden states and message side by
+    side, 2 × hidden); 0 without them."""
+    return _later_kept(view, fp32=False)

@@ -371,6 +371,7 @@ class Watcher:
             self.current.kept_calls += 1
             self.current.call_starts.append(len(self.current.calls))
             self.current.call_norm_starts.append(len(self.current.stream_norms))
+            self.current.call_children.append(set())
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()
@@ -414,6 +415,7 @@ class Watcher:
             self.path.append((name, module))
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            probe.call_children[-1].add(name.split(".", 1)[0])
             probe.children_ran.add(part_of(name, self.blocks[probe.index]))  # an attention block's child
             inner = None
             if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
