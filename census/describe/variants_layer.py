@@ -7,6 +7,8 @@ read from.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
 from speccat.census.describe.layer_roles import LayerRoles
@@ -93,3 +95,49 @@ def later_kept_half(view: LayerRoles, top_k: int | None) -> int:
     message gate, its down projection's input (the normalised hidden states and message side by
     side, 2 × hidden); 0 without them."""
     return _later_kept(view, fp32=False)
+
+
+def _norms_by_call(view: LayerRoles) -> list[list[tuple[str, int]]]:
+    """Each call's stream norm calls (LayerProbe.stream_norms split where each call began:
+    `call_norm_starts`), of calls counted as the layer's; none where they ran alike or once."""
+    starts, norms = view.probe.call_norm_starts, view.probe.stream_norms
+    if view.cycles() < 2 or view.ran_alike:
+        return []
+    return [norms[start:end] for start, end in zip(starts, [*starts[1:], len(norms)])]
+
+
+def _later_norm_paths(view: LayerRoles) -> Counter:
+    """The stream norms' calls in the calls after the first beyond the first call's own, by path."""
+    each = _norms_by_call(view)
+    first = Counter(path for path, _ in each[0]) if each else Counter()
+    return sum((Counter(path for path, _ in call) - first for call in each[1:]), Counter())
+
+
+@variant
+def later_norm_calls(view: LayerRoles, top_k: int | None) -> int:
+    """The stream norm calls the calls after the first ran beyond the first's, summed over them,
+    one statistic a token each: inkling2_loop_text's message gates' two weightless norms each, and
+    a sliding layer's attention input norm run on q's, k's and v's gated inputs (2 more a pass:
+    10, 8 in a full layer); 0 where the calls ran alike or once."""
+    return sum(_later_norm_paths(view).values())
+
+
+@variant
+def later_norm_scaled(view: LayerRoles, top_k: int | None) -> int:
+    """Of those calls, the calls of norms that hold a weight, each keeping its normalised input
+    for the weight to multiply (inkling2_loop_text's sliding layers' attention input norm: 2 a
+    pass after the first); 0 for the others."""
+    return sum(n for path, n in _later_norm_paths(view).items() if getattr(view.module(path), "weight", None) is not None)
+
+
+@variant
+def later_norm_inputs(view: LayerRoles, top_k: int | None) -> int:
+    """The storages the stream norms of each call after the first read beyond as many as the
+    first's read (each a norm input kept once, the hidden width a token), summed over those calls:
+    inkling2_loop_text's norms after the message gates read the gates' outputs (4 a pass after the
+    first), where the first pass's read the depth attentions' outputs, which the gates' norms
+    keep; not the tensors a call was given beside its hidden states, which it does not keep
+    (LayerProbe.call_inputs: the messages the gates' norms read); 0 where the calls ran alike or once."""
+    each = _norms_by_call(view)
+    kept = [{key for _, key in call} - given for call, given in zip(each, view.probe.call_inputs)]
+    return sum(len(call) - len(kept[0]) for call in kept[1:])

@@ -384,6 +384,7 @@ class Watcher:
                 self.current.tokens = tokens_of(tuple(int(d) for d in hidden.shape[:-1]), self.seq_length)
                 self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
+            self.current.call_inputs.append(set(self.layer_inputs))
             self.current.reads_depth = readers.reads_depth((args, kwargs), hidden)
 
         return hook

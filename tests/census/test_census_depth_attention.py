@@ -125,13 +125,13 @@ def test_a_looped_layers_passes_are_stated_as_its_first_pass_run_twice(loop_spec
     them (it mixes the first's messages in through its message gates), so its kind states its
     passes (`recurrent_cycles` 2) and the first pass's facts, what both ran: each fact and op
     count the same as the one-pass model's, and the records price that pass twice (and what the
-    second adds in its message gates, worked by hand below). By hand, the
+    second adds in its message gates and norms, worked by hand below). By hand, the
     stream norm calls of the first pass: 2 in a sliding layer (input_layernorm,
     post_attention_layernorm), 4 in a full one (its q, k and v inputs have a norm each), not the
     second pass's 12 (input_layernorm once on each of q's, k's and v's gated inputs in a sliding
     layer, and the two weightless norms of each of the four message gates). The other layers run
     once."""
-    later = ("later_child_calls", "later_kept_fp32", "later_kept_half")
+    later = ("later_child_calls", "later_kept_fp32", "later_kept_half", "later_norm_calls", "later_norm_scaled", "later_norm_inputs")
     kinds, kinds_once = _kind_of_layer(loop_spec), _kind_of_layer(loop_once)
     priced, priced_once = _op_prices(loop_spec, "flash"), _op_prices(loop_once, "flash")
     for index in range(LAYERS):
@@ -143,7 +143,7 @@ def test_a_looped_layers_passes_are_stated_as_its_first_pass_run_twice(loop_spec
         assert loop_spec["ops"][kind] == loop_once["ops"][kind_once], index
         stated = {name: n for name, n in loop_spec["variants"][kind].items() if name not in later}
         assert {**stated, "recurrent_cycles": 1} == {name: n for name, n in loop_once["variants"][kind_once].items() if name not in later}, index
-        for op in set(loop_once["ops"][kind_once]) - {"ffMM"}:
+        for op in set(loop_once["ops"][kind_once]) - {"ffMM", "normOp"}:
             assert priced.get((kind, op), 0.0) == pytest.approx(passes * priced_once.get((kind_once, op), 0.0)), (index, op)
 
 
@@ -152,9 +152,10 @@ def test_what_each_later_pass_adds_by_hand(loop_spec, loop_once):
     same model run in one pass: `loop_num_passes` 1, each layer at the same depth, since every
     pass restarts from the states before the loop), worked by hand per token, against what the
     census books and a real run keeps. The records price the first pass once a pass
-    (`recurrent_cycles`) and, of this, the message gates' (`later_child_calls` gate calls, each
-    keeping `later_kept_fp32` and `later_kept_half` elements a token), not the norms' (docs/census.md,
-    Known limits). Its four message gates (q's, k's, v's and the MLP's input, `(1 - forget) * hidden +
+    (`recurrent_cycles`) and this beside it: the message gates' (`later_child_calls` gate calls,
+    each keeping `later_kept_fp32` and `later_kept_half` elements a token) and the norms'
+    (`later_norm_calls` statistics, `later_norm_scaled` normalised inputs, `later_norm_inputs`
+    inputs beyond the first pass's). Its four message gates (q's, k's, v's and the MLP's input, `(1 - forget) * hidden +
     message_gate * message`) each keep three fp32 rows of the hidden width (the two tanh outputs
     and 1 - forget), their down projection's bf16 input (the normalised hidden states and message
     side by side: 2·hidden) and their forget and message projections' fp32 input (the gate rank),
@@ -189,8 +190,14 @@ def test_what_each_later_pass_adds_by_hand(loop_spec, loop_once):
         stated = loop_spec["variants"][kinds[index]]
         facts = (4, 3 * H + rank, 2 * H) if _looped(index) else (0, 0, 0)
         assert (stated["later_child_calls"], stated["later_kept_fp32"], stated["later_kept_half"]) == facts, index
-        ff, ff_once = priced[kinds[index], "ffMM"], priced_once[kinds_once[index], "ffMM"]
-        assert ff == pytest.approx((2 if _looped(index) else 1) * ff_once + later.get("ffMM", 0)), index
+        # the norms' by hand: 8 gate norm calls (+2 of the sliding layer's attention input norm on
+        # k's and v's gated inputs, which hold a weight), and 4 inputs beyond the first pass's
+        # two (the gates' four outputs), the message each gate's norm reads being the layer's input
+        norms = ((8 if full else 10), (0 if full else 2), 4) if _looped(index) else (0, 0, 0)
+        assert (stated["later_norm_calls"], stated["later_norm_scaled"], stated["later_norm_inputs"]) == norms, index
+        for op in ("ffMM", "normOp"):
+            twice_priced, once_priced = priced[kinds[index], op], priced_once[kinds_once[index], op]
+            assert twice_priced == pytest.approx((2 if _looped(index) else 1) * once_priced + later.get(op, 0)), (index, op)
         kept_twice, kept_once = (sum(n for *_, n in real[index]) for real in (real_twice, real_once))
         assert kept_twice - (2 if _looped(index) else 1) * kept_once == sum(later.values()) * S, index
 

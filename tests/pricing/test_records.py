@@ -34,7 +34,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "routed_attention": "attention", "side": "attention", "stream_scale_attn": "attention", "stream_scale_ff": "ffn",
         "experts_out_norm": "norm",
         "hyper": "attention", "hyper_ff": "ffn",
-        "depth_attention": "attention", "depth_attention_norm": "norm", "later_children": "ffn",
+        "depth_attention": "attention", "depth_attention_norm": "norm", "later_children": "ffn", "later_norms": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
