@@ -1,8 +1,9 @@
 """The variant facts of the layer as a whole (docs/census.md, "Variant facts"): how often one
-forward runs it so that it keeps its activations, and what its attentions over the stack's depth
-attend over. Each reader is registered with `@variant`
-(census/describe/variant_registry.py); its docstring is what docs/census.md's table says it is
-read from.
+forward runs it so that it keeps its activations, what its calls after the first ran beyond
+the first's (children only they ran, stream norm calls beyond the first's: inkling2_loop_text's
+later passes), and what its attentions over the stack's depth attend over. Each reader is
+registered with `@variant` (census/describe/variant_registry.py); its docstring is what
+docs/census.md's table says it is read from.
 """
 
 from __future__ import annotations
