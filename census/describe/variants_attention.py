@@ -109,7 +109,7 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
         for child, source, nbytes, out in view.probe.score_gathers
         if child in view.mixer_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
     ]
-    return sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources)
+    return view.per_call(sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources))
 
 
 @variant
@@ -123,19 +123,20 @@ def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
     if kernel is None or kernel["q"][2] != kernel["k"][2]:
         return 0
     ops = {f"child:{c}" for c in view.mixer_children}
-    return sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel["q"][2])
+    return view.per_call(sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel["q"][2]))
 
 
 def _beside_attention_convs(view: AttentionFacts, in_attention: bool) -> int:
     """Bytes per token of the inputs causal conv1d calls keep in a layer whose only other kernel is
     attention: in the attention kernel's child (`in_attention`) or in the layer's other children.
-    0 in a layer whose mixer is the conv or runs a kernel of its own (its conv is priced with it)."""
+    0 in a layer whose mixer is the conv or runs a kernel of its own (its conv is priced with it).
+    Per call of the layer (`recurrent_cycles`)."""
     kinds = {k.kind for k in view.probe.kernels}
     if "attention" not in kinds or kinds - {"attention", "conv"}:
         return 0
     homes = {k.child for k in view.attention_kernels()}
     convs = [k for k in view.probe.kernels if k.kind == "conv" and (k.child in homes) == in_attention]
-    return sum(k["x"][1] * k.in_bytes for k in convs)
+    return view.per_call(sum(k["x"][1] * k.in_bytes for k in convs))
 
 
 @variant
@@ -145,7 +146,7 @@ def attention_conv_bytes(view: AttentionFacts, top_k: int | None) -> int:
     fp32: inside the tensor-parallel region), and each kept input of torch's own convolutions
     there, its module's input channels × its element bytes (zaya's depthwise and grouped Conv1d
     over q and k: census/describe/stream_router_qk.py)."""
-    return _beside_attention_convs(view, in_attention=True) + torch_conv_bytes(view)
+    return _beside_attention_convs(view, in_attention=True) + view.per_call(torch_conv_bytes(view))
 
 
 @variant

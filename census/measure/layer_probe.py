@@ -101,6 +101,18 @@ class LayerProbe:
     # the layer's calls in one forward that ran with grad, each keeping its activations for backward:
     # 1, or a layer the decoder runs in several cycles (hrm_text's); calls without grad are not watched
     kept_calls: int = 0
+    # where each of those calls' ops begin in `calls`: what each call ran, told apart from the
+    # others' (census/describe/layer_view.py `cycles`: calls that ran alike, or differently)
+    call_starts: list[int] = field(default_factory=list)
+    # where each of those calls' norms begin in `stream_norms`: the stream norms of one call, the
+    # first (census/describe/layer_view.py `first_call_norms`)
+    call_norm_starts: list[int] = field(default_factory=list)
+    # the top-level children that ran in each of those calls: children only calls after the first
+    # ran (inkling2_loop_text's message gates, census/describe/variants_layer.py `later_child_calls`)
+    call_children: list[set[str]] = field(default_factory=list)
+    # the storages each of those calls was given beside its hidden states, which it does not keep
+    # (a looped layer's messages: census/describe/variants_layer.py `later_norm_inputs`)
+    call_inputs: list[set[int]] = field(default_factory=list)
     tokens: int = 0  # the tokens of the hidden states the layer was called with: their dims up to the sequence's (watcher.tokens_of), not streams after it
     hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     backward_peak: int = 0  # the most bytes alive in its backward beyond those alive when it began (census/measure/backward_peak.py)

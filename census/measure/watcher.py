@@ -386,6 +386,9 @@ class Watcher:
             self.current = self.probes[index]
             self.current.ran = True
             self.current.kept_calls += 1
+            self.current.call_starts.append(len(self.current.calls))
+            self.current.call_norm_starts.append(len(self.current.stream_norms))
+            self.current.call_children.append(set())
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()
@@ -398,6 +401,7 @@ class Watcher:
                 self.current.tokens = tokens_of(tuple(int(d) for d in hidden.shape[:-1]), self.seq_length)
                 self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
+            self.current.call_inputs.append(set(self.layer_inputs))
             self.current.reads_depth = readers.reads_depth((args, kwargs), hidden)
 
         return hook
@@ -429,6 +433,7 @@ class Watcher:
             self.path.append((name, module))
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            probe.call_children[-1].add(name.split(".", 1)[0])
             probe.children_ran.add(part_of(name, self.blocks[probe.index]))  # an attention block's child
             inner = None
             if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):

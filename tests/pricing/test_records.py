@@ -35,7 +35,7 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "channel_scale_attn": "attention", "channel_scale_ff": "ffn",
         "experts_out_norm": "norm",
         "hyper": "attention", "hyper_ff": "ffn",
-        "depth_attention": "attention", "depth_attention_norm": "norm",
+        "depth_attention": "attention", "depth_attention_norm": "norm", "later_children": "ffn", "later_norms": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 
