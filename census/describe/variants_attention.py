@@ -510,9 +510,14 @@ def v_projected(view: AttentionFacts, top_k: int | None) -> bool:
     """The attention kernel's v (its storage, LayerProbe.value_storages) is what a projection of
     the kernel's child was called with: doge's dt_proj reads the values (a view of v_proj's
     output) before the kernel to build its dynamic mask, and keeps them as its input, a matmul's
-    save no recompute switch frees, so v is the projection's (attMM) and not the kernel's."""
+    save no recompute switch frees, so v is the projection's (attMM) and not the kernel's. Only
+    where backward reaches that save (LayerProbe.values_booked): a projection whose output feeds
+    nothing backward runs through (doge's mask, which a flash kernel does not take) is freed with
+    its saves after the forward, and v is the kernel's alone."""
     children = {k.child for k in view.attention_kernels() if k.child}
-    return bool(view.probe.value_storages & view.projection_reads(children))
+    ops = {f"child:{child}" for child in children}
+    read = view.probe.value_storages & view.projection_reads(children)
+    return any(view.probe.values_booked.get(key) in ops for key in read)
 
 
 @variant

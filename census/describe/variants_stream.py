@@ -53,9 +53,10 @@ def attn_scaled_kept(view: LayerRoles, top_k: int | None) -> int:
     alone, that needs a gradient) inside the children where a softmax attention kernel ran,
     outside their norms and their output gate's chain (census/measure/stream_scales.py): the
     elements per token, in a half dtype, of the factors each product saved first, per call
-    (dory's q after rope times sqk²: heads × head_dim; doge's softplus of dt_proj's output times
-    A: one per kv head); 0 without one. Other mixers' products (RWKV's token mixes, the RG-LRU's
-    gate times softplus of its parameter) are their own records'."""
+    (dory's q after rope times sqk²: heads × head_dim; not doge's softplus of dt_proj's output
+    times A, on a mask the flash kernel does not take, freed unkept); 0 without one. Other
+    mixers' products (RWKV's token mixes, the RG-LRU's gate times softplus of its parameter) are
+    their own records'."""
     return _channel_scaled(view, {k.child for k in view.attention_kernels() if k.child})
 
 

@@ -33,6 +33,8 @@ def book_bytes(watcher: Watcher) -> None:
             if key in watcher.activation_inputs and op.startswith("child:"):
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
+            if key in probe.value_storages:
+                probe.values_booked[key] = op
             probe.saved_storages[op] += 1
             book_gate_kept(watcher, probe, key, op, nbytes)
             book_join(watcher, probe, key, op)

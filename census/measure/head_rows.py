@@ -9,12 +9,16 @@ per kv head: all of it made and kept before the kernel runs, in building its inp
 scale with the heads, so the census states them per head and token
 (census/describe/variants_attention.py reads LayerProbe.kept_per_head). What the child keeps
 after its kernel ran (its output laid out per head, a gate's product on it) and storages on an
-output gate's chain are left to the facts that price them (census/measure/output_gates.py).
+output gate's chain are left to the facts that price them (census/measure/output_gates.py), and
+so is what another child or the layer's own code made and the child first kept: hy_v4's
+hyper-connection mixer makes post, one fp32 element per stream, (b, s, streams, 1), which the
+attention's block keeps (the hc_* facts price it), laid out as a head's row would be.
 """
 
 from __future__ import annotations
 
 from speccat.census.measure.layer_probe import LayerProbe
+from speccat.census.structure.predicates import part_of
 
 
 def heads_of(shape: tuple[int, ...], tokens: int) -> int:
@@ -37,10 +41,11 @@ def heads_of(shape: tuple[int, ...], tokens: int) -> int:
 def note_head_kept(watcher, probe: LayerProbe, key: int, op: str, nbytes: int) -> None:
     """Book a kept storage of a child (`child:NAME`) laid out over heads after its tokens under
     (its op, the heads, its dtype): its elements per token (LayerProbe.kept_per_head). Left out:
-    any other op's storages, one held by no token rows, one on an output gate's chain, and one
-    first saved after the child's kernel ran in the layer's call (the kernel's output, its copies
-    and a gate's product on it, which o_proj's copy and the gate's facts price)."""
-    if not op.startswith("child:") or probe.tokens <= 0:
+    any other op's storages, one held by no token rows, one on an output gate's chain, one made
+    outside the child (made_inside), and one first saved after the child's kernel ran in the
+    layer's call (the kernel's output, its copies and a gate's product on it, which o_proj's copy
+    and the gate's facts price)."""
+    if not op.startswith("child:") or probe.tokens <= 0 or not made_inside(watcher, probe, key, op.removeprefix("child:")):
         return
     if key in watcher.after_kernel or any(key in lineage for _, _, lineage, *_ in probe.gated_products.values()):
         return
@@ -48,3 +53,10 @@ def note_head_kept(watcher, probe: LayerProbe, key: int, op: str, nbytes: int) -
     if heads:
         dtype = watcher.tails[key][1]
         probe.kept_per_head[(op, heads, dtype)] += nbytes // dtype.itemsize // probe.tokens
+
+
+def made_inside(watcher, probe: LayerProbe, key: int, child: str) -> bool:
+    """Whether the storage `key` was made in this layer's call by a module of `child`: the child's
+    own code made it, it is no input handed to the child."""
+    made = watcher.creator.get(key)
+    return made is not None and made.probe is probe and made.module is not None and part_of(made.module, watcher.blocks[probe.index]) == child

@@ -144,6 +144,9 @@ class LayerProbe:
     # other inputs: gemma-4's per-layer input times its gate's activation (census/describe/layer_gate.py)
     input_products: set[int] = field(default_factory=set)
     value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    # those of them backward reaches -> the op of their first saver it reaches: a projection's
+    # (`child:NAME`) where one reading v keeps it, the kernel's where that save is freed unused
+    values_booked: dict[int, str] = field(default_factory=dict)
     depth_calls: list[tuple[int, int]] = field(default_factory=list)  # each attention over the stack's depth: (the states it attends over, its learned queries) (census/kernels/attention.py)
     # the layer was called with a stack of hidden states beside its own, (…, n, width): states
     # stored down the stack's depth, n growing with the layer's place (census/measure/readers.py)
