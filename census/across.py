@@ -121,6 +121,14 @@ def _per_kind(built, shapes: list[Shape], kind_of: Mapping[int, str], hidden: in
     return measure
 
 
+def _fields(config: Any, group: str) -> list[str]:
+    """census/across.yaml's fields of `group`, each of the config's own fields once: two names the
+    config's attribute_map points at one field (deepseek_v4's intermediate_size, an alias of its
+    moe_intermediate_size) are one field, divided once, not once per name."""
+    aliases = getattr(config, "attribute_map", None) or {}
+    return list(dict.fromkeys(aliases.get(name, name) for name in POINTS[group]))
+
+
 def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
     """The configs of one of t tensor-parallel ranks, or None when t does not divide them."""
     rank_top = copy.deepcopy(top)
@@ -131,8 +139,8 @@ def _rank_configs(top: Any, text: Any, t: int) -> tuple[Any, Any] | None:
         return None
     if not isinstance(getattr(rank_text, "head_dim", None), int):
         rank_text.head_dim = hidden // heads
-    kv_heads = {name: getattr(rank_text, name, None) for name in POINTS["kv_heads_fields"]}
-    for name in POINTS["tensor_parallel_fields"]:
+    kv_heads = {name: getattr(rank_text, name, None) for name in _fields(rank_text, "kv_heads_fields")}
+    for name in _fields(rank_text, "tensor_parallel_fields"):
         value = getattr(rank_text, name, None)
         sizes = value if isinstance(value, list) else [value]  # one per layer (gemma3n's intermediate_size), each divided
         if sizes and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):

@@ -200,7 +200,8 @@ class FeedForwardFacts(LayerRoles):
         if experts is None or not self.probe.tokens:
             return False
         count = expert_count(experts)
-        return self.probe.experts_rows[self.experts_path] == count * self.probe.tokens and count > self.top_k()
+        rows = self.per_call(self.probe.experts_rows[self.experts_path])  # one call's (`recurrent_cycles`)
+        return rows == count * self.probe.tokens and count > self.top_k()
 
     def ff_matmuls(self) -> int:
         """The layer's feed-forward weights over one h×width projection's (one expert's for MoE,

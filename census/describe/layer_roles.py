@@ -247,9 +247,17 @@ class LayerRoles:
 
     # -- the norms on the hidden stream ------------------------------------------------------
 
+    def first_call_norms(self) -> list[tuple[str, int]]:
+        """The stream norm calls of the layer's first call with grad (census/measure/layer_probe.py
+        `stream_norms`, split where each call began: `call_norm_starts`): one call's, which every
+        other call ran too (LayerView.cycles: calls run alike, or later ones running more)."""
+        starts = self.probe.call_norm_starts
+        end = starts[1] if len(starts) > 1 else len(self.probe.stream_norms)
+        return self.probe.stream_norms[:end]
+
     def stream_norm_paths(self) -> list[str]:
-        """The norms the layer ran on its hidden stream (census/measure/layer_probe.py `stream_norms`), in call order."""
-        return list(dict.fromkeys(path for path, _ in self.probe.stream_norms))
+        """The norms the layer ran on its hidden stream in one call (`first_call_norms`), in call order."""
+        return list(dict.fromkeys(path for path, _ in self.first_call_norms()))
 
     def layer_norm_modules(self) -> list[nn.Module]:
         return [self.module(path) for path in self.stream_norm_paths()]

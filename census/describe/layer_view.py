@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import cached_property
 
 from torch import nn
 
@@ -30,7 +31,7 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
     def ops(self) -> dict[str, int]:
         """The kind's op counts: one call's of the layer. What the probe saw run is counted over
         the calls that ran with grad (`recurrent_cycles`: hrm_text's layers run in several cycles),
-        and divided by them; the feed-forward's and a mixer's projections are counted from the
+        and divided by them (the stream norms are the first call's: `first_call_norms`); the feed-forward's and a mixer's projections are counted from the
         modules, once."""
         per_call = self.per_call
         attn, delta = per_call(len(self.attention_kernels())), per_call(len(self.delta_kernels()))
@@ -41,7 +42,7 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
             "ffMM": self.ff_matmuls(),
             "softmax": attn,
             "dropout": per_call(self.probe.dropouts),
-            "normOp": per_call(len(self.probe.stream_norms)),
+            "normOp": len(self.first_call_norms()),
             "headCast": attn,
             "ffAct": per_call(self.activations()),
             "linrec": delta + scan,
@@ -51,15 +52,38 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
 
     def cycles(self) -> int:
         """The layer's calls that ran with grad (`recurrent_cycles`: hrm_text's L-stack layers, 3 of
-        their 6 cycles), when they ran alike: every count of what ran a whole multiple of them.
-        Calls that ran differently (inkling2_loop_text's passes, each after the first given the
-        previous one's messages) are stated together, as one call (1)."""
+        their 6 cycles), when every call ran the first call's ops, in their order: calls run alike
+        (hrm_text's), or later calls running more beside them (inkling2_loop_text's passes, each
+        after the first mixing the previous pass's messages in through message gates). The kind's
+        facts are then the first call's, what all of them ran. Calls that ran otherwise are stated
+        together, as one call (1)."""
         calls = max(self.probe.kept_calls, 1)
-        seen = (
-            len(self.attention_kernels()), len(self.delta_kernels()), len(self.scan_kernels()) + len(self.ssd_kernels()) + len(self.wkv_kernels()) + len(self.rglru_kernels()) + len(self.linear_eager_kernels()),
-            len(self.probe.output_projections), self.probe.dropouts, len(self.probe.stream_norms), self.activations(),
-        )  # fmt: skip
-        return calls if all(n % calls == 0 for n in seen) else 1
+        return calls if self.ran_alike or self.later_calls_run_first else 1
+
+    def _each_call(self) -> list[list]:
+        """The ops each call with grad dispatched (the probe's `calls`, split where each call began:
+        LayerProbe.call_starts)."""
+        starts = self.probe.call_starts
+        ops = self.probe.calls
+        return [ops[start:end] for start, end in zip(starts, [*starts[1:], len(ops)])]
+
+    @cached_property
+    def ran_alike(self) -> bool:
+        """Every call of the layer with grad dispatched the same ops, in the same order."""
+        each = self._each_call()
+        return all(len(call) == len(each[0]) and all(a is b for a, b in zip(call, each[0])) for call in each[1:])
+
+    @cached_property
+    def later_calls_run_first(self) -> bool:
+        """Each call after the first dispatched the first call's ops, in their order, among more of
+        its own: what all calls ran is the first's, and the later ones ran something beside it."""
+        each = self._each_call()
+
+        def runs_within(first: list, later: list) -> bool:
+            rest = iter(later)
+            return all(any(op is seen for seen in rest) for op in first)
+
+        return bool(each) and all(runs_within(each[0], call) for call in each[1:])
 
     def per_call(self, seen: int) -> int:
         """`seen`, counted over the layer's calls that ran with grad, per call (`cycles`)."""

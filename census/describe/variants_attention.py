@@ -109,32 +109,34 @@ def score_bias_source(view: AttentionFacts, top_k: int | None) -> int:
         for child, source, nbytes, out in view.probe.score_gathers
         if child in view.mixer_children and tuple(out[-2:]) == (s, t) and len(source) == 4 and source[2] == s
     ]
-    return sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources)
+    return view.per_call(sum(source[1] * source[3] * nbytes // heads for source, nbytes in sources))
 
 
 @variant
 def score_bias_tables(view: AttentionFacts, top_k: int | None) -> int:
-    """With a score bias (kept by the kernel or added by eager code): the storages booked to an attention child that were first saved 4-D and
-    hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64, and the
-    masked_fill mask of distances outside the bias's extent, bool): their element bytes summed. 0
-    without a score bias."""
+    """With a score bias (kept by the kernel or added by eager code): the storages booked to an attention child that were first saved 4-D, or
+    2-D holding no floats, and hold one s × s matrix only (shared by batch and heads: inkling's gather index, int64,
+    and the masked_fill mask of distances outside the bias's extent, bool, which inkling2's
+    masked_fill keeps as the (s, t) matrix itself): their element bytes summed. 0 without a score
+    bias."""
     kernel = _biased_kernel(view)
     if kernel is None or kernel["q"][2] != kernel["k"][2]:
         return 0
     ops = {f"child:{c}" for c in view.mixer_children}
-    return sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel["q"][2])
+    return view.per_call(sum(dtype.itemsize * n for (op, rows, dtype), n in view.probe.kept_square.items() if op in ops and rows == kernel["q"][2]))
 
 
 def _beside_attention_convs(view: AttentionFacts, in_attention: bool) -> int:
     """Bytes per token of the inputs causal conv1d calls keep in a layer whose only other kernel is
     attention: in the attention kernel's child (`in_attention`) or in the layer's other children.
-    0 in a layer whose mixer is the conv or runs a kernel of its own (its conv is priced with it)."""
+    0 in a layer whose mixer is the conv or runs a kernel of its own (its conv is priced with it).
+    Per call of the layer (`recurrent_cycles`)."""
     kinds = {k.kind for k in view.probe.kernels}
     if "attention" not in kinds or kinds - {"attention", "conv"}:
         return 0
     homes = {k.child for k in view.attention_kernels()}
     convs = [k for k in view.probe.kernels if k.kind == "conv" and (k.child in homes) == in_attention]
-    return sum(k["x"][1] * k.in_bytes for k in convs)
+    return view.per_call(sum(k["x"][1] * k.in_bytes for k in convs))
 
 
 @variant
@@ -144,7 +146,7 @@ def attention_conv_bytes(view: AttentionFacts, top_k: int | None) -> int:
     fp32: inside the tensor-parallel region), and each kept input of torch's own convolutions
     there, its module's input channels × its element bytes (zaya's depthwise and grouped Conv1d
     over q and k: census/describe/stream_router_qk.py)."""
-    return _beside_attention_convs(view, in_attention=True) + torch_conv_bytes(view)
+    return _beside_attention_convs(view, in_attention=True) + view.per_call(torch_conv_bytes(view))
 
 
 @variant
@@ -197,6 +199,113 @@ def qk_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
         if upcast and any(op.out_last == head_dim for op in seen):
             return True
     return False
+
+
+def _q_norms(view: AttentionFacts) -> list[str]:
+    """The norm with no parameters in the attention, no QK-norm (`qk_norm`), that ran once per
+    attention kernel call on rows one q head wide, as many a token as q has heads
+    (LayerProbe.norm_rows), and cast a half input to fp32 first: a weightless norm of each q head
+    (deepseek_v4's q_b_norm); none where two norms do (q's and k's, as many heads)."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return []
+    heads, head_dim = kernels[0]["q"][1], kernels[0]["q"][3]
+    found = []
+    for path, seen in view.probe.norm_ops.items():
+        calls = view.probe.norm_calls[path]
+        if view.part(path) not in view.mixer_children or any(True for _ in view.module(path).parameters()):
+            continue
+        if QK_NORM_NAME.match(path.rsplit(".", 1)[-1]):
+            continue  # the attention's QK-norm (`qk_norm`: nanochat's weightless one per head, priced so)
+        if calls != len(kernels) or view.probe.norm_rows[path] != heads * calls:
+            continue
+        upcast = any(op.name == "_to_copy" and op.out_dtype == torch.float32 and op.in_dtype in HALF for op in seen)
+        if upcast and any(op.out_last == head_dim for op in seen):
+            found.append(path)
+    return found if len(found) == 1 else []  # two alike (q's and k's, as many heads): no norm of q alone
+
+
+@variant
+def q_norm_weightless(view: AttentionFacts, top_k: int | None) -> bool:
+    """A norm with no parameters ran in the attention once per attention kernel call, on as many
+    rows a token as q has heads, each one head wide (LayerProbe.norm_rows), and cast a half input
+    to fp32 first (deepseek_v4's q_b_norm): it keeps that fp32 copy and a statistic per head, no
+    weighted product (llama4's norm of q and k, twice a call, is `qk_norm_weightless`)."""
+    return bool(_q_norms(view))
+
+
+@variant
+def q_norm_product_half(view: AttentionFacts, top_k: int | None) -> bool:
+    """Of such a norm: its ops cast an fp32 statistic (one element a row) back to a half dtype and
+    took a product of the head's width in a half dtype: the normalised q is its half input times
+    that cast (deepseek_v4's x * rsqrt(...).to(x.dtype)), and the product keeps both."""
+    for path in _q_norms(view):
+        seen = view.probe.norm_ops[path]
+        cast = any(op.name == "_to_copy" and op.in_dtype == torch.float32 and op.out_dtype in HALF and op.out_last == 1 for op in seen)
+        if cast and any(op.name == "mul" and op.out_dtype in HALF and op.out_last > 1 for op in seen):
+            return True
+    return False
+
+
+@variant
+def attn_out_lowrank_width(view: AttentionFacts, top_k: int | None) -> int:
+    """The input widths of the attention's output projections (LayerProbe.output_projections) that
+    read another output projection's output through elementwise ops alone
+    (LayerProbe.projections_fed), summed over their calls, per layer call: deepseek_v4's o_b_proj
+    reads o_a_proj's grouped low-rank output (o_groups · o_lora_rank, 8192), copied contiguous;
+    0 for a single output projection."""
+    outputs = set(view.probe.output_projections)
+    widths = [view.module(path).weight.shape[-1] for path in view.probe.output_projections if view.probe.projections_fed.get(path) in outputs - {path}]
+    return int(sum(widths)) // view.cycles()
+
+
+def _latent_norms(view: AttentionFacts) -> list[str]:
+    """The norms holding a weight that ran in an attention kernel's child on one row a token each
+    call (LayerProbe.norm_rows), neither on the hidden stream nor after the kernel (an output
+    norm: LayerProbe.inner_norms), nor the attention's QK-norms (`qk_norm`), in an attention that
+    is no MLA (whose latent norms the records price from its ranks): norms of a latent or of a
+    single shared key-value head (deepseek_v4's q_a_norm and kv_norm)."""
+    if view.mla():
+        return []
+    children = {k.child for k in view.attention_kernels()}
+    skipped = {path for path, _ in view.probe.stream_norms} | {path for path, *_ in view.probe.inner_norms}
+    found = []
+    for path, calls in view.probe.norm_calls.items():
+        module = view.module(path)
+        if view.part(path) not in children or path in skipped or QK_NORM_NAME.match(path.rsplit(".", 1)[-1]):
+            continue
+        if getattr(module, "weight", None) is not None and calls and view.probe.norm_rows[path] == calls:
+            found.append(path)
+    return found
+
+
+@variant
+def attn_norm_width(view: AttentionFacts, top_k: int | None) -> int:
+    """The summed widths (their weights') of the norms of latents or of a single shared key-value
+    head that ran in the attention before its kernel, one row a token (LayerProbe.norm_rows), no
+    MLA's, no QK-norm, per layer call: deepseek_v4's q_a_norm (q_lora_rank, 1024) and kv_norm
+    (head_dim, 512), 1536; 0 without."""
+    widths = [view.module(path).weight.shape[-1] * view.probe.norm_calls[path] for path in _latent_norms(view)]
+    return int(sum(widths)) // view.cycles()
+
+
+@variant
+def attn_norms(view: AttentionFacts, top_k: int | None) -> int:
+    """The calls of those norms per layer call (deepseek_v4's q_a_norm and kv_norm: 2); 0 without."""
+    return sum(view.probe.norm_calls[path] for path in _latent_norms(view)) // view.cycles()
+
+
+@variant
+def attn_norm_out_width(view: AttentionFacts, top_k: int | None) -> int:
+    """Of those norms, the summed widths of the ones whose output a projection of the attention
+    read (LayerProbe.norm_outputs, projection_inputs), which it keeps (deepseek_v4's q_a_norm's,
+    read by q_b_proj: 1024; kv_norm's reaches the kernel through the rotation, not a projection)."""
+    widths = []
+    for path in _latent_norms(view):
+        read = view.probe.projection_inputs.get(view.part(path), set())
+        if view.probe.norm_outputs.get(path, set()) & read:
+            widths.append(view.module(path).weight.shape[-1] * view.probe.norm_calls[path])
+    return int(sum(widths)) // view.cycles()
 
 
 @variant
@@ -401,9 +510,14 @@ def v_projected(view: AttentionFacts, top_k: int | None) -> bool:
     """The attention kernel's v (its storage, LayerProbe.value_storages) is what a projection of
     the kernel's child was called with: doge's dt_proj reads the values (a view of v_proj's
     output) before the kernel to build its dynamic mask, and keeps them as its input, a matmul's
-    save no recompute switch frees, so v is the projection's (attMM) and not the kernel's."""
+    save no recompute switch frees, so v is the projection's (attMM) and not the kernel's. Only
+    where backward reaches that save (LayerProbe.values_booked): a projection whose output feeds
+    nothing backward runs through (doge's mask, which a flash kernel does not take) is freed with
+    its saves after the forward, and v is the kernel's alone."""
     children = {k.child for k in view.attention_kernels() if k.child}
-    return bool(view.probe.value_storages & view.projection_reads(children))
+    ops = {f"child:{child}" for child in children}
+    read = view.probe.value_storages & view.projection_reads(children)
+    return any(view.probe.values_booked.get(key) in ops for key in read)
 
 
 @variant
@@ -469,3 +583,88 @@ def attn_gate_factor_fp32(view: AttentionFacts, top_k: int | None) -> bool:
     """With such a gate: the product's other factor, the attention's output, was in fp32, a cast of
     the kernel's output (inkling2's attn_output.float() * gate), which the product keeps."""
     return view.output_gate().factor_fp32
+
+
+def _kept_per_head(view: AttentionFacts, heads: int, dtypes: tuple) -> int:
+    """Elements per head and token, of one call of the layer, that the attention kernels'
+    children's own code keeps in tensors of those dtypes laid out over `heads` after their tokens
+    (LayerProbe.kept_per_head, census/measure/head_rows.py)."""
+    children = {f"child:{k.child}" for k in view.attention_kernels() if k.child}
+    kept = sum(n for (op, over, dtype), n in view.probe.kept_per_head.items() if op in children and over == heads and dtype in dtypes)
+    return kept // (heads * view.cycles()) if heads else 0
+
+
+@variant
+def attn_head_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """The attention kernel's children's own code: the fp32 elements per query head and token it
+    keeps in tensors laid out over the query heads after their tokens, outside the kernel, norm
+    modules and an output gate's chain (census/measure/head_rows.py: inkling2's L2 clips on q and
+    on the relative bias states, no norm modules, keep each one's fp32 upcast and its product with
+    a learned scale and four fp32 statistics per head: 2·(head_dim + 2) + 2·(d_rel + 2)); 0 for the others."""
+    kernels = view.attention_kernels()
+    return _kept_per_head(view, kernels[0]["q"][1], (torch.float32,)) if kernels else 0
+
+
+@variant
+def attn_kv_head_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """The same per key head, where the kernel's keys have fewer heads than its queries: the fp32
+    elements per key head and token that code keeps in tensors laid out over the key heads
+    (inkling2's L2 clip on k, its fp32 upcast and four statistics per head, and in its full layers
+    the dynamic short convolutions' fp32 windows and per-token weights, head_dim × conv_kernel
+    each, for k and for v); 0 for the others."""
+    kernels = view.attention_kernels()
+    if not kernels or kernels[0]["k"][1] == kernels[0]["q"][1]:
+        return 0
+    return _kept_per_head(view, kernels[0]["k"][1], (torch.float32,))
+
+
+@variant
+def attn_head_half(view: AttentionFacts, top_k: int | None) -> int:
+    """The same per query head in a half dtype (the compute dtype): the elements per query head and
+    token that code keeps in such tensors (inkling2's relative bias states, which the product with
+    the distance profiles keeps as its input: d_rel); 0 for the others."""
+    kernels = view.attention_kernels()
+    return _kept_per_head(view, kernels[0]["q"][1], HALF) if kernels else 0
+
+
+@variant
+def attn_inputs_extra(view: AttentionFacts, top_k: int | None) -> int:
+    """The projections of an attention kernel's child, its output projections aside, whose weight
+    takes the layer's hidden width: the storages made outside that child, a row per token, that
+    they read (LayerProbe.outer_row_inputs: not doge's values, v_proj's output its dt_proj reads,
+    nor zaya's zero state a sequence) beyond one per attention call there, per call of the layer
+    (inkling2's full layers give k's and v's projections inputs of their own, the outputs of their
+    own input norms: 2); 0 where q, k and v read one input."""
+    outputs = set(view.probe.output_projections)
+    extra = 0
+    for child in {k.child for k in view.attention_kernels() if k.child}:
+        calls = sum(1 for k in view.attention_kernels() if k.child == child)
+        named = zip(view.probe.projection_order.get(child, []), view.probe.projection_call_inputs.get(child, []))
+        inputs = {
+            key for name, key in named if key in view.probe.outer_row_inputs and name not in outputs and _input_width(view.module(name)) == view.hidden
+        }
+        extra += max(len(inputs) - calls, 0)
+    return extra // view.cycles()
+
+
+def _input_width(projection) -> int:
+    """The width a projection takes: nn.Linear's in_features, else its 2-D weight's last dim."""
+    return int(getattr(projection, "in_features", projection.weight.shape[-1]))
+
+
+@variant
+def attn_head_param_fp32(view: AttentionFacts, top_k: int | None) -> int:
+    """Casts to fp32 of the attention kernel's children's parameters of one row per query head,
+    (heads, w), that backward keeps (census/measure/param_casts.py: inkling2's learned scales of
+    its L2 clips on q and on the relative bias states, each cast for its product with an fp32
+    upcast: head_dim + d_rel): their w summed, per call of the layer; 0 for the others."""
+    kernels = view.attention_kernels()
+    if not kernels:
+        return 0
+    heads, children = kernels[0]["q"][1], {k.child for k in kernels if k.child}
+    rows = sum(
+        shape[1] * kept
+        for (child, shape, dtype), kept in view.probe.param_casts_kept.items()
+        if child in children and dtype == torch.float32 and len(shape) == 2 and shape[0] == heads
+    )
+    return rows // view.cycles()

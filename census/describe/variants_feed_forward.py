@@ -279,7 +279,7 @@ def _experts_fp32(view: FeedForwardFacts, activation: bool) -> int:
     they ran over (not the router's scores, one row a token, however wide), per activation call:
     booked to their activation region (`activation`), or to the MoE block's child."""
     calls, width = view.activations(), view.expert_width()
-    slots = view.probe.experts_rows.get(view.experts_path, 0) if view.experts_path else 0
+    slots = view.per_call(view.probe.experts_rows.get(view.experts_path, 0)) if view.experts_path else 0  # one call's (`recurrent_cycles`)
     if view.experts is None or not calls or not width or not slots:
         return 0
     ops = {"ffAct"} if activation else {f"child:{child}" for child in view.ffn_children}
@@ -454,7 +454,7 @@ def experts_act_kept(view: FeedForwardFacts, top_k: int | None) -> int:
     if not act_inline(view, top_k) or not width:
         return 0
     kept = sum(n for (op, _, saved, _, _), n in view.probe.kept_modules.items() if op == "ffAct" and saved is not None and view.in_experts(saved))
-    return kept // width
+    return view.per_call(kept) // width  # one call's (`recurrent_cycles`)
 
 
 @variant

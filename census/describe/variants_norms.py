@@ -67,8 +67,9 @@ def norm_weight_copy(view: LayerRoles, top_k: int | None) -> bool:
 def norm_inputs_shared(view: LayerRoles, top_k: int | None) -> int:
     """The stream norm calls whose input another of them read first (the storage each was called
     with): 1 for gpt-neox's parallel residual, where both norms take the layer's input and a
-    LayerNorm keeps it once."""
-    return len(view.probe.stream_norms) - len({key for _, key in view.probe.stream_norms})
+    LayerNorm keeps it once. One call's (`first_call_norms`)."""
+    norms = view.first_call_norms()
+    return len(norms) - len({key for _, key in norms})
 
 
 @variant

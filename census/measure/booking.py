@@ -9,6 +9,7 @@ reads).
 
 from __future__ import annotations
 
+from speccat.census.measure.head_rows import note_head_kept
 from speccat.census.measure.inline_activations import note_chained
 from speccat.census.measure.joint_storages import note_joint
 from speccat.census.measure.kept_modules import note_code_kept, note_kept_module
@@ -32,11 +33,14 @@ def book_bytes(watcher: Watcher) -> None:
             if key in watcher.activation_inputs and op.startswith("child:"):
                 op = "ffAct"  # autograd saves an op's inputs before the op dispatches: an inline activation's input is told after
             probe.saved_bytes[op] += nbytes
+            if key in probe.value_storages:
+                probe.values_booked[key] = op
             probe.saved_storages[op] += 1
             book_gate_kept(watcher, probe, key, op, nbytes)
             book_join(watcher, probe, key, op)
             book_stream_scale(watcher, probe, key, saver, op, nbytes)
             probe.kept_tails[(op, *watcher.tails[key])] += 1
+            note_head_kept(watcher, probe, key, op, nbytes)
             note_kept_module(watcher, probe, key, saver, op, nbytes)
             note_stream_kept(watcher, probe, key, saver, op, nbytes)
             note_code_kept(watcher, probe, key, saver, op, nbytes)
@@ -44,7 +48,10 @@ def book_bytes(watcher: Watcher) -> None:
             if key in watcher.param_casts:
                 probe.param_casts_kept[watcher.param_casts[key]] += 1
             tail, dtype = watcher.tails[key]
-            if key in watcher.four_d and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
+            # a table of the scores' square shape: first saved 4-D, or 2-D holding no floats (a mask or an
+            # index: a 2-D float storage may be rows of a token each, as wide as the tokens)
+            square = key in watcher.four_d or (len(watcher.first_shapes[key]) == 2 and not dtype.is_floating_point)
+            if square and tail[0] == tail[1] and nbytes == tail[0] * tail[1] * dtype.itemsize:
                 probe.kept_square[(op, tail[0], dtype)] += 1
             if op == "ffAct":
                 probe.act_kept.add(key)

@@ -56,14 +56,46 @@ class _ActivationRegion(nn.Module):
 
 
 def mark_inline_activations(layer: nn.Module) -> None:
-    """Experts whose activation is inline code rather than a module get their gate wrapped as one.
+    """Experts whose activation is inline code rather than a module, or whose gate function keeps
+    tensors before it calls their activation module (deepseek_v4's clamps of gate and up before
+    its SiLU module), get their gate wrapped as one: what that code keeps is the activation's, as
+    an inline gate's is (hy_v4's clamped SwiGLU).
 
     The wrapper is an instance attribute of this fake layer only; the class is untouched.
     """
     for module in layer.modules():
-        if is_experts_interface(module) and module.has_gate and not any(is_activation(m) for m in module.modules()):
-            module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
-            object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
+        if is_experts_interface(module) and module.has_gate:
+            has_module = any(is_activation(m) for m in module.modules())
+            if not has_module or _keeps_before_activation(module):
+                module.add_module("_speccat_gate", _ActivationRegion(module._apply_gate))
+                object.__setattr__(module, "_apply_gate", module._speccat_gate)  # the instance wins over the class method
+
+
+def _keeps_before_activation(experts: nn.Module) -> bool:
+    """A trial of the experts' gate function on a meta input (one token slot, gate's and up's
+    halves one channel each): whether autograd keeps a tensor before their activation module
+    runs. deepseek_v4's clamp of gate keeps gate_up before its SiLU module; the interface's
+    default gate, act_fn(gate) * up, and beam's fp32 cast of gate before its SiLU keep nothing
+    before it (its fp32 copy is the activation's input: `experts_act_fp32`). A gate function the
+    trial cannot run is left as it is."""
+    dtype = next((p.dtype for p in experts.parameters()), torch.float32)
+    entered, kept_before = [], []
+    hooks = [m.register_forward_pre_hook(lambda *_: entered.append(True)) for m in experts.modules() if is_activation(m)]
+
+    def pack(tensor):
+        if not entered:
+            kept_before.append(True)
+        return tensor
+
+    try:
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            experts._apply_gate(torch.zeros(1, 2, dtype=dtype, device="meta", requires_grad=True))
+    except Exception:  # the model's own code on a trial input: any failure means no trial
+        return False
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return bool(entered) and bool(kept_before)
 
 
 def note_chained(watcher, probe, key: int) -> None:

@@ -57,6 +57,10 @@ class LayerProbe:
     # (None for a call given no tensor): a side branch's projection reading what the attention's
     # projections read keeps nothing of its own (gemma3n's Laurel linear_left)
     projection_call_inputs: dict[str, list[int | None]] = field(default_factory=dict)
+    # the storages projections read that were made outside the projection's child (by the layer's
+    # code, another child, the decoder: not doge's values, v_proj's output that its dt_proj reads)
+    # and hold one row per token (the tokens times the last dim: not zaya's zero state a sequence)
+    outer_row_inputs: set[int] = field(default_factory=set)
     act_kept: set[int] = field(default_factory=set)  # storages booked to ffAct
     # MLP module path -> its inline activation calls whose kept tensor an activation module then
     # kept as its input (census/measure/inline_activations.py: gemma3n's sparsity ReLU before its
@@ -68,6 +72,10 @@ class LayerProbe:
     saved_storages: Counter = field(default_factory=Counter)  # op -> storages booked to it
     norm_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # norm module path -> ops in its calls
     norm_calls: Counter = field(default_factory=Counter)  # norm module path -> its calls (outside other norms)
+    # norm module path -> rows of the width it normalises per token of the inputs it was called
+    # with, summed over its calls: one per token on the hidden stream, one per head for a norm of
+    # each head (deepseek_v4's q_b_norm: q's heads)
+    norm_rows: Counter = field(default_factory=Counter)
     norm_weight_copies: set[str] = field(default_factory=set)  # norm module paths that saved a tensor with no token dims
     norm_fp32_rows: Counter = field(default_factory=Counter)  # norm module path -> fp32 storages it saved, one row of its width per token
     router_ops: dict[str, list[OpSeen]] = field(default_factory=dict)  # top-level child -> ops outside experts and shared MLPs
@@ -77,6 +85,10 @@ class LayerProbe:
     # the routed experts' path -> the width of the input they were called with (a latent MoE's
     # experts run narrower than the hidden size: census/measure/expert_links.py)
     experts_input_widths: dict[str, int] = field(default_factory=dict)
+    # projection path -> the projection whose output, carried through elementwise ops alone
+    # (views, casts, copies: Watcher.gate_chains), it read (deepseek_v4's o_b_proj reads o_a_proj's
+    # grouped output, copied contiguous)
+    projections_fed: dict[str, str] = field(default_factory=dict)
     experts_fed_by: set[str] = field(default_factory=set)  # projections whose output the routed experts were called with
     experts_read_by: set[str] = field(default_factory=set)  # projections called with what the routed experts returned
     calls: list[Any] = field(default_factory=list)  # the ops dispatched in the layer's forward, in order (selective-checkpoint's view)
@@ -89,6 +101,18 @@ class LayerProbe:
     # the layer's calls in one forward that ran with grad, each keeping its activations for backward:
     # 1, or a layer the decoder runs in several cycles (hrm_text's); calls without grad are not watched
     kept_calls: int = 0
+    # where each of those calls' ops begin in `calls`: what each call ran, told apart from the
+    # others' (census/describe/layer_view.py `cycles`: calls that ran alike, or differently)
+    call_starts: list[int] = field(default_factory=list)
+    # where each of those calls' norms begin in `stream_norms`: the stream norms of one call, the
+    # first (census/describe/layer_view.py `first_call_norms`)
+    call_norm_starts: list[int] = field(default_factory=list)
+    # the top-level children that ran in each of those calls: children only calls after the first
+    # ran (inkling2_loop_text's message gates, census/describe/variants_layer.py `later_child_calls`)
+    call_children: list[set[str]] = field(default_factory=list)
+    # the storages each of those calls was given beside its hidden states, which it does not keep
+    # (a looped layer's messages: census/describe/variants_layer.py `later_norm_inputs`)
+    call_inputs: list[set[int]] = field(default_factory=list)
     tokens: int = 0  # the tokens of the hidden states the layer was called with: their dims up to the sequence's (watcher.tokens_of), not streams after it
     hidden_dims: tuple[int, ...] = ()  # their dims before the width: (b, s), (s, b), (tokens,), (b, s, streams)...
     backward_peak: int = 0  # the most bytes alive in its backward beyond those alive when it began (census/measure/backward_peak.py)
@@ -105,9 +129,14 @@ class LayerProbe:
     # (census/measure/kept_modules.py): what a part of a child written as plain code keeps (a MoE
     # block's shared experts' inline gate)
     kept_modules: Counter = field(default_factory=Counter)
-    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor that hold one (n, n)
-    # matrix only: tables shared by batch and heads (a score bias's gather index and mask)
+    # (op region, n, dtype) -> storages first saved as a 4-D (…, n, n) tensor, or as the (n, n)
+    # matrix itself holding no floats, that hold one (n, n) matrix only: tables shared by batch and
+    # heads (a score bias's gather index and mask)
     kept_square: Counter = field(default_factory=Counter)
+    # (op region, the heads a kept tensor is laid out over after its tokens, its dtype) -> elements
+    # per token of the storages booked so, a child's (census/measure/head_rows.py): what an
+    # attention's own code keeps per head (inkling2's L2 clips on q and k, its dynamic convs' windows)
+    kept_per_head: Counter = field(default_factory=Counter)
     # (child, the source's shape, its element bytes, the output's shape) of each gather outside a
     # kernel whose output's last two dims are square: a score bias gathered from a per-query table
     score_gathers: list[tuple[str | None, tuple[int, ...], int, tuple[int, ...]]] = field(default_factory=list)
@@ -115,6 +144,9 @@ class LayerProbe:
     # other inputs: gemma-4's per-layer input times its gate's activation (census/describe/layer_gate.py)
     input_products: set[int] = field(default_factory=set)
     value_storages: set[int] = field(default_factory=set)  # the storages of the v the attention kernels were given
+    # those of them backward reaches -> the op of their first saver it reaches: a projection's
+    # (`child:NAME`) where one reading v keeps it, the kernel's where that save is freed unused
+    values_booked: dict[int, str] = field(default_factory=dict)
     depth_calls: list[tuple[int, int]] = field(default_factory=list)  # each attention over the stack's depth: (the states it attends over, its learned queries) (census/kernels/attention.py)
     # the layer was called with a stack of hidden states beside its own, (…, n, width): states
     # stored down the stack's depth, n growing with the layer's place (census/measure/readers.py)
@@ -132,9 +164,13 @@ class LayerProbe:
     # the kernels (census/measure/repeated_attention.py: diffllama's two calls over one q and k)
     query_key_storages: list[tuple[int, ...]] = field(default_factory=list)
     joined_outputs_kept: int = 0
-    # op -> bytes of the factors the layer's own products with a per-channel parameter keep
-    # (census/measure/stream_scales.py: doge's scaled residuals)
+    # op -> bytes of the factors the layer's own products with a per-channel scale keep
+    # (census/measure/stream_scales.py: doge's scaled residuals, dory's residual rates)
     stream_scale_kept: Counter = field(default_factory=Counter)
+    # (op, dtype) -> bytes of the factors products with a per-channel scale keep inside a child,
+    # outside its norms and its output gate's chain (census/measure/stream_scales.py: dory's q
+    # after rope times sqk², its MLP's projections' outputs times suv_gate and suv_up)
+    channel_scale_kept: Counter = field(default_factory=Counter)
     # (op, the top-level child that made it, the one whose code saved it: None for the layer's own
     # code, its dtype, whether it holds the hidden width or more a token) -> elements per token of the storages booked so (census/measure/stream_kept.py:
     # what hyper-connections and the layer's code around its blocks keep)

@@ -29,7 +29,7 @@ def projection_returned(watcher, path: str, output: Any) -> None:
         watcher.kept.append(output.untyped_storage())
 
 
-def _layer_constant(watcher, tensor: torch.Tensor, out: torch.Tensor) -> bool:
+def layer_constant(watcher, tensor: torch.Tensor, out: torch.Tensor) -> bool:
     """`tensor` is the same for every token: a parameter or buffer (or a view of one: beam's
     per-head gate_bias[None, None, :, None]), or a tensor with no more elements than one token's
     share of the op's output (a per-layer scale computed from parameters, a 0-dim scalar)."""
@@ -38,11 +38,11 @@ def _layer_constant(watcher, tensor: torch.Tensor, out: torch.Tensor) -> bool:
 
 
 def _elementwise_of_one(watcher, func, args: tuple, out: torch.Tensor) -> torch.Tensor | None:
-    """The one tensor an elementwise op read beside layer constants (_layer_constant: an
+    """The one tensor an elementwise op read beside layer constants (layer_constant: an
     activation, a copy, a scalar product, the add of a bias or the product with a per-layer
     scale), or a cast's input; None for any other op."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    varying = [a for a in tensors if not _layer_constant(watcher, a, out)] if len(tensors) > 1 else tensors
+    varying = [a for a in tensors if not layer_constant(watcher, a, out)] if len(tensors) > 1 else tensors
     if len(varying) != 1:
         return None
     return varying[0] if func is CAST_OP or torch.Tag.pointwise in func.tags else None
@@ -94,7 +94,7 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
     inkling2's attn_output.float() * gate) when it is a gated product; false for a scalar product."""
     factors = [a for a in args if isinstance(a, torch.Tensor)]
     gated = [a for a in factors if storage_key(a) in watcher.gate_chains]
-    if len(factors) == 2 and len(gated) == 1 and any(_layer_constant(watcher, a, out) for a in factors if a is not gated[0]):
+    if len(factors) == 2 and len(gated) == 1 and any(layer_constant(watcher, a, out) for a in factors if a is not gated[0]):
         return False  # a chain times a per-layer scale: the chain goes on (note_gate_op)
     if len(factors) != 2 or len(gated) != 1 or _in_norm(watcher):
         return len(factors) == 2
@@ -114,3 +114,16 @@ def book_gate_kept(watcher, probe, key: int, op: str, nbytes: int) -> None:
     if projection is not None:
         dtype = watcher.tails[key][1]
         probe.gate_kept[(projection, op, dtype)] += nbytes // dtype.itemsize
+
+
+def norm_returned(watcher, probe, args: tuple, output: Any) -> None:
+    """A norm called on a gated product, between it and the projection that reads it (dory's
+    attn_sub_norm before o_proj): the norm's output carries the gated product on, as an
+    elementwise op's does; what the norm keeps is its own (normOp)."""
+    read = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if read is None or not isinstance(output, torch.Tensor):
+        return
+    product = probe.gated_products.get(storage_key(read))
+    if product is not None:
+        probe.gated_products[storage_key(output)] = product
+        watcher.kept.append(output.untyped_storage())

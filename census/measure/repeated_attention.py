@@ -53,6 +53,12 @@ def book_join(watcher, probe, key: int, op: str) -> None:
         probe.joined_outputs_kept += held
 
 
+def holds_kernel_outputs(watcher, key: int) -> bool:
+    """The live storage `key` is a kernel's output or a join of them (which `attn_out_joined`
+    counts where an op after the kernels keeps it)."""
+    return _outputs_held(watcher, key) > 0
+
+
 def _note(watcher, tensor: torch.Tensor, outputs: int) -> None:
     """`tensor`'s storage holds that many kernel outputs (a weak reference kept: a storage freed
     and its identity reused holds none)."""

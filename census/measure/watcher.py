@@ -35,7 +35,7 @@ from speccat.catalogue.vocabulary import OTHER
 from speccat.census.kernels import attention
 from speccat.census.kernels.flash_attention import heads_major
 from speccat.census.kernels.scope import current_kernel
-from speccat.census.measure import eager_scores, kept_modules, output_gates, readers, repeated_attention, stream_code
+from speccat.census.measure import eager_scores, kept_modules, output_gates, readers, repeated_attention, stream_code, stream_scales
 from speccat.census.measure.expert_links import ExpertLinks
 from speccat.census.measure.inner_norms import AFTER_ACTIVATION, AFTER_ATTENTION, InnerNorms, norm_width
 from speccat.census.measure.layer_probe import LayerProbe, OpSeen
@@ -66,7 +66,11 @@ class Held:
 
     The graph node that saved the tensor owns it; when the node is freed (its output reaches
     nothing backward will run), the holder dies too. A weak reference to it tells, after the
-    forward, whether backward can still reach the saved tensor.
+    forward, whether backward can still reach the saved tensor. It holds a detached alias: a
+    node that saves its own output (ReLU's, a softmax's) would otherwise hold, through the
+    holder, a tensor whose grad_fn is that node, a cycle no collection frees, and a branch no
+    output reaches (deepseek_v4's lightning indexer scoring the keys it picks the top-k of)
+    would count as kept where a run without hooks frees it.
     """
 
     __slots__ = ("tensor", "__weakref__")
@@ -139,11 +143,14 @@ class Watcher:
         self.tails: dict[int, tuple[tuple[int, ...], torch.dtype]] = {}  # storage -> the first saved tensor's last two dims and dtype
         self.saved_in: dict[int, list[tuple[str | None, int]]] = {}  # storage -> (the innermost module running, the saved tensor's rows) at each of its savers, in the savers' order (census/measure/kept_modules.py)
         self.four_d: set[int] = set()  # storages first saved as a 4-D tensor: (batch, heads, s, t) scores' shape
+        self.first_shapes: dict[int, tuple[int, ...]] = {}  # storage -> the first saved tensor's shape (census/measure/head_rows.py)
+        self.after_kernel: set[int] = set()  # storages first saved in a child after its kernel ran, in the layer's call (census/measure/head_rows.py)
         self.kept: list[Any] = []  # holds saved storages and masks so storage identities stay unique
         self.cuda_nbytes: dict[int, int] = {}  # storages the CUDA kernels keep in another dtype -> their CUDA bytes
         self.cuda_dtypes: dict[int, torch.dtype] = {}  # those of them CUDA keeps (not empty) -> their CUDA dtype
         self.excluded_outputs: set[int] = set()
         self.forward_done = False
+        self.packing = False  # pack is making its holder's alias
         self.layer_inputs: set[int] = set()
         self.outputs: set[int] = set()  # the probed layers' outputs
         self.creator: dict[int, Made] = {}  # storage -> the call that made it
@@ -153,7 +160,9 @@ class Watcher:
         self.inner_norms = InnerNorms()  # what each child's next projection awaits, for the norms between (census/measure/inner_norms.py)
         self.up_input_children: dict[int, str | None] = {}  # a storage booked UP_INPUT -> the child whose projection saved it
         self.param_casts: dict[int, tuple[str | None, tuple[int, ...], torch.dtype]] = {}  # a parameter's cast -> (child, the parameter's shape, the cast's dtype) (census/measure/param_casts.py)
-        self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel parameter, each kept by its product first (census/measure/stream_scales.py)
+        self.stream_scaled: set[int] = set()  # factors of the layer's own products with a per-channel scale, each kept by its product first (census/measure/stream_scales.py)
+        self.channel_scaled: set[int] = set()  # factors of such products inside a child, outside its norms (census/measure/stream_scales.py)
+        self.param_derived: set[int] = set()  # tensors computed from parameters and buffers alone: per-channel scales (census/measure/stream_scales.py)
         self.eager_scores: set[int] = set()  # softmax outputs of attention run as the model's eager code (census/measure/eager_scores.py)
         self.score_casts: set[int] = set()  # their casts to the compute dtype: the probabilities, booked to headCast
         self.joined_outputs: dict[int, tuple[int, Any]] = {}  # a kernel's output, or a torch.cat of them -> (the kernel outputs it holds, a weak reference to its storage) (census/measure/repeated_attention.py)
@@ -218,12 +227,19 @@ class Watcher:
         key = storage_key(tensor)
         if key in self.excluded or key in self.layer_inputs:
             return tensor
-        held = Held(tensor)
+        self.packing = True  # the alias below is no op of the model's (on_op)
+        try:
+            held = Held(tensor.detach())
+        finally:
+            self.packing = False
         nbytes = self.cuda_nbytes.get(key, tensor.untyped_storage().nbytes())
         savers = self.seen.setdefault(key, [])
         if not savers:
             self.kept.append(tensor.untyped_storage())  # the storage, not the tensor: a tensor would keep its grad_fn alive
             self.tails[key] = (tuple(tensor.shape[-2:]), tensor.dtype)
+            self.first_shapes[key] = tuple(int(d) for d in tensor.shape)
+            if self.kernel_count_in_child[self.child()] > 0:
+                self.after_kernel.add(key)
             if tensor.dim() == 4:
                 self.four_d.add(key)
         op = self._region_op(tensor, key)
@@ -297,7 +313,7 @@ class Watcher:
         """An op ran in a probed layer's forward: its call numbered, a kernel's call booked, and
         the op handed to the notes of its topic (census/measure/op_notes.py)."""
         probe = self.current
-        if probe is None or self.forward_done:
+        if probe is None or self.forward_done or self.packing:
             return
         self._note_call(probe, func, out)
         if current_kernel() is None:
@@ -316,6 +332,7 @@ class Watcher:
         for note in OP_NOTES.get(func, ()):
             note(self, probe, func, args, kwargs, out)
         output_gates.note_gate_op(self, probe, func, args, kwargs, out)  # any elementwise op: not one of OP_NOTES' keys
+        stream_scales.note_param_derived(self, probe, func, args, kwargs, out)  # any op
 
     def note_eager_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, causal: bool, biased: bool = False) -> None:
         """A softmax self-attention ran as the model's eager code (census/kernels/attention.py): one
@@ -369,6 +386,9 @@ class Watcher:
             self.current = self.probes[index]
             self.current.ran = True
             self.current.kept_calls += 1
+            self.current.call_starts.append(len(self.current.calls))
+            self.current.call_norm_starts.append(len(self.current.stream_norms))
+            self.current.call_children.append(set())
             self.path = []
             self.last_child = None
             self.kernel_count_in_child = Counter()
@@ -381,6 +401,7 @@ class Watcher:
                 self.current.tokens = tokens_of(tuple(int(d) for d in hidden.shape[:-1]), self.seq_length)
                 self.current.hidden_dims = tuple(int(d) for d in hidden.shape[:-1])
             self.layer_inputs = {storage_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)} - {hidden_key}
+            self.current.call_inputs.append(set(self.layer_inputs))
             self.current.reads_depth = readers.reads_depth((args, kwargs), hidden)
 
         return hook
@@ -412,10 +433,13 @@ class Watcher:
             self.path.append((name, module))
             probe = self.current
             probe.children_ran.add(name.split(".", 1)[0])  # its own forward, or one of its modules' (code that calls self.mlp.fc1 directly)
+            probe.call_children[-1].add(name.split(".", 1)[0])
             probe.children_ran.add(part_of(name, self.blocks[probe.index]))  # an attention block's child
             inner = None
             if is_norm(module) and not any(is_norm(m) for _, m in self.path[:-1]):
                 probe.norm_calls[name] += 1
+                if args and isinstance(args[0], torch.Tensor) and args[0].dim() > 0 and args[0].shape[-1] > 0:
+                    probe.norm_rows[name] += args[0].numel() // int(args[0].shape[-1]) // max(probe.tokens, 1)
                 inner = None if depth_one else self.inner_norms.follows(self.child())
                 if inner == AFTER_ACTIVATION and self._on_stream(name, module, args, depth_one):
                     inner = None  # of the hidden width after an MLP: a norm on the block's output (axk1's post_mlp_layernorm)
@@ -441,6 +465,13 @@ class Watcher:
                 probe.projection_call_inputs.setdefault(child, []).append(None if read is None else storage_key(read))
                 if read is not None:
                     probe.projection_inputs.setdefault(child, set()).add(storage_key(args[0]))
+                    chain = self.gate_chains.get(storage_key(read))
+                    if chain is not None:
+                        probe.projections_fed[name] = chain[0]
+                    made = self.creator.get(storage_key(read))
+                    inside = made is not None and made.probe is probe and made.module is not None and part_of(made.module, self.blocks[probe.index]) == child
+                    if not inside and read.dim() > 0 and read.numel() == probe.tokens * read.shape[-1]:
+                        probe.outer_row_inputs.add(storage_key(read))
                     self.expert_links.projection_called(probe, name, args[0])
                 if not depth_one and self.kernel_count_in_child[child] > 0:
                     probe.output_projections.append(name)
@@ -461,6 +492,7 @@ class Watcher:
                 self.expert_links.experts_returned(output)
             if is_norm(module) and isinstance(output, torch.Tensor):
                 self.current.norm_outputs.setdefault(name, set()).add(storage_key(output))
+                output_gates.norm_returned(self, self.current, args, output)
             # a stream norm is never the child that ran last: the layer's code after a norm that
             # closes a branch (ergo's and dory's post-norms, then their residual gates) is that
             # branch's, as it is where no norm closes it

@@ -12,22 +12,27 @@ and it (once), as a flash kernel does.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
-from support.layer_runs import signature, tiny_model
+from torch import nn
+from support.layer_runs import priced_vs_measured, signature, tiny_model
 from support.storage_tracker import saved_tensors
 
 from speccat.census import run_census
+from speccat.census.spec import ModelSpec
 
 BF16, FP32, I64 = 2, 4, 8
 H, HEADS, D, HC, S = 64, 4, 32, 2, 64  # hidden, heads, head width, hyper-connection streams, tokens
 EVERY = {"heavily_compressed_attention": 16, "compressed_sparse_attention": 4}
-TOPK, INDEX_HEADS = 8, 2
+TOPK, INDEX_HEADS, INDEX_DIM, ROPE = 8, 2, 16, 8  # the indexer's top-k, heads and head width; the rope slice's width
+Q_RANK, GROUPS, O_RANK, MOE, CHOSEN = 32, 2, 24, 32, 2  # q's latent; output groups and their rank; an expert's width, experts a token
 TINY_V4 = {
-    "model_type": "deepseek_v4", "vocab_size": 512, "hidden_size": H, "moe_intermediate_size": 32, "num_hidden_layers": 4,
-    "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": D, "qk_rope_head_dim": 8, "q_lora_rank": 32,
-    "o_groups": 2, "o_lora_rank": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "index_n_heads": INDEX_HEADS,
-    "index_head_dim": 16, "index_topk": TOPK, "sliding_window": 16, "compress_rates": EVERY, "hc_mult": HC, "hc_sinkhorn_iters": 3,
+    "model_type": "deepseek_v4", "vocab_size": 512, "hidden_size": H, "moe_intermediate_size": MOE, "num_hidden_layers": 4,
+    "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": D, "qk_rope_head_dim": ROPE, "q_lora_rank": Q_RANK,
+    "o_groups": GROUPS, "o_lora_rank": O_RANK, "n_routed_experts": 4, "num_experts_per_tok": CHOSEN, "index_n_heads": INDEX_HEADS,
+    "index_head_dim": INDEX_DIM, "index_topk": TOPK, "sliding_window": 16, "compress_rates": EVERY, "hc_mult": HC, "hc_sinkhorn_iters": 3,
     "layer_types": ["heavily_compressed_attention", "compressed_sparse_attention"] * 2, "mlp_layer_types": ["hash_moe", "moe", "moe", "moe"],
 }  # fmt: skip
 
@@ -41,11 +46,12 @@ def _kind(spec, index: int) -> str:
     return spec["layers"][index]["kind"]
 
 
-def _real_saves(index: int) -> tuple[list, list]:
+def _real_saves(index: int, change=None) -> tuple[list, list]:
     """One real bf16 forward and backward of layer `index` with its attention through speccat's
     flash op: (what backward can reach of what it saved, what it saved that no node backward runs
     keeps: freed with its graph after the forward), the model's parameters and buffers, the
-    layer's input and output, the rotary tables and the token ids left out."""
+    layer's input and output, the rotary tables and the token ids left out. `change`, given the
+    layer, alters it first (a quirk taken out)."""
     from speccat.census.kernels.attention import ATTENTION_IMPL
 
     model = tiny_model(TINY_V4, torch.bfloat16)
@@ -55,6 +61,8 @@ def _real_saves(index: int) -> tuple[list, list]:
     with torch.no_grad():
         for p in decoder.parameters():
             p.normal_(0.0, 0.05)  # the model's init leaves some weights empty
+    if change is not None:
+        change(decoder.layers[index])
     ids = torch.randint(0, TINY_V4["vocab_size"], (1, S), generator=torch.Generator().manual_seed(0))
     positions = torch.arange(S).unsqueeze(0)
     embeds = decoder.embed_tokens(ids).detach()
@@ -78,14 +86,33 @@ def test_the_census_books_what_a_real_layer_keeps_storage_by_storage(spec, index
     booked = spec["measured"][_kind(spec, index)]["bytes_per_token"]
     layer_input = S * HC * H * BF16  # read by the hyper-connection's products; the harness leaves it out, the census books it
     assert sum(booked.values()) * S == sum(t.untyped_storage().nbytes() for t in reached) + layer_input
-    # What no backward node reaches: the compressed sparse layer's lightning indexer scores the
-    # compressed keys and keeps their top-k indices, which carry no gradient; its scoring graph
-    # (ReLU'd scores and head weights, fp32; the causal mask; top-k's indices) is freed after the
-    # forward, and the census does not book it. The heavily compressed layer has none.
+    # What no backward node reaches: the compressed sparse layer's lightning indexer, whose only
+    # result is the top-k indices it picks among the compressed keys, which carry no gradient. Its
+    # whole graph is freed after the forward (its q_b_proj's input, q_a_norm's output, is the
+    # attention's too), and the census books none of it. The heavily compressed layer has none.
+    keys, window = S // EVERY["compressed_sparse_attention"], 2 * EVERY["compressed_sparse_attention"]  # compressed keys; slots each is pooled over
     unreachable = [] if index == 0 else [
-        ((1, S, INDEX_HEADS, S // EVERY["compressed_sparse_attention"]), torch.float32, FP32 * S * INDEX_HEADS * S // 4),
+        # its compressor: the pooled kv and gate laid out over two windows (bf16), the gate's fp32
+        # softmax and its bf16 cast; kv_norm's fp32 input, normalised input and rstd per key
+        ((1, keys, window, INDEX_DIM), torch.bfloat16, BF16 * keys * window * INDEX_DIM),
+        ((1, keys, window, INDEX_DIM), torch.bfloat16, BF16 * keys * window * INDEX_DIM),
+        ((1, keys, window, INDEX_DIM), torch.float32, FP32 * keys * window * INDEX_DIM),
+        ((1, keys, INDEX_DIM), torch.float32, FP32 * keys * INDEX_DIM),
+        ((1, keys, INDEX_DIM), torch.float32, FP32 * keys * INDEX_DIM),
+        ((1, keys, 1), torch.float32, FP32 * keys),
+        # the rotation's cos and sin widened to the rope width, at the keys' and at the queries' positions
+        ((1, 1, keys, ROPE), torch.bfloat16, BF16 * keys * ROPE),
+        ((1, 1, keys, ROPE), torch.bfloat16, BF16 * keys * ROPE),
+        ((1, 1, S, ROPE), torch.bfloat16, BF16 * S * ROPE),
+        ((1, 1, S, ROPE), torch.bfloat16, BF16 * S * ROPE),
+        # the scorer: q and the keys in fp32 (the batched product's views), the ReLU'd scores and
+        # their scaled copy, the heads' weights; the causal mask; top-k's indices
+        ((S, INDEX_HEADS, INDEX_DIM), torch.float32, FP32 * S * INDEX_HEADS * INDEX_DIM),
+        ((S, INDEX_DIM, keys), torch.float32, FP32 * keys * INDEX_DIM),
+        ((1, S, INDEX_HEADS, keys), torch.float32, FP32 * S * INDEX_HEADS * keys),
+        ((1, S, INDEX_HEADS, keys), torch.float32, FP32 * S * INDEX_HEADS * keys),
         ((1, S, INDEX_HEADS, 1), torch.float32, FP32 * S * INDEX_HEADS),
-        ((1, S, S // EVERY["compressed_sparse_attention"]), torch.bool, S * S // 4),
+        ((1, S, keys), torch.bool, S * keys),
         ((1, S, TOPK), torch.int64, I64 * S * TOPK),
     ]  # fmt: skip
     assert signature(dropped) == signature_of(unreachable)
@@ -109,6 +136,7 @@ def test_a_model_without_appended_keys_states_none():
     tiny_llama = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}
     variants = run_census(tiny_llama, name="tiny-llama", seq_length=S)["variants"]["decoder"]
     assert (variants["keys_appended_every"], variants["kv_same"]) == (0, False)
+    assert not any(variants[fact] for fact in QUIRK_FACTS)  # nor the layer's quirks
 
 
 def _priced_attbmm(spec, seq: int) -> dict[str, float]:
@@ -169,3 +197,81 @@ def test_appended_keys_are_one_per_a_whole_number_of_tokens_or_refused():
     check_appended_keys(_view(64, 68), _view(32, 34), 32)
     with pytest.raises(SpecError, match="do not scale with the sequence"):
         check_appended_keys(_view(64, 68), _view(32, 36), 32)  # a fixed number of appended keys
+
+
+# The layer's other quirks (docs/census.md, Known limits), what each keeps a token worked from the
+# config's dims: q_b_norm, an RMS norm of each q head with no weight written as
+# x * rsqrt(mean(x.float()²)).to(x.dtype), keeps q upcast to fp32 and q as given (bf16), the fp32
+# rsqrt per head and its bf16 cast; q_a_norm over q's latent and kv_norm over the one shared
+# key-value head, fp32-weighted RMS norms, keep each its fp32 input, normalised input and rstd,
+# and q_b_proj keeps q_a_norm's bf16 output; the grouped low-rank output projection's second
+# half, o_b_proj, keeps o_a_proj's output made contiguous; the routed experts clamp gate and up
+# before their SiLU module, keeping six expert widths a slot (gate_up whole, the clamped gate and
+# up, SiLU's output, the product) where an activation module's call on gate_up's halves keeps four.
+QUIRK_FACTS = ("q_norm_weightless", "q_norm_product_half", "attn_out_lowrank_width", "attn_norm_width", "attn_norms", "attn_norm_out_width", "act_inline", "experts_act_kept")
+Q_NORM = HEADS * (D + 1) * (FP32 + BF16)
+LATENT_NORMS = (Q_RANK + D) * (FP32 + FP32) + 2 * FP32
+LATENT_OUT = BF16 * Q_RANK
+LOW_RANK = BF16 * GROUPS * O_RANK
+CLAMPS = 2 * BF16 * MOE * CHOSEN
+
+
+def test_the_quirks_facts_are_read_off_the_layers(spec):
+    expected = {
+        "q_norm_weightless": True, "q_norm_product_half": True, "attn_out_lowrank_width": GROUPS * O_RANK, "attn_norm_width": Q_RANK + D,
+        "attn_norms": 2, "attn_norm_out_width": Q_RANK, "act_inline": True, "experts_act_kept": 5,
+    }  # fmt: skip
+    for kind, variants in spec["variants"].items():
+        assert {fact: variants[fact] for fact in QUIRK_FACTS} == expected, kind
+
+
+def _without_q_norm(layer):
+    layer.self_attn.q_b_norm = nn.Identity()
+
+
+def _without_latent_norms(layer):
+    layer.self_attn.q_a_norm, layer.self_attn.kv_norm = nn.Identity(), nn.Identity()  # q_b_proj then keeps q_a_proj's bf16 output
+
+
+def _without_clamps(layer):
+    experts = layer.mlp.experts
+
+    def plain_gate(gate_up):
+        gate, up = gate_up.chunk(2, dim=-1)
+        return experts.act_fn(gate) * up
+
+    experts._apply_gate = plain_gate
+
+
+def _bytes(tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_what_the_quirks_keep_is_worked_by_hand_and_priced(spec, index):
+    """Each quirk taken out of a real layer frees what it was worked to keep; the low-rank output's
+    input is the one storage o_a_proj's width wide; the records price all of it, beside what they
+    price without the quirks' facts."""
+    reached = _real_saves(index)[0]
+    for change, worked in ((_without_q_norm, Q_NORM), (_without_latent_norms, LATENT_NORMS), (_without_clamps, CLAMPS)):
+        assert _bytes(reached) - _bytes(_real_saves(index, change)[0]) == worked * S, change.__name__
+    assert [t.untyped_storage().nbytes() for t in reached if t.shape[-1] == GROUPS * O_RANK] == [LOW_RANK * S]
+    kind = _kind(spec, index)
+    data = json.loads(spec.to_json())
+    data["variants"][kind].update(dict.fromkeys(QUIRK_FACTS, 0))
+    plain = ModelSpec(data)
+    priced = priced_vs_measured(spec, S)[kind][0] - priced_vs_measured(plain, S)[kind][0]
+    assert priced == pytest.approx(Q_NORM + LATENT_NORMS + LATENT_OUT + LOW_RANK + CLAMPS, rel=1e-12)
+
+
+def test_a_tensor_parallel_rank_divides_an_aliased_field_once():
+    """deepseek_v4's config maps intermediate_size onto moe_intermediate_size (its attribute_map):
+    census/across.yaml names both, and a rank of t divides the one field once, not once per name
+    (which left the tp ranks' experts a t² share of their width)."""
+    from transformers import AutoConfig
+
+    from speccat.census.across import _rank_configs
+
+    config = AutoConfig.for_model(**TINY_V4)
+    _, rank = _rank_configs(config, config, 2)
+    assert (rank.moe_intermediate_size, rank.intermediate_size, rank.num_attention_heads) == (MOE // 2, MOE // 2, HEADS // 2)

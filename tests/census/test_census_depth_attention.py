@@ -92,16 +92,114 @@ def test_every_layer_books_what_a_real_run_keeps_at_its_place(spec, real):
         assert sum(booked.values()) * S == sum(n for *_, n in real[index]), index
 
 
-def test_every_looped_layer_books_what_a_real_run_keeps_in_its_passes():
+@pytest.fixture(scope="module")
+def loop_spec():
+    return run_census(TINY_LOOP, name="tiny-inkling2-loop", seq_length=S)
+
+
+def test_every_looped_layer_books_what_a_real_run_keeps_in_its_passes(loop_spec):
     """inkling2_loop_text: the census runs the decoder as it is written, each looped layer in every
     pass; what a layer keeps is what its passes keep together."""
-    spec = run_census(TINY_LOOP, name="tiny-inkling2-loop", seq_length=S)
+    spec = loop_spec
     real = _real_run(TINY_LOOP)
     kinds = _kind_of_layer(spec)
     assert len(kinds) == LAYERS
     for index in range(LAYERS):
         booked = spec["measured"][kinds[index]]["bytes_per_token"]
         assert sum(booked.values()) * S == sum(n for *_, n in real[index]), index
+
+
+def _looped(index: int) -> bool:
+    return TINY_LOOP["loop_layer_index_start"] <= index < TINY_LOOP["loop_layer_index_end"]
+
+
+@pytest.fixture(scope="module")
+def loop_once():
+    """The same model run in one pass (`loop_num_passes` 1): each layer at the same depth, since
+    every pass restarts from the states before the loop."""
+    return run_census({**TINY_LOOP, "loop_num_passes": 1}, name="tiny-inkling2-loop-once", seq_length=S)
+
+
+def test_a_looped_layers_passes_are_stated_as_its_first_pass_run_twice(loop_spec, loop_once):
+    """The second pass of a looped layer runs every op of the first, in order, and more beside
+    them (it mixes the first's messages in through its message gates), so its kind states its
+    passes (`recurrent_cycles` 2) and the first pass's facts, what both ran: each fact and op
+    count the same as the one-pass model's, and the records price that pass twice (and what the
+    second adds in its message gates and norms, worked by hand below). By hand, the
+    stream norm calls of the first pass: 2 in a sliding layer (input_layernorm,
+    post_attention_layernorm), 4 in a full one (its q, k and v inputs have a norm each), not the
+    second pass's 12 (input_layernorm once on each of q's, k's and v's gated inputs in a sliding
+    layer, and the two weightless norms of each of the four message gates). The other layers run
+    once."""
+    later = ("later_child_calls", "later_kept_fp32", "later_kept_half", "later_norm_calls", "later_norm_scaled", "later_norm_inputs")
+    kinds, kinds_once = _kind_of_layer(loop_spec), _kind_of_layer(loop_once)
+    priced, priced_once = _op_prices(loop_spec, "flash"), _op_prices(loop_once, "flash")
+    for index in range(LAYERS):
+        kind, kind_once = kinds[index], kinds_once[index]
+        passes = 2 if _looped(index) else 1
+        full = (index + 1) % BLOCK == 0
+        assert loop_spec["variants"][kind]["recurrent_cycles"] == passes, index
+        assert loop_spec["ops"][kind]["normOp"] == (4 if full else 2), index
+        assert loop_spec["ops"][kind] == loop_once["ops"][kind_once], index
+        stated = {name: n for name, n in loop_spec["variants"][kind].items() if name not in later}
+        assert {**stated, "recurrent_cycles": 1} == {name: n for name, n in loop_once["variants"][kind_once].items() if name not in later}, index
+        for op in set(loop_once["ops"][kind_once]) - {"ffMM", "normOp"}:
+            assert priced.get((kind, op), 0.0) == pytest.approx(passes * priced_once.get((kind_once, op), 0.0)), (index, op)
+
+
+def test_what_each_later_pass_adds_by_hand(loop_spec, loop_once):
+    """What a looped layer keeps in each pass after the first beyond what its first keeps (the
+    same model run in one pass: `loop_num_passes` 1, each layer at the same depth, since every
+    pass restarts from the states before the loop), worked by hand per token, against what the
+    census books and a real run keeps. The records price the first pass once a pass
+    (`recurrent_cycles`) and this beside it: the message gates' (`later_child_calls` gate calls,
+    each keeping `later_kept_fp32` and `later_kept_half` elements a token) and the norms'
+    (`later_norm_calls` statistics, `later_norm_scaled` normalised inputs, `later_norm_inputs`
+    inputs beyond the first pass's). Its four message gates (q's, k's, v's and the MLP's input, `(1 - forget) * hidden +
+    message_gate * message`) each keep three fp32 rows of the hidden width (the two tanh outputs
+    and 1 - forget), their down projection's bf16 input (the normalised hidden states and message
+    side by side: 2·hidden) and their forget and message projections' fp32 input (the gate rank),
+    all booked ffMM, and an fp32 statistic for each of their two weightless norms (normOp). The
+    norms after them read the gates' outputs, their own inputs, where the first pass's read the
+    depth attentions' outputs, which the gates' norms keep now (normOp): in a sliding layer the
+    attention's input norm runs three times, on q's, k's and v's gated inputs (two more calls,
+    an fp32 input, normalised input and statistic each), and the gates keep the two depth
+    attentions' outputs (fp32, hidden wide each); in a full one, the q, k and v norms keep their
+    own inputs in both passes, and the gates keep the attention input's three outputs, one fp32
+    storage (3·hidden), and the MLP input's (hidden). The message itself is the layer's input
+    (the decoder's `message_input` makes it), not the layer's to keep."""
+    rank = TINY_LOOP["loop_gate_rank"]
+    single = loop_once
+    real_twice, real_once = _real_run(TINY_LOOP), _real_run({**TINY_LOOP, "loop_num_passes": 1})
+    kinds, kinds_once = _kind_of_layer(loop_spec), _kind_of_layer(single)
+    gates = 4 * (3 * FP32 * H + BF16 * 2 * H + FP32 * rank)
+    priced, priced_once = _op_prices(loop_spec, "flash"), _op_prices(single, "flash")
+    for index in range(LAYERS):
+        full = (index + 1) % BLOCK == 0
+        if not _looped(index):
+            later = {}
+        elif full:
+            later = {"ffMM": gates, "normOp": 4 * 2 * FP32 + FP32 * (3 * H + H)}
+        else:
+            later = {"ffMM": gates, "normOp": 4 * 2 * FP32 + 2 * (2 * FP32 * H + FP32) + FP32 * (H + H)}
+        twice, first = loop_spec["measured"][kinds[index]]["bytes_per_token"], single["measured"][kinds_once[index]]["bytes_per_token"]
+        for op in twice:
+            assert twice[op] - (2 if _looped(index) else 1) * first[op] == pytest.approx(later.get(op, 0)), (index, op)
+        # the gates' facts by hand: 4 gate calls in the second pass, each keeping 3 fp32 rows of
+        # the hidden width and the rank-wide fp32 input, and the 2·hidden bf16 input of down_proj
+        stated = loop_spec["variants"][kinds[index]]
+        facts = (4, 3 * H + rank, 2 * H) if _looped(index) else (0, 0, 0)
+        assert (stated["later_child_calls"], stated["later_kept_fp32"], stated["later_kept_half"]) == facts, index
+        # the norms' by hand: 8 gate norm calls (+2 of the sliding layer's attention input norm on
+        # k's and v's gated inputs, which hold a weight), and 4 inputs beyond the first pass's
+        # two (the gates' four outputs), the message each gate's norm reads being the layer's input
+        norms = ((8 if full else 10), (0 if full else 2), 4) if _looped(index) else (0, 0, 0)
+        assert (stated["later_norm_calls"], stated["later_norm_scaled"], stated["later_norm_inputs"]) == norms, index
+        for op in ("ffMM", "normOp"):
+            twice_priced, once_priced = priced[kinds[index], op], priced_once[kinds_once[index], op]
+            assert twice_priced == pytest.approx((2 if _looped(index) else 1) * once_priced + later.get(op, 0)), (index, op)
+        kept_twice, kept_once = (sum(n for *_, n in real[index]) for real in (real_twice, real_once))
+        assert kept_twice - (2 if _looped(index) else 1) * kept_once == sum(later.values()) * S, index
 
 
 def test_the_kinds_follow_the_depth_and_the_layer_types(spec):
@@ -181,29 +279,55 @@ def test_the_eager_attention_is_stated_and_priced_as_it_ran(spec):
                 assert spec["measured"][kind]["bytes_per_token"][op] - depth[op] == pytest.approx(per_token), (index, op)
 
 
-def test_the_attention_prices_all_but_what_its_clips_and_dynamic_convs_keep(spec):
-    """The records price every storage the attention child keeps (attMM) but what no fact states
-    yet, worked by hand per token: q's L2 clip (its fp32 upcast and its product with the scale,
-    four fp32 statistics per head, the fp32 scale per layer), k's (its fp32 upcast, four per kv
-    head), the relative states' clip likewise over d_rel, the relative states the product with
-    the distance profiles keeps (bf16) and the bias's (s, t) bool mask; in a full layer also the
-    k and v projections' own inputs (bf16), the dynamic short convs' fp32 weights and windows
-    (kv·d·conv_kernel each, for k and for v: torch code, no causal conv kernel) and the two
-    log scales (fp32, one a token). What is priced includes the output gate's product taken on
-    the attention's output cast to fp32 (attn_gate_factor_fp32), which keeps that copy."""
+def test_the_attention_prices_what_its_clips_and_dynamic_convs_keep(spec, real):
+    """What the attention's own code keeps beside the kernel, worked by hand per token and stated
+    per head: q's L2 clip (no norm module) keeps its fp32 upcast and its product with the learned
+    scale (the fp32 cast of that scale, heads × d, once a layer call) and four fp32 statistics per
+    head (the norm, the norm plus eps, the quotient the clamp keeps, the clamped factor); the
+    relative states' clip likewise over d_rel; k's clip its fp32 upcast and four statistics per kv
+    head; the relative states themselves (bf16, d_rel a head), which the product with the distance
+    profiles keeps; the bias's int64 gather index and its bool mask, one s × t table each. In a full
+    layer also the k and v projections' own inputs (bf16, hidden wide: their own input norms'
+    outputs) and the dynamic short convs' fp32 windows and per-token weights (kv · d ·
+    conv_kernel each, for k and for v). The census states them so, the records price them so,
+    and the real run keeps them so; only the two log scales of a full layer (fp32, one a token,
+    8 bytes) are priced by none. What is priced includes the output gate's product taken on the
+    attention's output cast to fp32 (attn_gate_factor_fp32), which keeps that copy."""
     d_rel, conv_kernel = TINY_INKLING2["d_rel"], 4
     kinds = _kind_of_layer(spec)
     priced = _op_prices(spec, "flash")
     for index in range(LAYERS):
-        kind = kinds[index]
-        full = (index + 1) % BLOCK == 0
-        assert spec["variants"][kind]["attn_gate_factor_fp32"] is True
-        clips = (2 * HEADS * D + 4 * HEADS + HEADS * D / S) * FP32 + (KV * D + 4 * KV) * FP32
-        clips += (2 * HEADS * d_rel + 4 * HEADS + HEADS * d_rel / S) * FP32 + BF16 * HEADS * d_rel + S
-        if full:
-            clips += 2 * BF16 * H + 2 * 2 * FP32 * KV * D * conv_kernel + 2 * FP32
+        kind, full = kinds[index], (index + 1) % BLOCK == 0
+        facts = spec["variants"][kind]
+        assert facts["attn_gate_factor_fp32"] is True
+        # per query head: q's clip (upcast, product, 4 statistics) and the relative states' clip
+        assert facts["attn_head_fp32"] == (2 * D + 4) + (2 * d_rel + 4), index
+        # per kv head: k's clip (upcast, 4 statistics); a full layer's windows and weights for k and v
+        assert facts["attn_kv_head_fp32"] == D + 4 + (2 * 2 * D * conv_kernel if full else 0), index
+        assert facts["attn_head_half"] == d_rel, index
+        assert facts["attn_head_param_fp32"] == D + d_rel, index
+        assert facts["attn_inputs_extra"] == (2 if full else 0), index
+        assert facts["score_bias_tables"] == 8 + 1, index
         measured = spec["measured"][kind]["bytes_per_token"]["attMM"]
-        assert priced[kind, "attMM"] == pytest.approx(measured - clips), index
+        log_scales = 2 * FP32 if full else 0
+        assert priced[kind, "attMM"] == pytest.approx(measured - log_scales), index
+    for index in (1, 5):  # a sliding and a full layer of the real run, storage by storage
+        kept, full = Counter(real[index]), index == 5
+        clip_rows = {D: 2, d_rel: 2, 1: 8}  # per query head: q's and the relative states' clips
+        for width, storages in clip_rows.items():
+            assert kept[((1, S, HEADS, width), torch.float32, FP32 * S * HEADS * width)] == storages, (index, width)
+        for width in (D, d_rel):  # the scales' fp32 casts, once a call
+            assert kept[((HEADS, width), torch.float32, FP32 * HEADS * width)] == 1, (index, width)
+        # k's upcast, and v's: the weightless norm on v keeps its fp32 input (normOp's)
+        assert kept[((1, S, KV, D), torch.float32, FP32 * S * KV * D)] == 2, index
+        assert kept[((S * HEADS, d_rel), torch.bfloat16, BF16 * S * HEADS * d_rel)] == 1, index
+        assert kept[((S, S), torch.bool, S * S)] == 1, index
+        windows = ((1, S, KV, D, conv_kernel), torch.float32, FP32 * S * KV * D * conv_kernel)
+        assert kept[windows] == (4 if full else 0), index
+        assert kept[((1, S, 1, 1), torch.float32, FP32 * S)] == (2 if full else 0), index
+    # a full layer's projections keep two more inputs of the hidden width than a sliding one's
+    hidden_inputs = [Counter(real[index])[((S, H), torch.bfloat16, BF16 * S * H)] for index in (1, 5)]
+    assert hidden_inputs[1] - hidden_inputs[0] == 2
 
 
 def test_the_experts_keep_their_bf16_product_beside_the_fp32_activation(spec):

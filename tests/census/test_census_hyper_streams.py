@@ -140,6 +140,9 @@ def test_the_hyper_connections_facts_are_read_off_what_ran(spec):
         got = {name: facts[name] for name in ("hc_streams", "hc_mixers", "hc_wide_fp32", "hc_wide_half", "hc_narrow_fp32", "hc_norm_rows")}
         assert got == {"hc_streams": HC, "hc_mixers": 2, "hc_wide_fp32": 1, "hc_wide_half": 1, "hc_narrow_fp32": 8, "hc_norm_rows": 1}, kind
         assert (facts["hc_norm_wide_fp32"], facts["hc_out_attn_bytes"], facts["hc_out_ff_bytes"]) == (0, F32, F32), kind
+        # post, one fp32 element a stream, (b, s, HC, 1) with HC = NH here, made by the mixer and
+        # kept by the attention's block: no row per head of the attention's own code
+        assert facts["attn_head_fp32"] == 0, kind
     dense, moe = _kind(spec, 0), _kind(spec, 1)
     # the shared-indexer layer is handed layer 0's top-k: its kernel keeps no indices of its own
     assert (spec["variants"][dense]["index_borrowed"], spec["variants"][moe]["index_borrowed"]) == (False, True)

@@ -22,7 +22,7 @@ from support.layer_runs import priced_vs_measured, tiny_model
 
 from speccat.census import run_census
 
-BF16, FP32, I64 = 2, 4, 8
+BF16, FP32, I64, BOOL = 2, 4, 8, 1
 SEQ = 64
 TINY = dict(
     hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64, swa_num_attention_heads=4,
@@ -36,6 +36,17 @@ FACTS = ("shared_kept", "shared_act_saved", "router_weight_fp32")
 
 def facts(spec, kind: str) -> dict[str, int]:
     return {name: int(spec["variants"][kind][name]) for name in FACTS}
+
+
+def cp_keys_gap(cp: int) -> float:
+    """Bytes per token of the sequence that the records price at a context-parallel rank beyond
+    what the census measures there, worked from TINY's dims: the records price a rank's s/cp
+    queries over all s keys, the census runs a rank as the layer at s/cp tokens, over s/cp keys
+    (census/across.py). What each layer keeps per (query, key) pair differs so: its relative
+    bias's int64 gather index and bool mask (one each for every head) and the bias the kernel
+    keeps, bf16 per head: (s/cp)·(s − s/cp) pairs over the sequence's s tokens."""
+    pairs = (SEQ // cp) * (SEQ - SEQ // cp) / SEQ
+    return (I64 + BOOL + BF16 * TINY["num_attention_heads"]) * pairs
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +128,10 @@ def test_each_fact_is_what_a_real_module_keeps(tiny):
 def test_tiny_inkling_is_priced_at_every_point(tiny):
     """Across settings (a second length, cp 2, tp 2 with the sliding layers' own heads and kv
     heads divided too, each recompute switch and all) and at its ends: within 2% of what the
-    census measured."""
+    census measured, at a cp rank less the pairs of keys beyond the rank's own (cp_keys_gap: 272
+    bytes a token at cp 2, which put the price 2.06% over once the relative states were priced,
+    attn_head_half, and the router's sigmoid, which only picks the top-k and which no output
+    reaches, freed rather than booked: 40 bytes a token of ffMM the records leave out)."""
     from speccat.catalogue.records.ends import load_ends
     from speccat.catalogue.records.oprecords import load_records
     from speccat.catalogue.records.points import measured_per_token, price_ends, price_points
@@ -131,7 +145,9 @@ def test_tiny_inkling_is_priced_at_every_point(tiny):
     assert {"census", "cp 2", "tp 2", "recompute all"} <= {row["point"] for row in rows}
     assert {row["kind"] for row in rows} >= {"sliding_moe", "full_moe", "end:embedding", "end:final_norm"}
     for row in rows:
-        assert row["priced_per_token"] == pytest.approx(measured[row["kind"], row["point"]], rel=2e-2), (row["kind"], row["point"])
+        cp = next(p["cp"] for p in spec["measured_at"] if p["point"] == row["point"]) if row["point"] != "census" else 1
+        gap = cp_keys_gap(cp) if cp > 1 and not row["kind"].startswith("end:") else 0
+        assert row["priced_per_token"] - gap == pytest.approx(measured[row["kind"], row["point"]], rel=2e-2), (row["kind"], row["point"])
 
 
 def test_a_llama_states_none_of_them():

@@ -136,9 +136,9 @@ def test_an_inkling_kind_states_its_bias_and_what_builds_it(spec):
 @pytest.mark.parametrize("seq", [S, 2 * S])
 def test_the_records_price_the_kept_bias_quadratic_in_the_sequence(seq):
     """The kernel's saves (attBMM: q, k, v and the bias, a·s per token) priced as measured at two
-    lengths, per token the bias growing with the sequence; the whole attention priced as measured
-    but for one storage: r_proj's output, which the product with the distance profiles keeps
-    (a·d_rel per token, no record prices it)."""
+    lengths, per token the bias growing with the sequence; the whole attention priced as measured,
+    r_proj's output among it, which the product with the distance profiles keeps (a·d_rel bf16 per
+    token: attn_head_half, d_rel per head, census/measure/head_rows.py)."""
     spec = run_census(TINY_INKLING, name="tiny-inkling", seq_length=seq)
     records, grid = load_records(), load_settings()
     one = grid.with_settings([grid.setting({"seq_length": seq, "attention_kernel": "flash"})])  # the census's kernel
@@ -152,4 +152,5 @@ def test_the_records_price_the_kept_bias_quadratic_in_the_sequence(seq):
         assert priced_attbmm == pytest.approx(booked["attBMM"], rel=1e-9), kind
         attention = float(prices.part("attention")[i, 0, kept_all]) / seq
         measured = booked["attMM"] + booked["attBMM"] + booked["softmax"]
-        assert attention + BF16 * HEADS * D_REL == pytest.approx(measured, rel=1e-9), kind
+        assert spec["variants"][kind]["attn_head_half"] == D_REL
+        assert attention == pytest.approx(measured, rel=1e-9), kind

@@ -32,9 +32,10 @@ def test_the_records_load_with_the_switches_ops_and_parts(records):
         "layer_gate": "ffn", "ff_down_norm": "norm", "norm_gate": "norm",
         "stream_code_attn": "attention", "stream_code_ff": "ffn", "router_mlp": "ffn", "router_mlp_norm": "norm", "half_qk_norm": "norm",
         "routed_attention": "attention", "side": "attention", "stream_scale_attn": "attention", "stream_scale_ff": "ffn",
+        "channel_scale_attn": "attention", "channel_scale_ff": "ffn",
         "experts_out_norm": "norm",
         "hyper": "attention", "hyper_ff": "ffn",
-        "depth_attention": "attention", "depth_attention_norm": "norm",
+        "depth_attention": "attention", "depth_attention_norm": "norm", "later_children": "ffn", "later_norms": "norm",
     }  # fmt: skip
     assert re.fullmatch(r"[0-9a-f]{16}", records.version)
 

@@ -53,16 +53,28 @@ def test_a_sliding_window_keeps_its_mask_beside_what_the_census_books():
     assert ("+[1, 1, 64, 64] bfloat16", 2 * S * S) in sliding["differences"]
 
 
-def test_a_spec_the_night_stores_unpriced_is_said_so():
-    """dory's layers (nGPT's learned scales and L2 norms) keep what no record prices
-    (docs/census.md, "Known limits"): the census measures it, the records' price is beyond their
-    tolerance, and the night stores the spec without prices. The row says so; llama's does not."""
-    tiny_dory = {**TINY_LLAMA, "model_type": "dory"}
-    (row,) = bench_gpu.measure("tiny-dory", tiny_dory, (S,), "cpu")
+def test_a_spec_the_night_stores_unpriced_is_said_so(tmp_path, monkeypatch):
+    """A layer keeping what no record prices: the census measures it, the records' price is beyond
+    their tolerance, and the night stores the spec without prices. The row says so. Every registry
+    type's layers are priced at their defaults, so here the records leave a part out: the stream
+    norms' slot never applies (its `when`), and tiny llama's norms are what no record prices."""
+    import speccat.catalogue.records.oprecords as oprecords
+    import speccat.flows.analysis as analysis
+
+    text = oprecords.RECORDS_PATH.read_text()
+    cut = text.replace("  norm:\n    part: norm\n    when: runs == 1\n", "  norm:\n    part: norm\n    when: runs == 0\n", 1)
+    assert cut != text
+    (tmp_path / "records.yaml").write_text(cut)
+    records = oprecords.load_records(tmp_path / "records.yaml")
+    _, settings, costs, ends = analysis.pricing_inputs()
+    monkeypatch.setattr(analysis, "pricing_inputs", lambda: (records, settings, costs, ends))
+    monkeypatch.setattr(oprecords, "load_records", lambda *args, **kwargs: records)
+    (row,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
     assert row["unpriced"] == "unsupported_layer"
     assert row["real"] == row["census"] == row["measured"] > row["priced"] * 1.1
+    monkeypatch.undo()
     (llama,) = bench_gpu.measure("tiny-llama", TINY_LLAMA, (S,), "cpu")
-    assert llama["unpriced"] is None
+    assert llama["unpriced"] is None and llama["priced"] == llama["measured"]
 
 
 def test_a_norm_written_as_torch_ops_is_priced_as_it_keeps():

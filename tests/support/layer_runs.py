@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from support.storage_tracker import saved_tensors
 
 
 def tiny_model(config: dict, dtype: torch.dtype):
@@ -26,16 +27,15 @@ def saves_and_grads(model, layer, x: torch.Tensor, square: bool = True, **inputs
     """One forward and backward of `layer` on `x` (and its other `inputs`, passed by name): (the
     storages it saved for backward, by storage, the model's parameters and buffers, x, the other
     inputs and the output left out; the gradients of the layer's parameters, of x and of each
-    other input that requires one). The loss is the output's squared sum, or its sum."""
-    saved: dict[int, torch.Tensor] = {}
+    other input that requires one). The loss is the output's squared sum, or its sum.
 
-    def pack(t):
-        saved.setdefault(t.untyped_storage()._cdata, t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    A storage counts where a save of it is still held once the forward returned: a branch the
+    output does not reach (doge's dynamic mask, which speccat's flash kernel does not take) is
+    freed with its saves then, in a run without hooks as in the census (storage_tracker.saved_tensors)."""
+    with saved_tensors() as held:
         out = layer(x, **inputs)
     out = out[0] if isinstance(out, tuple) else out
+    saved = {key: tensor for key, (tensor, holders) in held.items() if any(holder() is not None for holder in holders)}
     (out.float().square() if square else out.float()).sum().backward()
     given = [t for t in inputs.values() if isinstance(t, torch.Tensor)]
     left_out = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers(), x, *given, out)}

@@ -75,7 +75,9 @@ class PlainIndexPut(StorageTracker):
 def saved_tensors() -> Iterator[dict[int, tuple[torch.Tensor, list]]]:
     """What autograd saves while the block runs: storage address -> (a tensor of it, a weak
     reference to the holder of each save). A holder lives as long as the graph node that saved
-    it, so a save whose holders are all dead is one no output reaches, freed after the forward."""
+    it, so a save whose holders are all dead is one no output reaches, freed after the forward.
+    Both hold detached aliases: a node that saves its own output (ReLU's) would otherwise be held
+    alive through that output's grad_fn, a cycle, as a run without hooks never holds it."""
 
     class Holder:
         def __init__(self, tensor):
@@ -84,8 +86,9 @@ def saved_tensors() -> Iterator[dict[int, tuple[torch.Tensor, list]]]:
     held: dict[int, tuple[torch.Tensor, list]] = {}
 
     def pack(tensor):
-        holder = Holder(tensor)
-        held.setdefault(tensor.untyped_storage()._cdata, (tensor, []))[1].append(weakref.ref(holder))
+        alias = tensor.detach()
+        holder = Holder(alias)
+        held.setdefault(tensor.untyped_storage()._cdata, (alias, []))[1].append(weakref.ref(holder))
         return holder
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda holder: holder.tensor):
