@@ -186,7 +186,9 @@ overshadowed AS MATERIALIZED (  -- stages never the fullest of their layout, at 
                                -- out), and of equals the first is the fullest
     SELECT s.layout, s.config_hash, o.layers AS offload, s.stage
     FROM stages AS s JOIN offload AS o USING (layout, config_hash)
-    WHERE NOT s.first_piece AND NOT s.last_piece AND s.stage > 0
+    JOIN stages AS b ON b.layout = s.layout AND b.config_hash = s.config_hash AND b.stage = s.stage - 1
+    WHERE NOT s.first_piece AND NOT s.last_piece
+      AND (NOT b.last_piece OR coalesce(b.head_flight, b.flight) >= 1)  -- its ends then hold at least one head
     EXCEPT  -- a kind stage i holds more of than i - 1, or keeps or offloads where i - 1 does not
     SELECT k.layout, k.config_hash, k.offload, k.stage
     FROM stage_kinds AS k JOIN stages AS s USING (layout, config_hash, stage)
