@@ -76,9 +76,9 @@ class AttentionFacts(LayerRoles):
         children = {k.child for k in kernels if k.child}
         reads = self.projection_reads(children)
         gates = {
-            projection: (elements, before_copy, factor_fp32)
-            for product, (projection, elements, _, before_copy, factor_fp32) in self.probe.gated_products.items()
-            if product in reads and self.part(projection) in children
+            gated.projection: gated
+            for product, gated in self.probe.gated_products.items()
+            if product in reads and self.part(gated.projection) in children
         }
         if not gates:
             return OutputGate(0, 0, 0, False, False)
@@ -88,11 +88,12 @@ class AttentionFacts(LayerRoles):
         for (projection, op, dtype), elements in self.probe.gate_kept.items():
             if projection in gates and op in ops:
                 kept["half" if dtype in HALF else str(dtype)] += elements
-        width = max(elements for elements, *_ in gates.values()) // per_head
+        width = max(gated.elements for gated in gates.values()) // per_head
         per_call = per_head * self.cycles()  # what one call keeps, of calls with grad run alike (LayerView.cycles: recurrent_cycles)
         return OutputGate(
-            width, kept["half"] // per_call, kept[str(torch.float32)] // per_call, any(before for _, before, _ in gates.values()), any(fp32 for *_, fp32 in gates.values())
-        )
+            width, kept["half"] // per_call, kept[str(torch.float32)] // per_call,
+            any(gated.before_copy for gated in gates.values()), any(gated.factor_fp32 for gated in gates.values()),
+        )  # fmt: skip
 
     def mla(self) -> dict[str, int]:
         """MLA latent ranks from kv_b_proj, kv_a_proj_with_mqa and q_a_proj (absent when not MLA)."""

@@ -251,9 +251,8 @@ class LayerRoles:
         """The stream norm calls of the layer's first call with grad (census/measure/layer_probe.py
         `stream_norms`, split where each call began: `call_norm_starts`): one call's, which every
         other call ran too (LayerView.cycles: calls run alike, or later ones running more)."""
-        starts = self.probe.call_norm_starts
-        end = starts[1] if len(starts) > 1 else len(self.probe.stream_norms)
-        return self.probe.stream_norms[:end]
+        each = self.probe.norms_by_call()
+        return each[0] if each else list(self.probe.stream_norms)
 
     def stream_norm_paths(self) -> list[str]:
         """The norms the layer ran on its hidden stream in one call (`first_call_norms`), in call order."""

@@ -57,27 +57,19 @@ class LayerView(AttentionFacts, MixerFacts, FeedForwardFacts):
         after the first mixing the previous pass's messages in through message gates). The kind's
         facts are then the first call's, what all of them ran. Calls that ran otherwise are stated
         together, as one call (1)."""
-        calls = max(self.probe.kept_calls, 1)
-        return calls if self.ran_alike or self.later_calls_run_first else 1
-
-    def _each_call(self) -> list[list]:
-        """The ops each call with grad dispatched (the probe's `calls`, split where each call began:
-        LayerProbe.call_starts)."""
-        starts = self.probe.call_starts
-        ops = self.probe.calls
-        return [ops[start:end] for start, end in zip(starts, [*starts[1:], len(ops)])]
+        return self.probe.kept_calls if self.later_calls_run_first else 1  # calls run alike run the first's ops and nothing more
 
     @cached_property
     def ran_alike(self) -> bool:
         """Every call of the layer with grad dispatched the same ops, in the same order."""
-        each = self._each_call()
+        each = self.probe.ops_by_call()
         return all(len(call) == len(each[0]) and all(a is b for a, b in zip(call, each[0])) for call in each[1:])
 
     @cached_property
     def later_calls_run_first(self) -> bool:
-        """Each call after the first dispatched the first call's ops, in their order, among more of
-        its own: what all calls ran is the first's, and the later ones ran something beside it."""
-        each = self._each_call()
+        """Each call after the first dispatched the first call's ops, in their order, alone (calls
+        run alike) or among more of its own: what all calls ran is the first's."""
+        each = self.probe.ops_by_call()
 
         def runs_within(first: list, later: list) -> bool:
             rest = iter(later)

@@ -256,7 +256,7 @@ def attn_out_lowrank_width(view: AttentionFacts, top_k: int | None) -> int:
     0 for a single output projection."""
     outputs = set(view.probe.output_projections)
     widths = [view.module(path).weight.shape[-1] for path in view.probe.output_projections if view.probe.projections_fed.get(path) in outputs - {path}]
-    return int(sum(widths)) // view.cycles()
+    return view.per_call(int(sum(widths)))
 
 
 def _latent_norms(view: AttentionFacts) -> list[str]:
@@ -286,13 +286,13 @@ def attn_norm_width(view: AttentionFacts, top_k: int | None) -> int:
     MLA's, no QK-norm, per layer call: deepseek_v4's q_a_norm (q_lora_rank, 1024) and kv_norm
     (head_dim, 512), 1536; 0 without."""
     widths = [view.module(path).weight.shape[-1] * view.probe.norm_calls[path] for path in _latent_norms(view)]
-    return int(sum(widths)) // view.cycles()
+    return view.per_call(int(sum(widths)))
 
 
 @variant
 def attn_norms(view: AttentionFacts, top_k: int | None) -> int:
     """The calls of those norms per layer call (deepseek_v4's q_a_norm and kv_norm: 2); 0 without."""
-    return sum(view.probe.norm_calls[path] for path in _latent_norms(view)) // view.cycles()
+    return view.per_call(sum(view.probe.norm_calls[path] for path in _latent_norms(view)))
 
 
 @variant
@@ -305,7 +305,7 @@ def attn_norm_out_width(view: AttentionFacts, top_k: int | None) -> int:
         read = view.probe.projection_inputs.get(view.part(path), set())
         if view.probe.norm_outputs.get(path, set()) & read:
             widths.append(view.module(path).weight.shape[-1] * view.probe.norm_calls[path])
-    return int(sum(widths)) // view.cycles()
+    return view.per_call(int(sum(widths)))
 
 
 @variant
@@ -560,7 +560,7 @@ def latent_up_made(view: AttentionFacts, top_k: int | None) -> int:
         for (_, maker, saver, last, dtype), n in view.probe.kept_modules.items()
         if maker in children and saver in projections and last in latents and dtype in HALF
     )
-    return made // view.cycles() if latents else 0
+    return view.per_call(made) if latents else 0
 
 
 @variant
@@ -591,7 +591,7 @@ def _kept_per_head(view: AttentionFacts, heads: int, dtypes: tuple) -> int:
     (LayerProbe.kept_per_head, census/measure/head_rows.py)."""
     children = {f"child:{k.child}" for k in view.attention_kernels() if k.child}
     kept = sum(n for (op, over, dtype), n in view.probe.kept_per_head.items() if op in children and over == heads and dtype in dtypes)
-    return kept // (heads * view.cycles()) if heads else 0
+    return view.per_call(kept) // heads if heads else 0
 
 
 @variant
@@ -644,7 +644,7 @@ def attn_inputs_extra(view: AttentionFacts, top_k: int | None) -> int:
             key for name, key in named if key in view.probe.outer_row_inputs and name not in outputs and _input_width(view.module(name)) == view.hidden
         }
         extra += max(len(inputs) - calls, 0)
-    return extra // view.cycles()
+    return view.per_call(extra)
 
 
 def _input_width(projection) -> int:
@@ -667,4 +667,4 @@ def attn_head_param_fp32(view: AttentionFacts, top_k: int | None) -> int:
         for (child, shape, dtype), kept in view.probe.param_casts_kept.items()
         if child in children and dtype == torch.float32 and len(shape) == 2 and shape[0] == heads
     )
-    return rows // view.cycles()
+    return view.per_call(rows)

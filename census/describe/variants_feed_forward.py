@@ -463,14 +463,14 @@ def dense_beside_width(view: FeedForwardFacts, top_k: int | None) -> int:
     own MLP children other than the MoE block and its shared experts, longcat_flash's `mlps`):
     the input widths of their projections back to the hidden size, summed over the calls the
     probe saw, per call of the layer (`recurrent_cycles`); 0 without such MLPs."""
-    return sum(view.dense_beside_call_widths()) // view.cycles()
+    return view.per_call(sum(view.dense_beside_call_widths()))
 
 
 @variant
 def dense_beside_calls(view: FeedForwardFacts, top_k: int | None) -> int:
     """The calls of those MLPs' projections back to the hidden size, one a call of an MLP, per
     call of the layer: longcat_flash's two MLPs, 2; 0 without such MLPs."""
-    return len(view.dense_beside_call_widths()) // view.cycles()
+    return view.per_call(len(view.dense_beside_call_widths()))
 
 
 @variant

@@ -101,10 +101,7 @@ def later_kept_half(view: LayerRoles, top_k: int | None) -> int:
 def _norms_by_call(view: LayerRoles) -> list[list[tuple[str, int]]]:
     """Each call's stream norm calls (LayerProbe.stream_norms split where each call began:
     `call_norm_starts`), of calls counted as the layer's; none where they ran alike or once."""
-    starts, norms = view.probe.call_norm_starts, view.probe.stream_norms
-    if view.cycles() < 2 or view.ran_alike:
-        return []
-    return [norms[start:end] for start, end in zip(starts, [*starts[1:], len(norms)])]
+    return [] if view.cycles() < 2 or view.ran_alike else view.probe.norms_by_call()
 
 
 def _later_norm_paths(view: LayerRoles) -> Counter:

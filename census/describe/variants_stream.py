@@ -19,7 +19,7 @@ def _scaled_bytes(view: LayerRoles, children: set[str]) -> int:
     if not tokens or not hidden:
         return 0
     kept = sum(n for op, n in view.probe.stream_scale_kept.items() if op in {f"child:{child}" for child in children})
-    return kept // (tokens * hidden) // view.cycles()
+    return view.per_call(kept // (tokens * hidden))
 
 
 def _channel_scaled(view: LayerRoles, children: set[str]) -> int:
@@ -27,7 +27,7 @@ def _channel_scaled(view: LayerRoles, children: set[str]) -> int:
     per-channel scale kept inside one of `children`, per call of the layer."""
     ops = {f"child:{child}" for child in children}
     kept = sum(n // dtype.itemsize for (op, dtype), n in view.probe.channel_scale_kept.items() if op in ops and dtype in HALF)
-    return kept // view.probe.tokens // view.cycles() if view.probe.tokens else 0
+    return view.per_call(kept // view.probe.tokens) if view.probe.tokens else 0
 
 
 @variant

@@ -18,7 +18,6 @@ attention's block keeps (the hc_* facts price it), laid out as a head's row woul
 from __future__ import annotations
 
 from speccat.census.measure.layer_probe import LayerProbe
-from speccat.census.structure.predicates import part_of
 
 
 def heads_of(shape: tuple[int, ...], tokens: int) -> int:
@@ -42,21 +41,15 @@ def note_head_kept(watcher, probe: LayerProbe, key: int, op: str, nbytes: int) -
     """Book a kept storage of a child (`child:NAME`) laid out over heads after its tokens under
     (its op, the heads, its dtype): its elements per token (LayerProbe.kept_per_head). Left out:
     any other op's storages, one held by no token rows, one on an output gate's chain, one made
-    outside the child (made_inside), and one first saved after the child's kernel ran in the
+    outside the child (Watcher.made_in_child), and one first saved after the child's kernel ran in the
     layer's call (the kernel's output, its copies and a gate's product on it, which o_proj's copy
     and the gate's facts price)."""
-    if not op.startswith("child:") or probe.tokens <= 0 or not made_inside(watcher, probe, key, op.removeprefix("child:")):
+    if not op.startswith("child:") or probe.tokens <= 0 or not watcher.made_in_child(probe, key, op.removeprefix("child:")):
         return
-    if key in watcher.after_kernel or any(key in lineage for _, _, lineage, *_ in probe.gated_products.values()):
+    if key in watcher.after_kernel or probe.gate_holding(key) is not None:
         return
     heads = heads_of(watcher.first_shapes[key], probe.tokens)
     if heads:
         dtype = watcher.tails[key][1]
         probe.kept_per_head[(op, heads, dtype)] += nbytes // dtype.itemsize // probe.tokens
 
-
-def made_inside(watcher, probe: LayerProbe, key: int, child: str) -> bool:
-    """Whether the storage `key` was made in this layer's call by a module of `child`: the child's
-    own code made it, it is no input handed to the child."""
-    made = watcher.creator.get(key)
-    return made is not None and made.probe is probe and made.module is not None and part_of(made.module, watcher.blocks[probe.index]) == child

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from speccat.census.structure.kernel_registry import KernelCall
+
+
+class GatedProduct(NamedTuple):
+    """A product after its child's attention kernel of a tensor made from a projection's output
+    by elementwise ops alone (census/measure/output_gates.py)."""
+
+    projection: str  # the projection whose output the chain began with
+    elements: int  # the chain's factor's elements
+    lineage: frozenset[int]  # the chain's storages up to the factor
+    before_copy: bool  # the other factor was the kernel's output in its own heads-major layout
+    factor_fp32: bool  # the other factor was in fp32 (a cast of the attention's output: inkling2's)
 
 
 @dataclass(frozen=True)
@@ -42,11 +53,9 @@ class LayerProbe:
     activations: Counter = field(default_factory=Counter)  # module path of the activation region's owner -> calls
     output_projections: list[str] = field(default_factory=list)
     token_mixes: Counter = field(default_factory=Counter)  # top-level child -> products of a token-shifted copy of the hidden states (RWKV's x_{t-1}·(1 − μ))
-    # a product after its child's attention kernel of a tensor made from a projection's output by
-    # elementwise ops alone (census/measure/output_gates.py), and what elementwise ops made of the
-    # product -> (that projection, the factor's elements, the chain's storages up to the factor,
-    # whether the other factor was the kernel's output in its own heads-major layout)
-    gated_products: dict[int, tuple[str, int, frozenset[int], bool, bool]] = field(default_factory=dict)
+    # a gated product (census/measure/output_gates.py), and what elementwise ops made of the
+    # product (a norm's output too) -> the product
+    gated_products: dict[int, GatedProduct] = field(default_factory=dict)
     # (projection, op, dtype) -> elements backward keeps of those chains' storages, booked to op
     # (an output gate's activation's saves)
     gate_kept: Counter = field(default_factory=Counter)
@@ -98,11 +107,10 @@ class LayerProbe:
     input_bytes: Counter = field(default_factory=Counter)  # op -> bytes of the layer's own input an op keeps
     hidden_width: int = 0  # the last dim of the hidden states the layer was called with
     ran: bool = False  # the decoder called the layer (mllama's skips a cross-attention layer without encoder states)
-    # the layer's calls in one forward that ran with grad, each keeping its activations for backward:
-    # 1, or a layer the decoder runs in several cycles (hrm_text's); calls without grad are not watched
-    kept_calls: int = 0
-    # where each of those calls' ops begin in `calls`: what each call ran, told apart from the
-    # others' (census/describe/layer_view.py `cycles`: calls that ran alike, or differently)
+    # where each of the layer's calls in one forward that ran with grad begins in `calls` (one, or a
+    # layer the decoder runs in several cycles: hrm_text's; calls without grad are not watched),
+    # each keeping its activations for backward: what each call ran, told apart from the others'
+    # (census/describe/layer_view.py `cycles`: calls that ran alike, or differently)
     call_starts: list[int] = field(default_factory=list)
     # where each of those calls' norms begin in `stream_norms`: the stream norms of one call, the
     # first (census/describe/layer_view.py `first_call_norms`)
@@ -180,3 +188,26 @@ class LayerProbe:
     # (census/measure/kept_modules.py: AltUp's predict and correct keep the streams, their
     # innovation and the scaled copy)
     code_kept: Counter = field(default_factory=Counter)
+
+    def gate_holding(self, key: int) -> str | None:
+        """The projection whose gate chain, up to its gated product, holds storage `key`; None for
+        a storage on no gate's chain."""
+        return next((product.projection for product in self.gated_products.values() if key in product.lineage), None)
+
+    @property
+    def kept_calls(self) -> int:
+        """The layer's calls in one forward that ran with grad (`call_starts`)."""
+        return len(self.call_starts)
+
+    def ops_by_call(self) -> list[list[Any]]:
+        """The ops each of those calls dispatched (`calls` split at `call_starts`)."""
+        return by_call(self.calls, self.call_starts)
+
+    def norms_by_call(self) -> list[list[tuple[str, int]]]:
+        """The stream norm calls each of them ran (`stream_norms` split at `call_norm_starts`)."""
+        return by_call(self.stream_norms, self.call_norm_starts)
+
+
+def by_call(items: list, starts: list[int]) -> list[list]:
+    """`items` recorded over a layer's calls, split where each call began (`starts`)."""
+    return [items[start:end] for start, end in zip(starts, [*starts[1:], len(items)])]

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from speccat.census.kernels.scope import current_kernel
+from speccat.census.measure.layer_probe import GatedProduct
 from speccat.census.structure.kernel_registry import storage_key
 from speccat.census.structure.predicates import is_norm
 
@@ -102,7 +103,9 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
     if child is not None and watcher.kernel_count_in_child[child] > 0:
         key = storage_key(gated[0])
         other = next(a for a in factors if a is not gated[0])
-        probe.gated_products[storage_key(out)] = (watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key), not other.is_contiguous(), other.dtype == torch.float32)
+        probe.gated_products[storage_key(out)] = GatedProduct(
+            watcher.gate_chains[key][0], int(gated[0].numel()), _lineage(watcher, key), not other.is_contiguous(), other.dtype == torch.float32
+        )
         watcher.kept.append(out.untyped_storage())
     return len(factors) == 2
 
@@ -110,7 +113,7 @@ def _note_product(watcher, probe, args: tuple, out: torch.Tensor) -> bool:
 def book_gate_kept(watcher, probe, key: int, op: str, nbytes: int) -> None:
     """A storage backward keeps, booked to `op`: counted among a gate's kept elements, by dtype,
     when it lies on the gate's chain up to its product (LayerProbe.gate_kept)."""
-    projection = next((p for p, _, lineage, *_ in probe.gated_products.values() if key in lineage), None)
+    projection = probe.gate_holding(key)
     if projection is not None:
         dtype = watcher.tails[key][1]
         probe.gate_kept[(projection, op, dtype)] += nbytes // dtype.itemsize

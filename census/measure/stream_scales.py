@@ -95,5 +95,5 @@ def book_stream_scale(watcher, probe, key: int, saver: int, op: str, nbytes: int
         return
     if key in watcher.stream_scaled:
         probe.stream_scale_kept[op] += nbytes
-    elif key in watcher.channel_scaled and not any(key in lineage for _, _, lineage, *_ in probe.gated_products.values()):
+    elif key in watcher.channel_scaled and probe.gate_holding(key) is None:
         probe.channel_scale_kept[(op, watcher.tails[key][1])] += nbytes

@@ -177,6 +177,13 @@ class Watcher:
         top = self.path[0][0]
         return part_of(self.path[-1][0], self.blocks[self.current.index]) if top in self.blocks[self.current.index] else top
 
+    def made_in_child(self, probe: LayerProbe, key: int, child: str) -> bool:
+        """Whether storage `key` was made in `probe`'s layer call by a module of `child` (the
+        layer's child, predicates.part_of): the child's own code made it, it is no input handed
+        to the child."""
+        made = self.creator.get(key)
+        return made is not None and made.probe is probe and made.module is not None and part_of(made.module, self.blocks[probe.index]) == child
+
     def _region_op(self, tensor: torch.Tensor, key: int) -> str:
         scope = current_kernel()
         depth = next((i for i, (_, module) in enumerate(self.path) if is_learned_query_attention(module)), None)
@@ -385,7 +392,6 @@ class Watcher:
                 return
             self.current = self.probes[index]
             self.current.ran = True
-            self.current.kept_calls += 1
             self.current.call_starts.append(len(self.current.calls))
             self.current.call_norm_starts.append(len(self.current.stream_norms))
             self.current.call_children.append(set())
@@ -468,9 +474,7 @@ class Watcher:
                     chain = self.gate_chains.get(storage_key(read))
                     if chain is not None:
                         probe.projections_fed[name] = chain[0]
-                    made = self.creator.get(storage_key(read))
-                    inside = made is not None and made.probe is probe and made.module is not None and part_of(made.module, self.blocks[probe.index]) == child
-                    if not inside and read.dim() > 0 and read.numel() == probe.tokens * read.shape[-1]:
+                    if not self.made_in_child(probe, storage_key(read), child) and read.dim() > 0 and read.numel() == probe.tokens * read.shape[-1]:
                         probe.outer_row_inputs.add(storage_key(read))
                     self.expert_links.projection_called(probe, name, args[0])
                 if not depth_one and self.kernel_count_in_child[child] > 0:
