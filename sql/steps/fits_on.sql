@@ -1,7 +1,7 @@
 -- The table fits_on's rows for the specs of the variable config_hashes, a batch of those
 -- sql/steps/fits_on_pending.sql lists (specs with prices and without rows at the current
--- plan_version; sql/steps/fits_on_batch.sql sets it): run after the merge, on the stored prices, with the planner's own macros, so
--- that the table answers as `speccat fit` does.
+-- plan_version; sql/steps/fits_on_batch.sql sets it): run after the merge, on the stored
+-- prices, with the planner's own macros, so that the table answers as `speccat fit` does.
 -- For each spec, stack, sequence length, GPU count and memory size: the (layout, switch set) of
 -- fits_on_layouts' layouts that rank_layouts finds fitting, first in fitting_sets' order (fewest
 -- estimated recompute seconds per sequence, then fewest bytes, full recompute after every set,
