@@ -122,6 +122,23 @@ def definitions() -> dict[str, str]:
     return _in_dependency_order({**macros(), **views()})
 
 
+def tables_read(name: str) -> frozenset[str]:
+    """The tables of schema/tables/ that sql/<name>.sql names, directly or through the macros
+    and views it names, found by name as `definitions` finds what a view reads (comments left
+    out; a word that is also a table's name counts, so the answer may hold more, never less)."""
+    texts, stored = definitions(), set(tables())
+    seen: set[str] = set()
+    todo = [load(name)]
+    while todo:
+        text = _COMMENT.sub("", todo.pop())
+        for other in [*texts, *stored]:
+            if other not in seen and re.search(rf"\b{other}\b", text):
+                seen.add(other)
+                if other in texts:
+                    todo.append(texts[other])
+    return frozenset(seen & stored)
+
+
 def _in_dependency_order(texts: dict[str, str]) -> dict[str, str]:
     """`texts` (name -> SQL) ordered so that each comes after the others its SQL names
     (comments left out), ties by name."""

@@ -21,9 +21,9 @@ from speccat.catalogue.datafile import read_yaml
 LIMITS: dict[str, float] = read_yaml(Path(__file__).with_name("limits.yaml"))
 
 
-def bound(con: duckdb.DuckDBPyConnection, spill: Path) -> None:
-    """Limit `con`'s memory to the publish's bound, spilling into `spill`."""
-    con.execute(sql.render("steps/bound_memory", memory=f"{int(LIMITS['publish_memory_mib'])}MiB", spill=str(spill)))
+def bound(con: duckdb.DuckDBPyConnection, spill: Path, memory_mib: float = LIMITS["publish_memory_mib"]) -> None:
+    """Limit `con`'s memory to `memory_mib` (the publish's bound unless told), spilling into `spill`."""
+    con.execute(sql.render("steps/bound_memory", memory=f"{int(memory_mib)}MiB", spill=str(spill)))
 
 
 @contextlib.contextmanager

@@ -37,10 +37,11 @@ import pyarrow as pa
 
 from speccat import sql
 from speccat.catalogue.store.bounds import LIMITS, bound, spill_directory
+from speccat.catalogue.store.fits_on_batches import answer_fits_on
 from speccat.catalogue.store.comments import comment_views
 from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.night import DATA_FILE_TABLES, STAGED_PRICES, NightData, StoreError
-from speccat.catalogue.vocabulary import vocabulary_rows
+from speccat.catalogue.store.schema import create_schema, create_views, ingest
 
 # The catalogue's data tables, in the order the store rebuilds them (sql/schema/tables/):
 # what a publish carries from the published catalogue into the next.
@@ -87,13 +88,8 @@ SWITCH_SET_FIXED = ("mask", "n_recomputed", "switches", "name")
 INCOMING = "incoming"
 # Catalogs a publish attaches for a moment: the current schema, the published file.
 FRESH, OLD = "fresh", "old"
-# The name an Arrow table is registered under while sql/steps/ingest.sql appends it.
-ARROW_ROWS = "arrow_rows"
 # DuckDB's words for a file another process holds: `... Conflicting lock is held in PROGRAM (PID N) ...`.
 _LOCK_HELD = re.compile(r"Conflicting lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
-VOCABULARY_SCHEMA = pa.schema(
-    [("list", pa.string()), ("code", pa.string()), ("position", pa.int32()), ("description", pa.string())]
-)
 
 
 @dataclass(frozen=True)
@@ -333,33 +329,6 @@ def store_night(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[s
     con.execute(sql.render("steps/detach", catalog=INCOMING))
 
 
-def create_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """The catalogue's schema in the default catalog, which must not have it yet: the
-    vocabulary table filled from catalogue/vocabulary.yaml, then the ENUM types made from it
-    and every table (sql/schema/)."""
-    con.execute(sql.load("schema/vocabulary"))
-    ingest(con, "vocabulary", pa.Table.from_pylist(vocabulary_rows(), schema=VOCABULARY_SCHEMA))
-    con.execute(sql.schema())
-
-
-def create_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Create (or replace) every table macro of sql/macros/ and every view of sql/views/ in the
-    default catalog, in dependency order."""
-    for text in sql.definitions().values():
-        con.execute(text)
-
-
-def ingest(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    """Append an Arrow table to table `name` of the default catalog, columns matched by name."""
-    if table.num_rows == 0:
-        return
-    con.register(ARROW_ROWS, table)
-    try:
-        con.execute(sql.render("steps/ingest", table=name, rows=ARROW_ROWS))
-    finally:
-        con.unregister(ARROW_ROWS)
-
-
 def count_rows(con: duckdb.DuckDBPyConnection, table: str) -> int:
     """How many rows a table or view of the default catalog holds."""
     return con.execute(sql.render("steps/count_rows", table=table)).fetchone()[0]
@@ -384,18 +353,6 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
         listed = "; ".join(f"{c}: {d}" for c, d in problems[:10])
         raise StoreError("check_failed", f"{len(problems)} problem(s): {listed}")
     answer_fits_on(con)
-
-
-def answer_fits_on(con: duckdb.DuckDBPyConnection) -> None:
-    """The table fits_on's rows for the specs that lack them, from the prices just merged, a
-    batch of specs at a time (limits.yaml `fits_on_batch_specs`): the planner's search holds
-    every layout, setting and switch set of its specs at once, so a first night of thousands of
-    specs would otherwise need memory in proportion."""
-    pending = [h for (h,) in con.execute(sql.load("steps/fits_on_pending")).fetchall()]
-    size = int(LIMITS["fits_on_batch_specs"])
-    for start in range(0, len(pending), size):
-        con.execute(sql.load("steps/fits_on_batch"), {"config_hashes": pending[start : start + size]})
-        con.execute(sql.load("steps/fits_on"))
 
 
 def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:

@@ -38,13 +38,13 @@ import duckdb
 from speccat import sql
 from speccat.catalogue.store.bounds import bound, spill_directory
 from speccat.catalogue.store.night import NightData, StoreError
+from speccat.catalogue.store.schema import create_views
 from speccat.catalogue.store.file import (
     INCOMING,
     REFERENCE_TABLES,
     TABLES,
     Stored,
     count_rows,
-    create_views,
     first_line,
     merge,
     specs_in,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import duckdb
 
-from speccat.catalogue.store.file import create_schema, ingest, store_night
+from speccat.catalogue.store.file import store_night
+from speccat.catalogue.store.schema import create_schema, ingest
 from speccat.catalogue.store.night import NightData, StoreError
 
 # What a later night adds: the settings it prices and every price at them.

@@ -86,7 +86,7 @@ def test_a_catalogue_path_with_quotes_is_a_path(db, capsys, tmp_path):
 # `sql.schema()`. Anything else passed to `.execute` is listed here, file by file, with why
 # it is not built from user input; an f-string or a literal would be listed, and fail.
 PASSED = {
-    "catalogue/store/file.py": {"text"},  # a view's CREATE statement, from sql.views()
+    "catalogue/store/schema.py": {"text"},  # a view's CREATE statement, from sql.views()
     "catalogue/store/lake.py": {"attach", "statement"},  # sql.render("steps/attach_lake..."); a CREATE TABLE sql/steps/lake_ddl.sql wrote
     "catalogue/store/present.py": {"text"},  # the SQL `speccat query` runs: its user's, by purpose (read-only)
 }

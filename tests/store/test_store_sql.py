@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from speccat import sql
-from speccat.catalogue.store.file import create_schema, create_views
+from speccat.catalogue.store.schema import create_schema, create_views
 
 # The units a view's header may give a column (docs/catalogue.md, Views).
 UNITS = {"bytes", "bytes/token", "tokens", "count", "ratio", "percent", "flops", "id", "version", "code", "text", "flag", "time", "seconds", "list"}
@@ -56,6 +56,22 @@ def test_views_come_after_the_views_they_read():
     assert order.index("model_prices") < order.index("repo_prices")
     assert order.index("previous_run") < order.index("changes")
     assert set(order) == {p.stem for p in sql.VIEWS_DIR.glob("*.sql")}
+
+
+def test_tables_read_follows_the_macros_and_views_a_file_names():
+    # sql/steps/fits_on.sql names rank_layouts and latest_run; the prices, the schedules and the
+    # runs it reads only through them (rank_layouts -> rank_stages; latest_run -> runs).
+    direct = re.sub(r"--[^\n]*", "", sql.load("steps/fits_on"))
+    through = {"full_prices", "switch_costs", "layer_prices", "op_costs", "schedules", "state_sharding", "runs"}
+    assert not any(re.search(rf"\b{table}\b", direct) for table in through)
+    read = sql.tables_read("steps/fits_on")
+    assert through <= read
+    assert {"fits_on_layouts", "fits_on_sizes", "specs"} <= read
+    # Tables no statement of the search names are not read, nor one its comments name alone.
+    assert not {"crawls", "repo_history", "measured", "point_prices"} & read
+    assert "failures" not in read
+    assert "repo_history" in sql.tables_read("views/latest_specs")
+    assert "runs" in sql.tables_read("views/latest_specs")
 
 
 def test_views_read_the_grid_defaults_from_the_catalogue():
