@@ -30,13 +30,20 @@ def layouts() -> dict:
     return read_yaml(resources.files(__package__).joinpath("layouts.yaml"))
 
 
+@cache
+def pages() -> dict:
+    """report/pages.yaml: how many models the report draws."""
+    return read_yaml(resources.files(__package__).joinpath("pages.yaml"))
+
+
 @dataclass
 class Catalogue:
     """Everything the pages show, by repo where it is per repo. Each list holds a query's rows as dicts."""
 
     run: dict[str, Any] | None
     defaults: dict[str, dict[str, Any]]  # stack -> its default setting (chosen_settings)
-    models: list[dict[str, Any]]
+    models: list[dict[str, Any]]  # the models drawn: the most downloaded, at most pages.yaml's model_pages
+    with_spec: int  # repos with a spec at the latest versions, drawn or not
     refusals: list[dict[str, Any]]
     frontier: dict[str, dict[str, list[dict]]]  # stack -> repo -> rows at the stack's default setting
     classes: dict[str, list[dict]]  # repo -> every class of switch sets at the transformers default setting
@@ -66,7 +73,19 @@ def by_repo(items: Iterable[dict]) -> dict[str, list[dict]]:
 
 
 def load(con) -> Catalogue:
-    """Read the whole report from a read-only connection to the catalogue."""
+    """Read the whole report from a read-only connection to the catalogue: of the repos with a
+    spec, the most downloaded pages.yaml's model_pages, registered with DuckDB as the relation
+    `report_repos` (an Arrow table) that the per-repo queries join."""
+    models = rows(con, "models")
+    drawn = models[: int(pages()["model_pages"])]
+    con.register("report_repos", pa.table({"repo_id": pa.array([m["repo_id"] for m in drawn], pa.string())}))
+    try:
+        return _load(con, drawn, len(models))
+    finally:
+        con.unregister("report_repos")
+
+
+def _load(con, models: list[dict[str, Any]], with_spec: int) -> Catalogue:
     from speccat.catalogue.records.oprecords import load_records
 
     run = rows(con, "run")
@@ -108,7 +127,8 @@ def load(con) -> Catalogue:
     return Catalogue(
         run=run,
         defaults=defaults,
-        models=rows(con, "models"),
+        models=models,
+        with_spec=with_spec,
         refusals=rows(con, "refusals"),
         frontier=frontier,
         classes=by_repo(rows(con, "classes", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {},

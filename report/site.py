@@ -73,11 +73,15 @@ class Writer:
         first = report_data.layouts()["index"]
         gpus = list(first)
         figures_of = {
-            "listed": run.get("n_repos"), "configs": run.get("n_configs"), "with a spec": len(cat.models),
+            "listed": run.get("n_repos"), "configs": run.get("n_configs"), "with a spec": cat.with_spec,
             "priced": len(priced), "refused or failed": len(cat.refusals),
         }  # fmt: skip
+        drawn_all = len(cat.models) == cat.with_spec
+        if not drawn_all:  # the priced are counted among the models drawn
+            figures_of.pop("priced")
+            figures_of.update({"drawn here, the most downloaded": len(cat.models), "of them priced": len(priced)})
         coverage = " ".join(f"<span><b>{_esc(v)}</b> {k}</span>" for k, v in figures_of.items())
-        if run.get("n_repos"):
+        if run.get("n_repos") and drawn_all:
             coverage += f"<span><b>{100 * len(priced) / run['n_repos']:.1f}%</b> of listed repos priced</span>"
         head = [("model", "text"), ("family", "text"), ("params", "num"), ("layers", "num"), ("kind (layers)", "text"),
                 ("none B/token", "num"), ("best selective B/token", "num"), ("best set", "text"), ("full B/token", "num")]  # fmt: skip

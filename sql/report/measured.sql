@@ -1,5 +1,5 @@
--- Report query measured: priced against measured at the latest versions, for every repo with a
--- spec (the views priced_vs_measured, latest_run and latest_specs).
+-- Report query measured: priced against measured at the latest versions, for every repo the report
+-- draws (the relation report_repos; the views priced_vs_measured, latest_run and latest_specs).
 -- Grain: one row per (repo_id, kind, point).
 -- Columns:
 --   repo_id             id           the Hub repo
@@ -17,5 +17,6 @@ FROM priced_vs_measured AS p
 JOIN latest_run AS v ON v.census_version = p.census_version AND v.transformers_version = p.transformers_version
                     AND v.torch_version = p.torch_version AND v.records_version = p.records_version
 JOIN latest_specs AS s ON s.config_hash = p.config_hash
+SEMI JOIN report_repos AS d ON d.repo_id = s.repo_id
 WHERE p.priced_per_token IS NOT NULL AND p.measured_per_token IS NOT NULL
 ORDER BY s.repo_id, p.kind, p.point;

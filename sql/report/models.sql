@@ -1,5 +1,6 @@
 -- Report query models: every repo with a spec at the latest versions (the view latest_specs),
--- most downloaded first: the index's rows and each model page's header.
+-- most downloaded first: the index's rows and each model page's header, of the first
+-- report/pages.yaml model_pages of them (report/data.py registers those as report_repos).
 -- Grain: one row per repo_id.
 -- Columns:
 --   repo_id            id       the Hub repo

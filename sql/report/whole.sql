@@ -1,4 +1,4 @@
--- Report query whole: whole-rank memory of every repo at one layout and setting, under one
+-- Report query whole: whole-rank memory of every repo the report draws (the relation report_repos) at one layout and setting, under one
 -- switch set (the view rank_fits, with its layout variables dp, pp and zero set, and filtered
 -- on the variables setting_id and mask so it reads that setting and set only).
 -- Grain: one row per repo_id.
@@ -17,5 +17,6 @@
 SELECT repo_id, gpus_count, tp_ranks, pp_ranks, dp_ranks, zero_stage, seq_length_tokens, mask, switch_set,
        total_bytes, recompute_s_per_seq
 FROM rank_fits
+SEMI JOIN report_repos USING (repo_id)
 WHERE setting_id = getvariable('setting_id') AND mask = getvariable('mask')
 ORDER BY repo_id;

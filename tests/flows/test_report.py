@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 from pathlib import Path
@@ -240,3 +241,31 @@ def test_changes_and_truth_pages(site, browser):
     shapes = browser.execute_script("return document.getElementById('truth').layout.shapes.map(s => [s.y0, s.y1])")
     assert [0.98, 1.02] in [[round(a, 6), round(b, 6)] for a, b in shapes]
     assert {p.name for p in (out / "_screens").iterdir()} >= {"changes.png", "compare.png", "index.png", "model.png", "truth.png"}
+
+
+def test_a_catalogue_of_more_repos_than_the_report_draws_gets_pages_for_the_most_downloaded(site, tmp_path, monkeypatch):
+    # report/pages.yaml bounds the pages a night of the whole Hub writes; here 2 of the night's repos.
+    from speccat.report import data as report_data
+
+    db, out = site
+    monkeypatch.setattr(report_data, "pages", lambda: {"model_pages": 2})
+    capped = tmp_path / "capped"
+    assert main(["report", str(capped), "--db", str(db)]) == 0
+    ordered = [r[0] for r in catalogue_rows(db, "SELECT repo_id FROM latest_specs ORDER BY downloads DESC NULLS LAST, repo_id")]
+    assert len(ordered) > 2
+    manifest = json.loads((capped / "_speccat_report.json").read_text())
+    pages = {p for p in manifest["pages"] if p.startswith("models/")}
+    assert pages == {model_file(r) for r in ordered[:2]}
+    # a page drawn is the page the whole report draws, byte for byte: the bound reads those repos' rows whole
+    for page in pages:
+        assert (capped / page).read_bytes() == (out / page).read_bytes()
+    index = (capped / "index.html").read_text()
+    assert f"<b>{len(ordered)}</b> with a spec" in index and "<b>2</b> drawn here, the most downloaded" in index
+    # and the queries read no other repo's rows
+    with duckdb.connect(str(db), read_only=True) as con:
+        cat = report_data.load(con)
+    for per_repo in (cat.frontier["transformers"], cat.classes, cat.memory, cat.fits, cat.whole, cat.measured):
+        assert per_repo and set(per_repo) <= set(ordered[:2])
+    listed = set(re.findall(r'<tr data-repo="([^"]+)"', index))
+    failed = {r[0] for r in catalogue_rows(db, "SELECT unnest(repo_ids) FROM failures_by_reason WHERE run_id = (SELECT run_id FROM latest_run)")}
+    assert listed == set(ordered[:2]) | failed
