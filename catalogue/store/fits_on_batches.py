@@ -41,8 +41,9 @@ def answer_fits_on(con: duckdb.DuckDBPyConnection) -> None:
         bound(planning, spill, LIMITS["fits_on_memory_mib"])
         create_schema(planning)
         create_views(planning)
-        per_spec = _tables_per_spec(planning, sql.tables_read("steps/fits_on") - {ANSWERED})
-        for table in sorted(sql.tables_read("steps/fits_on") - per_spec - {ANSWERED}):
+        read = sql.tables_read("steps/fits_on") - {ANSWERED}
+        per_spec = _tables_per_spec(planning, read)
+        for table in sorted(read - per_spec):
             ingest(planning, table, con.execute(sql.render("steps/table_rows", table=table)).to_arrow_table())
         for start in range(0, len(pending), size):
             batch = pending[start : start + size]
