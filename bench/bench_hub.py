@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             env = {**prefect_env(scratch), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(scratch / "hf-cache"),
                    "HF_TOKEN": "hf_bench_token", "SPECCAT_HUB_LIMITS": str(limits_file(scratch))}  # fmt: skip
             env.pop("HF_HUB_OFFLINE")
-            lake = ["--lake", str(scratch / "lake.sqlite"), "--lake-data", str(scratch / "lake")]
-            lake_files = [scratch / "lake.sqlite", scratch / "lake"]
+            # a SQLite catalog, as the hub-crawl deployment's (prefect.yaml): a DuckDB one grows by
+            # whole blocks each commit, and a quiet night's bytes were mostly that growth
+            lake = ["--lake", f"sqlite:{scratch / 'lake.sqlite'}", "--lake-data", str(scratch / "lake")]
+            lake_files = [scratch / "lake.sqlite", scratch / "lake.sqlite-wal", scratch / "lake"]
             file = ["--db", str(scratch / "catalogue.duckdb")]
             first = night(scratch, env, lake, lake_files, "first-lake")
             show("first night, lake", first)
