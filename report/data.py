@@ -1,8 +1,9 @@
 """What the report draws, read from the catalogue's views through sql/report/*.sql.
 
-Every query is catalogue-wide and filtered on one setting (and one switch set) with a variable,
-so the views' scans of the prices read that setting only (docs/catalogue.md, "Views"); the rows
-are then split by repo in memory. Two queries join the switch sets the report draws, which it
+Every query reads the repos the report draws (the relation `report_repos`: the most downloaded,
+report/pages.yaml) and is filtered on one setting (and one switch set) with a variable, so the
+views' scans of the prices read that setting only (docs/catalogue.md, "Views"); the rows are
+then split by repo in memory. Two queries join the switch sets the report draws, which it
 registers with DuckDB as the relation `report_sets` (an Arrow table) rather than writing SQL.
 """
 
