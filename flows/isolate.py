@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 # Imported once by the fork server, so each forked child starts warm. pyarrow (imported lazily
-# by the pricing) maps its libraries before a child's memory budget is set, not inside it; the
-# warm-up (flows/warm_up.py) runs one census, whose first-call set-up every child then inherits.
-PRELOAD = ["speccat.flows.analysis", "pyarrow.compute", "speccat.flows.warm_up"]
+# by the pricing) maps its libraries before a child's memory budget is set, not inside it.
+PRELOAD = ["speccat.flows.analysis", "pyarrow.compute"]
 
 # Freed by a child that ran out of memory, so that it can still report why (bytes).
 RESERVE_BYTES = 8 << 20

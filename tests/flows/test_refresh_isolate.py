@@ -59,10 +59,3 @@ def test_a_result_that_cannot_be_sent_back_is_an_error():
     outcome = isolate.run("threading:Lock", (), time_limit=60)
     assert outcome.error == "exception"
     assert "could not be sent back" in outcome.message
-
-
-def test_a_child_starts_from_the_fork_servers_warm_up():
-    # The fork server imported flows/warm_up.py, which censused and priced its config there: the
-    # child inherits that (it did not run the warm-up itself, and it succeeded).
-    outcome = isolate.run("speccat.flows.warm_up:warmed_before", (), time_limit=60)
-    assert outcome.ok and outcome.value is True
