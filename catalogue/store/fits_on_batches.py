@@ -8,7 +8,7 @@ at a time: a first night of thousands of specs would otherwise need memory in pr
 It runs on its own connection, not the publish's, because a lake's publish is one transaction
 (one snapshot) and DuckDB plans over rows a transaction has not committed without their
 statistics: over a first night's uncommitted prices the search picked join orders that took 8
-times as long and spilled gigabytes (35 s against 4.3 s for 8 specs, docs/refresh.md). So the
+times as long and spilled gigabytes (35 s against 4.3 s for 8 specs; docs/planning.md). So the
 tables the search reads (`sql.tables_read`) are copied through Arrow into an in-memory
 catalogue with the same schema, macros and views, committed there: the tables kept per spec
 (a config_hash column) a batch's rows at a time, the others whole once; the answer is appended
