@@ -107,7 +107,7 @@ def _export_readable(con: duckdb.DuckDBPyConnection, name: str, partitions, fold
     columns = view_columns(name)
     (label_a, first), (label_b, second) = partitions
     if name in SPLIT_IN_MEMORY:
-        whole = con.execute(sql.render("steps/export_view_rows", table=name)).to_arrow_table()
+        whole = con.execute(sql.render("steps/table_rows", table=name)).to_arrow_table()
         keys = sorted(set(zip(whole[first].to_pylist(), whole[second].to_pylist())))
 
         def partition(a, b):
