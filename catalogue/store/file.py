@@ -41,7 +41,7 @@ from speccat.catalogue.store.fits_on_batches import answer_fits_on
 from speccat.catalogue.store.comments import comment_views
 from speccat.catalogue.errors import InputError
 from speccat.catalogue.store.night import DATA_FILE_TABLES, STAGED_PRICES, NightData, StoreError
-from speccat.catalogue.store.schema import create_schema, create_views, ingest
+from speccat.catalogue.store.schema import create_schema, create_views, database_name, ingest, schema_signature, table_columns
 
 # The catalogue's data tables, in the order the store rebuilds them (sql/schema/tables/):
 # what a publish carries from the published catalogue into the next.
@@ -296,7 +296,7 @@ def stage(con: duckdb.DuckDBPyConnection, night: NightData, tables: dict[str, pa
     bad code or a duplicate key in the run is refused before anything is merged. The price
     tables, millions of rows, are not copied: they are registered as `staged_layer_prices`,
     `staged_full_prices` and `staged_switch_costs` (NightData has checked each config's prices whole)."""
-    home = _database_name(con)
+    home = database_name(con)
     con.execute(sql.render("steps/attach_memory", catalog=INCOMING))
     con.execute(sql.render("steps/use", catalog=INCOMING))
     try:
@@ -355,11 +355,6 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     answer_fits_on(con)
 
 
-def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:
-    """Every column of every table of `database` with its type (an ENUM's type lists its codes)."""
-    return con.execute(sql.load("steps/schema_signature"), {"db": database}).fetchall()
-
-
 def _start(db_path: Path, tmp: Path) -> bool:
     """Create `tmp` as a copy of the published catalogue when its schema is current.
 
@@ -369,7 +364,7 @@ def _start(db_path: Path, tmp: Path) -> bool:
         shutil.copyfile(db_path, tmp)
         con = duckdb.connect(str(tmp))
         try:
-            home = _database_name(con)
+            home = database_name(con)
             con.execute(sql.render("steps/attach_memory", catalog=FRESH))
             con.execute(sql.render("steps/use", catalog=FRESH))
             create_schema(con)
@@ -396,8 +391,8 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
     may be lost silently."""
     con.execute(sql.render("steps/attach_readonly", path=str(old_path), catalog=OLD))
     try:
-        new = _columns(con, _database_name(con))
-        old = _columns(con, OLD)
+        new = table_columns(con, database_name(con))
+        old = table_columns(con, OLD)
         for table in TABLES:
             if table not in old:
                 continue
@@ -417,7 +412,7 @@ def _carry_into_new_schema(con: duckdb.DuckDBPyConnection, old_path: Path) -> No
 
 def _check_fits_schema(con: duckdb.DuckDBPyConnection, night: NightData) -> None:
     """Settings fields and switches must each have their column (run inside `incoming`)."""
-    columns = _columns(con, INCOMING)
+    columns = table_columns(con, INCOMING)
     setting_columns = set(columns["settings"])
     if set(columns["setting_defaults"]) != setting_columns:
         raise StoreError("schema", "the setting_defaults table's columns are not the settings table's (sql/schema/tables/)")
@@ -435,17 +430,6 @@ def _check_fits_schema(con: duckdb.DuckDBPyConnection, night: NightData) -> None
             f"switches {list(night.switches)} are not the switch_sets table's switch columns "
             f"{switch_columns} (sql/schema/tables/switch_sets.sql)",
         )
-
-
-def _columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for table, _, column, *_ in schema_signature(con, database):
-        out.setdefault(table, []).append(column)
-    return out
-
-
-def _database_name(con: duckdb.DuckDBPyConnection) -> str:
-    return con.execute(sql.load("steps/current_database")).fetchone()[0]
 
 
 def first_line(err: Exception) -> str:

@@ -24,7 +24,7 @@ import duckdb
 
 from speccat import sql
 from speccat.catalogue.store.bounds import LIMITS, bound, spill_directory
-from speccat.catalogue.store.schema import create_schema, create_views, ingest
+from speccat.catalogue.store.schema import create_schema, create_views, database_name, ingest, table_columns
 
 ANSWERED = "fits_on"
 
@@ -42,7 +42,8 @@ def answer_fits_on(con: duckdb.DuckDBPyConnection) -> None:
         create_schema(planning)
         create_views(planning)
         read = sql.tables_read("steps/fits_on") - {ANSWERED}
-        per_spec = _tables_per_spec(planning, read)
+        columns = table_columns(planning, database_name(planning))
+        per_spec = frozenset(table for table in read if "config_hash" in columns[table])
         for table in sorted(read - per_spec):
             ingest(planning, table, con.execute(sql.render("steps/table_rows", table=table)).to_arrow_table())
         for start in range(0, len(pending), size):
@@ -56,9 +57,3 @@ def answer_fits_on(con: duckdb.DuckDBPyConnection) -> None:
             for table in sorted(per_spec | {ANSWERED}):
                 planning.execute(sql.render("steps/clear_table", table=table))
 
-
-def _tables_per_spec(con: duckdb.DuckDBPyConnection, tables: frozenset[str]) -> frozenset[str]:
-    """Those of `tables` (in the default catalog) with a config_hash column."""
-    (database,) = con.execute(sql.load("steps/current_database")).fetchone()
-    columns = con.execute(sql.load("steps/schema_signature"), {"db": database}).fetchall()
-    return frozenset(table for table, _, column, *_ in columns if table in tables and column == "config_hash")

@@ -1,6 +1,6 @@
-"""The catalogue's schema, macros and views made in a connection's default catalog, and rows
-appended to its tables from Arrow: what every catalogue is built with (the published file, a
-lake's staging, a catalogue in memory)."""
+"""The catalogue's schema, macros and views made in a connection's default catalog, rows
+appended to its tables from Arrow, and the schema read back: what every catalogue is built with
+(the published file, a lake's staging, a catalogue in memory)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,21 @@ def ingest(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
         con.execute(sql.render("steps/ingest", table=name, rows=ARROW_ROWS))
     finally:
         con.unregister(ARROW_ROWS)
+
+
+def schema_signature(con: duckdb.DuckDBPyConnection, database: str) -> list[tuple]:
+    """Every column of every table of `database` with its type (an ENUM's type lists its codes)."""
+    return con.execute(sql.load("steps/schema_signature"), {"db": database}).fetchall()
+
+
+def table_columns(con: duckdb.DuckDBPyConnection, database: str) -> dict[str, list[str]]:
+    """Each table of `database` -> its columns, in order."""
+    out: dict[str, list[str]] = {}
+    for table, _, column, *_ in schema_signature(con, database):
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def database_name(con: duckdb.DuckDBPyConnection) -> str:
+    """The connection's default catalog."""
+    return con.execute(sql.load("steps/current_database")).fetchone()[0]
