@@ -1,6 +1,6 @@
 """Progress lines for a long refresh: off unless the CLI turns it on (`speccat refresh`).
 
-The flow calls `step(stage, done, total)` as its futures complete and `note(text)` at the
+The flow calls `step(stage, done, total, by)` as its futures complete and `note(text)` at the
 end of each stage. With a stream set, a line goes out when a stage starts, every `every`
 items, and when it ends, so a terminal or a log file shows where a night is.
 """
@@ -35,8 +35,10 @@ def _emit(text: str) -> None:
             _stream.flush()
 
 
-def step(stage: str, done: int, total: int) -> None:
-    if done == total or done == 1 or done % _every == 0:
+def step(stage: str, done: int, total: int, by: int = 1) -> None:
+    """`done` of `total` items, `by` more than at the last step: a line at the first step, at
+    the last, and whenever a multiple of `every` was passed."""
+    if done == total or done == by or done // _every > (done - by) // _every:
         _emit(f"{stage}: {done}/{total}")
 
 

@@ -3,8 +3,9 @@
 One function per stage; the stages hand plain values to each other:
 
 1. `list_repos` asks the source (the Hub or the shipped snapshot) for its repos.
-2. `fetch_config` (a thread pool: it is I/O) fetches and parses each repo's config.json and
-   hashes it. Transient source errors are retried; the rest become failures rows.
+2. `fetch_configs` (a thread pool: it is I/O) fetches and parses each repo's config.json and
+   hashes it, a batch of repos per task. Transient source errors are retried; the rest become
+   failures rows.
 3. `plan_jobs` groups the repos by config_hash (fine-tunes and re-uploads such as DeepSeek-V3
    and R1 share one) and keeps the configs the published catalogue does not hold yet at the
    current census and records versions, measured by the current transformers and torch, and
@@ -66,13 +67,19 @@ from speccat.flows.tasks import (
     Job,
     analyse_config,
     crawl_repos,
-    fetch_config,
+    FetchBatchError,
+    fetch_configs,
     list_repos,
     versions_key,
 )
 from speccat.flows.versions import current_versions
 
 FETCH_THREADS = 8
+# Repos per fetch task, at most, and batches per thread, at least: a Prefect task run per repo
+# cost the API server more than the fetch (at 2,000 repos it kept a core busy through the census
+# and the publish after it), while a few batches per thread still spread the slow repos.
+FETCH_BATCH = 100
+BATCHES_PER_THREAD = 4
 # Census jobs handed to the task runner at once: each finished one's result is let go of once
 # the night has it, which Prefect's futures would otherwise hold until the stage ends.
 IN_FLIGHT = 64
@@ -133,23 +140,35 @@ def make_task_runner(kind: str, dask_address: str | None, workers: int | None):
 
 
 def fetch_stage(night: Night, source, retry_delays: list[float], listings: list[Listing] | None = None) -> list[Listing]:
-    """Fetch `listings` (default: every listed repo); return those the night's Hub budget left
-    unfetched (BudgetSpent: no failure, they wait for the next night)."""
-    fetch = fetch_config.with_options(retry_delay_seconds=list(retry_delays), retries=len(retry_delays))
+    """Fetch `listings` (default: every listed repo), in order, in batches (fetch_batches);
+    return those the night's Hub budget left unfetched (BudgetSpent: no failure, they wait for
+    the next night)."""
+    fetch = fetch_configs.with_options(retry_delay_seconds=list(retry_delays), retries=len(retry_delays))
     listings = night.listings if listings is None else listings
-    futures = {fetch.submit(source, listing): listing for listing in listings}
-    pending = []
-    for done, future in enumerate(as_completed(list(futures)), 1):
-        listing = futures[future]
+    futures = {fetch.submit(source, batch): batch for batch in fetch_batches(listings)}
+    pending, done = [], 0
+    for future in as_completed(list(futures)):
+        batch = futures[future]
         result = future.result(raise_on_failure=False)
-        if isinstance(result, Fetched):
-            night.fetched[listing.repo_id] = result
-        elif isinstance(result, BudgetSpent):
-            pending.append(listing)
-        else:
-            night.fail([listing.repo_id], "fetch", *_fetch_failure(result))
-        progress.step("fetch", done, len(futures))
+        if isinstance(result, FetchBatchError):  # its retries ran out: the last try's answers
+            result = result.outcomes
+        for listing, outcome in zip(batch, result if isinstance(result, list) else [result] * len(batch)):
+            if isinstance(outcome, Fetched):
+                night.fetched[listing.repo_id] = outcome
+            elif isinstance(outcome, BudgetSpent):
+                pending.append(listing)
+            else:
+                night.fail([listing.repo_id], "fetch", *_fetch_failure(outcome))
+        done += len(batch)
+        progress.step("fetch", done, len(listings), len(batch))
     return pending
+
+
+def fetch_batches(listings: list[Listing]) -> list[list[Listing]]:
+    """`listings` in order, cut into batches of at most FETCH_BATCH, and at least
+    BATCHES_PER_THREAD for each of the FETCH_THREADS threads while there are repos enough."""
+    size = max(1, min(FETCH_BATCH, -(-len(listings) // (FETCH_THREADS * BATCHES_PER_THREAD))))
+    return [listings[i : i + size] for i in range(0, len(listings), size)]
 
 
 class Crawling:

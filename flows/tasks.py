@@ -1,8 +1,9 @@
 """The refresh flow's Prefect tasks, one per stage: list, fetch, census-and-price.
 
-- `list_repos` (or, for a `--scope all` night, `crawl_repos`) and `fetch_config` talk to the source. A transient error (429, 5xx, timeout,
-  see flows/hub.py) is retried with backoff through `retry_condition_fn`; anything else fails
-  the task at once and becomes a failures row. huggingface_hub lists with no read timeout, so
+- `list_repos` (or, for a `--scope all` night, `crawl_repos`) and `fetch_configs` (a batch of
+  repos) talk to the source. A transient error (429, 5xx, timeout, see flows/hub.py) is retried
+  with backoff through `retry_condition_fn`; anything else is a final answer and becomes a
+  failures row. huggingface_hub lists with no read timeout, so
   a listing that stalls is given up after LIST_TIMEOUT_S and counted as transient.
 - `analyse_config` censuses and prices one distinct config in a killable child process
   (flows/isolate.py). Its result is persisted and cached under the config_hash plus every
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed, State
 
 from speccat.catalogue.errors import ReasonError
@@ -191,26 +193,54 @@ def crawl_repos(source, since, seconds: float) -> tuple[list[Listing], bool]:
     return list(listed), complete
 
 
-@task(name="fetch-config", retry_condition_fn=is_transient, task_run_name="fetch {listing.repo_id}")
-def fetch_config(source: Source, listing: Listing) -> Fetched | ReasonError | BudgetSpent:
-    """Fetch and parse one repo's config.json. A transient error raises (and is retried); a
-    final one (gated, not found, not JSON: SpecError bad_json) is the task's answer, the error
-    itself: a refusal of the repo is expected, so the task completes and the flow logs it at
-    INFO, rather than Prefect logging a failed task at ERROR. A night whose Hub budget is spent
-    answers BudgetSpent, without a request: the repo waits for the next night."""
+def _batch_run_name() -> str:
+    from prefect.runtime import task_run
+
+    listings = task_run.parameters["listings"]
+    more = f" and {len(listings) - 1} more" if len(listings) > 1 else ""
+    return f"fetch {listings[0].repo_id}{more}"
+
+
+class FetchBatchError(FetchError):
+    """A batch in which some repo's fetch failed in a way another try may mend: transient, so
+    Prefect tries the whole batch again. `outcomes` holds what this try found for each repo
+    (fetch_configs), so the answers of a batch's last try are kept when its retries run out."""
+
+    def __init__(self, outcomes: list):
+        failed = [o for o in outcomes if isinstance(o, FetchError) and o.transient]
+        super().__init__(failed[0].reason, f"{len(failed)} of {len(outcomes)} repos: {failed[0]}", transient=True)
+        self.outcomes = outcomes
+
+    def __reduce__(self):
+        return (FetchBatchError, (self.outcomes,))
+
+
+# No cache policy: a fetch is pinned to a commit sha, and the Hugging Face cache is its cache.
+@task(name="fetch-configs", retry_condition_fn=is_transient, task_run_name=_batch_run_name, cache_policy=NO_CACHE)
+def fetch_configs(source: Source, listings: list[Listing]) -> list:
+    """Fetch and parse a batch of repos' config.json files, one Prefect task for the batch
+    (a task run per repo kept Prefect's server busier than the fetches themselves).
+
+    Each repo's outcome, in order: Fetched; a final refusal (gated, not found, not JSON:
+    SpecError bad_json), which is expected, so the task completes and the flow logs it at INFO;
+    or BudgetSpent when the night's Hub budget allows no more requests (the repo waits for the
+    next night; no request is sent). A transient error of any repo raises FetchBatchError once
+    the others are done, and the batch is tried again: a config fetched already is served from
+    the Hugging Face cache (it is pinned to a commit sha) without a request."""
+    outcomes = [_fetched(source, listing) for listing in listings]
+    if any(isinstance(o, FetchError) and o.transient for o in outcomes):
+        raise FetchBatchError(outcomes)
+    return outcomes
+
+
+def _fetched(source: Source, listing: Listing) -> Fetched | FetchError | ReasonError | BudgetSpent:
     from speccat.census import config_hash, load_config_file
     from speccat.census.spec import SpecError
 
     try:
         config = load_config_file(source.fetch(listing))
         return Fetched(listing, config, config_hash(config))
-    except FetchError as err:
-        if err.transient:
-            raise
-        return err
-    except SpecError as err:
-        return err
-    except BudgetSpent as err:
+    except (FetchError, SpecError, BudgetSpent) as err:
         return err
 
 
