@@ -8,9 +8,10 @@ tests/support/hubstandin.py serving a synthetic Hub of N repos over M configs
 2. 1% of the repos get a new commit (as many new configs as 1% of the configs, the rest the
    config they had); the later night runs into both.
 
-Each night is `speccat refresh` in a fresh process with its own Prefect home, and the stand-in
-serves from this one without rate limits (SPECCAT_HUB_LIMITS names quotas nobody reaches), so
-what is timed is speccat's own work; docs/refresh.md projects the Hub's limits. Printed per night:
+Each night is `speccat refresh` in a fresh process, as a deployment's night is, against one
+`prefect server` started for the benchmark (a deployment runs against a server that is up:
+prefect.yaml), and the stand-in serves from this one without rate limits (SPECCAT_HUB_LIMITS
+names quotas nobody reaches), so what is timed is speccat's own work; docs/refresh.md projects the Hub's limits. Printed per night:
 wall time, the largest process's peak RSS, the stages' seconds, and the bytes the publish wrote
 (the lake: its new files and what its catalog file grew by; the file: the new catalogue renamed
 over the old). Then the census stage per config per core against the same configs analysed bare
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv or [])
     sys.path.insert(0, str(ROOT / "tests"))
     from support.hubstandin import StandinHub
+    from support.prefect_server import prefect_server
     from support.synthetic_hub import change, synthetic_repos, variant
 
     with tempfile.TemporaryDirectory(prefix="bench-hub-") as tmp:
@@ -115,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         repos, configs = synthetic_repos(args.repos, args.configs, gated_every=97, lfs_every=11)
         print(f"   synthetic Hub: {len(repos):,} repos over {len(configs):,} configs in {time.perf_counter() - started:.1f} s")
-        with StandinHub(repos, page_size=1000) as hub:
-            env = {**prefect_env(scratch), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(scratch / "hf-cache"),
+        with StandinHub(repos, page_size=1000) as hub, prefect_server(prefect_env(scratch), scratch / "prefect-server.log") as api:
+            env = {**prefect_env(scratch), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(scratch / "hf-cache"), "PREFECT_API_URL": api,
                    "HF_TOKEN": "hf_bench_token", "SPECCAT_HUB_LIMITS": str(limits_file(scratch))}  # fmt: skip
             env.pop("HF_HUB_OFFLINE")
             # a SQLite catalog, as the hub-crawl deployment's (prefect.yaml): a DuckDB one grows by
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             show("first night, lake", first)
             first_file = night(scratch, env, file, [scratch / "catalogue.duckdb"], "first-file")
             show("first night, file", first_file)
+            censused = censused_configs(scratch / "catalogue.duckdb", configs)  # before a later night adds one
 
             ids = sorted(hub.repos)
             n_changed = max(1, round(CHANGED * len(ids)))
@@ -156,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
         per_core = counts["stage_seconds"]["census"] * min(workers, counts["censused"] or 1) / max(1, counts["censused"])
         # The same configs the night censused: their costs differ tenfold, so a sample of others
         # compared a 20-config stride (1.40 s) with the night's 48 (3.05 s per core, "2.2x").
-        censused = censused_configs(scratch / "catalogue.duckdb", configs)
         sample = censused[:: max(1, -(-len(censused) // BARE_MOST))]
         bare = bare_seconds(sample, _seq_length())
         ratio = per_core / bare

@@ -6,50 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import ROOT
+from support.prefect_server import prefect_server, stop
 from support.refresh_runs import BROKEN_REPO, BROKEN_TEXT, add_config, copy_snapshot
 
 pytestmark = pytest.mark.slow
-
-PREFECT = Path(sys.executable).with_name("prefect")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, server: subprocess.Popen, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert server.poll() is None, "prefect server exited"
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"prefect server at {url} not healthy after {seconds} s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 async def _served_run_logs(deployment: str, seconds: float) -> tuple[str, list]:
@@ -92,29 +59,22 @@ def test_a_served_run_is_logged_through_prefects_api(tmp_path):
     served = tmp_path / "prefect.yaml"
     served.write_text(yaml.safe_dump({"name": "speccat", "deployments": [deployment]}))
 
-    url = f"http://127.0.0.1:{_free_port()}/api"
     # Only what an operator's shell would have, plus the server to talk to.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DO_NOT_TRACK"))}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_API_URL=url, PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     logs_dir = tmp_path / "logs"
     logs_dir.mkdir()
-    server = subprocess.Popen(
-        [str(PREFECT), "server", "start", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1].split("/")[0]],
-        env=env, stdout=open(logs_dir / "server.txt", "w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    serve = None
-    try:
-        _wait_healthy(url, server)
+    with prefect_server(env, logs_dir / "server.txt") as url:
+        env.update(PREFECT_API_URL=url)
         serve = subprocess.Popen(
             [sys.executable, "-m", "speccat.flows.cli", "serve", "--file", str(served)],
             cwd=ROOT, env=env, stdout=open(logs_dir / "serve.txt", "w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        with temporary_settings({PREFECT_API_URL: url}):
-            state, logs = asyncio.run(_served_run_logs(f"refresh/{deployment['name']}", seconds=480))
-    finally:
-        for process in (serve, server):
-            if process is not None:
-                _stop(process)
+        try:
+            with temporary_settings({PREFECT_API_URL: url}):
+                state, logs = asyncio.run(_served_run_logs(f"refresh/{deployment['name']}", seconds=480))
+        finally:
+            stop(serve)
     assert state == "COMPLETED", (logs_dir / "serve.txt").read_text()[-3000:]
     lines = {(log.level, log.message) for log in logs}
     # the broken config: refused at INFO with its reason, never at ERROR
