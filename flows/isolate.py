@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 # Imported once by the fork server, so each forked child starts warm. pyarrow (imported lazily
-# by the pricing) maps its libraries before a child's memory budget is set, not inside it.
-PRELOAD = ["speccat.flows.analysis", "pyarrow.compute"]
+# by the pricing) maps its libraries before a child's memory budget is set, not inside it; its
+# compute functions import numpy.ma on their first call.
+PRELOAD = ["speccat.flows.analysis", "pyarrow.compute", "numpy.ma"]
 
 # Freed by a child that ran out of memory, so that it can still report why (bytes).
 RESERVE_BYTES = 8 << 20

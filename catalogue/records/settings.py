@@ -255,16 +255,22 @@ def parse_settings(data: Any, source: str = "<settings>") -> Grid:
 
 
 @cache
+def _shipped() -> Grid:
+    """The shipped grid, parsed once for the defaults below (each parse takes about 25 ms)."""
+    return load_settings()
+
+
+@cache
 def default_setting() -> Mapping[str, Any]:
     """The shipped grid's default setting (each field at its first value): what a command, a
     query or a census uses for a field nobody chose."""
-    return load_settings().setting({})
+    return _shipped().setting({})
 
 
 @cache
 def fixed_default(name: str) -> Any:
     """The shipped grid's value of a fixed setting: what a setting that does not state it stands for."""
-    return load_settings().fixed[name].default
+    return _shipped().fixed[name].default
 
 
 def settings_content(data: Any) -> Any:
