@@ -5,6 +5,7 @@ unit its axis names (GiB or MiB, an exact power of two), percentages and ratios 
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import cache
 from typing import Any
 
 from speccat.report import readable
@@ -18,6 +19,13 @@ FONT = {"family": "system-ui, sans-serif", "size": 12}
 def _layout(title: str, **extra: Any) -> dict:
     return {"title": {"text": title}, "font": FONT, "margin": {"t": 60, "l": 70, "r": 20, "b": 60},
             "hovermode": "closest", "legend": {"orientation": "h", "y": -0.2}, **extra}  # fmt: skip
+
+
+@cache
+def _curve_setting(seq_length: int, tp: int, cp: int, stack: str) -> str:
+    """A point of the memory curve's setting in words (the query memory's setting columns), written
+    once per setting: a report labels hundreds of thousands of points with a few dozen settings."""
+    return readable.setting({"seq_length": seq_length, "tp": tp, "cp": cp, "stack": stack})
 
 
 def memory_vs_seq(rows: list[dict], title: str) -> dict:
@@ -37,7 +45,7 @@ def memory_vs_seq(rows: list[dict], title: str) -> dict:
             "type": "scatter", "mode": "lines+markers", "name": f"{name} · {stack}",
             "legendgroup": f"{name} · {stack}", "showlegend": axis == 1,
             "x": [p["seq_length"] for p in points], "y": [p["total"] / GIB for p in points],
-            "customdata": [[readable.nbytes(p["total"]), readable.setting(p)] for p in points],
+            "customdata": [[readable.nbytes(p["total"]), _curve_setting(p["seq_length"], tp, p["cp"], stack)] for p in points],
             "hovertemplate": f"<b>{name}</b> · {stack}<br>%{{customdata[1]}}<br>%{{customdata[0]}}<extra></extra>",
             "line": {"color": colour, "dash": "solid" if stack == "transformers" else "dash"},
             "xaxis": f"x{axis if axis > 1 else ''}", "yaxis": f"y{axis if axis > 1 else ''}",
