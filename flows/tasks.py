@@ -3,8 +3,8 @@
 - `list_repos` (or, for a `--scope all` night, `crawl_repos`) and `fetch_configs` (a batch of
   repos) talk to the source. A transient error (429, 5xx, timeout, see flows/hub.py) is retried
   with backoff through `retry_condition_fn`; anything else is a final answer and becomes a
-  failures row. huggingface_hub lists with no read timeout, so
-  a listing that stalls is given up after LIST_TIMEOUT_S and counted as transient.
+  failures row. huggingface_hub lists with no read timeout, so a listing that stalls is given
+  up after LIST_TIMEOUT_S and counted as transient.
 - `analyse_config` censuses and prices one distinct config in a killable child process
   (flows/isolate.py). Its result is persisted and cached under the config_hash plus every
   version that could change it, so an unchanged night finds every config in the cache. A
