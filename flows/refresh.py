@@ -610,6 +610,10 @@ def night_flow(
 
         memory_limit = LIMITS.census_memory_mib
     night = Night()
+    if isinstance(runner, ThreadPoolTaskRunner):
+        # The fork server imports torch, transformers and the census (seconds of CPU) while the
+        # night lists and fetches, which wait on the network; the census stage waits for it.
+        isolate.start(wait=False)
 
     crawling = None
     with night.timed("list"):
@@ -641,7 +645,7 @@ def night_flow(
     progress.note(f"plan: {len({f.config_hash for f in night.fetched.values()})} configs, {len(jobs)} to census or price")
     if jobs and isinstance(runner, ThreadPoolTaskRunner):
         with night.timed("census_start"):
-            isolate.start()  # the fork server's one-time import of torch, transformers, the census
+            isolate.start()  # what is left of the fork server's one-time import, begun with the night
     with spill_directory(prefix="speccat-night-") as spool_dir:
         night.spool = spool_dir  # the prices, on disk until published
         with night.timed("census"):
