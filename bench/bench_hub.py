@@ -11,12 +11,13 @@ tests/support/hubstandin.py serving a synthetic Hub of N repos over M configs
 Each night is `speccat refresh` in a fresh process, as a deployment's night is, against one
 `prefect server` started for the benchmark (a deployment runs against a server that is up:
 prefect.yaml), and the stand-in serves from this one without rate limits (SPECCAT_HUB_LIMITS
-names quotas nobody reaches), so what is timed is speccat's own work; docs/refresh.md projects the Hub's limits. Printed per night:
-wall time, the largest process's peak RSS, the stages' seconds, and the bytes the publish wrote
-(the lake: its new files and what its catalog file grew by; the file: the new catalogue renamed
-over the old). Then the census stage per config per core against the same configs analysed bare
-in this process (census and pricing, no Prefect, no child process). Targets: the later night at
-most 5% of the first's wall time and of its bytes; the census stage within 1.5x of the bare one.
+names quotas nobody reaches), so what is timed is speccat's own work; docs/refresh.md projects
+the Hub's limits. Printed per night: wall time, the largest process's peak RSS, the stages'
+seconds, and the bytes the publish wrote (the lake: its new files and what its catalog file grew
+by; the file: the new catalogue renamed over the old). Then the census stage per config per
+core against the same configs analysed bare in this process (census and pricing, no Prefect, no
+child process). Targets: the later night at most 5% of the first's wall time and of its bytes;
+the census stage within 1.5x of the bare one.
 """
 
 from __future__ import annotations
