@@ -111,7 +111,7 @@ def _load(con, models: list[dict[str, Any]], with_spec: int) -> Catalogue:
     try:
         parts = by_repo(rows(con, "parts", {"setting_id": defaults["transformers"]["setting_id"]})) if "transformers" in defaults else {}
         ops = by_repo(rows(con, "ops", {"setting_id": defaults["transformers"]["setting_id"], "masks": masks})) if "transformers" in defaults else {}
-        memory_rows = rows(con, "memory", {"setting_ids": [s["setting_id"] for s in rows(con, "curve")], "masks": masks})
+        memory_rows = rows(con, "memory", {"masks": masks})
     finally:
         con.unregister("report_sets")
     whole_rows = []

@@ -1,6 +1,5 @@
--- Report query memory: the whole layer stack's bytes per rank at each setting of the variable
--- setting_ids (the settings of the memory curve, read at once: a query per setting scanned the
--- view again for each) for the switch sets the report draws (the relation report_sets:
+-- Report query memory: the whole layer stack's bytes per rank at every setting of the memory curve
+-- (the settings repo_curve holds) for the switch sets the report draws (the relation report_sets:
 -- repo_id and mask, the frontier's sets; mask -1 is full recompute), from the view repo_curve.
 -- The variable masks lists every mask report_sets holds: a filter on the view's mask, unlike
 -- the semi join, reaches the view's scan of switch_sets, so only those sets are added up.
@@ -18,5 +17,5 @@ SELECT c.repo_id, c.stack, c.seq_length_tokens AS seq_length, c.tp_ranks AS tp, 
        c.switch_set, c.total_bytes AS total
 FROM repo_curve AS c
 SEMI JOIN report_sets AS w ON w.repo_id = c.repo_id AND w.mask = coalesce(c.mask, -1)
-WHERE list_contains(getvariable('setting_ids'), c.setting_id) AND list_contains(getvariable('masks'), coalesce(c.mask, -1))
+WHERE list_contains(getvariable('masks'), coalesce(c.mask, -1))
 ORDER BY c.repo_id, c.stack, c.seq_length_tokens, c.tp_ranks, c.cp_ranks, c.total_bytes DESC;
