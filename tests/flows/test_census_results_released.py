@@ -1,0 +1,52 @@
+"""The census stage lets go of each config's result once the night has it (flows/refresh.py
+analyse_stage): the night keeps its prices as files in the spool, and nothing in the flow's
+process keeps the price tables a census child sent back. Prefect keeps the last 1,000 results a
+task wrote in memory unless the task says not to (cache_result_in_memory); a first night of 480
+configs on the Hub stand-in held 6.5 GB of them in the flow's process before the publish began.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from conftest import load_shipped
+from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from speccat.catalogue.records.priced import PriceTables
+from speccat.catalogue.store.spool import SpooledPrices
+from speccat.census import config_hash
+from speccat.flows.refresh import Night, analyse_stage
+from speccat.flows.tasks import Job
+
+pytestmark = pytest.mark.slow
+
+REPOS = ("Qwen/Qwen3-0.6B", "HuggingFaceTB/SmolLM2-135M-Instruct")
+SEQ_LENGTH = 1024
+
+
+def price_tables_alive() -> int:
+    gc.collect()
+    return sum(isinstance(o, PriceTables) for o in gc.get_objects())
+
+
+@flow
+def census_night(spool: str) -> tuple[dict, int, int]:
+    """The census stage over REPOS; the PriceTables alive before it and after it, counted inside
+    the flow run, where Prefect's result store lives."""
+    from pathlib import Path
+
+    night = Night(spool=Path(spool))
+    jobs = [Job(config_hash(load_shipped(r)), load_shipped(r), r, SEQ_LENGTH) for r in REPOS]
+    before = price_tables_alive()
+    analyse_stage(night, jobs, ThreadPoolTaskRunner(max_workers=2), "released-test", time_limit=600, rebuild=True)
+    after = price_tables_alive()
+    return {h: type(a.prices) for h, a in night.analyses.items()}, before, after
+
+
+def test_the_night_holds_its_prices_on_disk_and_no_census_result_in_memory(prefect_api, tmp_path):
+    held, before, after = census_night(str(tmp_path / "spool"))
+    assert held == {config_hash(load_shipped(r)): SpooledPrices for r in REPOS}
+    assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == sorted(held)
+    assert after == before  # each result's PriceTables let go of once spooled
