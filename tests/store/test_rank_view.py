@@ -9,8 +9,6 @@ on a named accelerator; and fit's own rows, priced in memory, equal to the view'
 from __future__ import annotations
 
 import contextlib
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,8 +33,8 @@ MASKS = (0, 37, 255, -1)
 
 
 @pytest.fixture(scope="module")
-def con():
-    path = Path(tempfile.mkdtemp(prefix="speccat-rank-")) / "catalogue.duckdb"
+def con(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rank") / "catalogue.duckdb"
     publish(path, runs.make_run("rank", [runs.censused(r) for r in REPOS]))
     with contextlib.closing(open_readonly(path)) as con:
         yield con

@@ -11,9 +11,7 @@ only the latest may be counted."""
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -35,9 +33,9 @@ KEY = ("config_hash", "census_version", "transformers_version", "torch_version",
 
 
 @pytest.fixture(scope="module")
-def con():
+def con(tmp_path_factory):
     items = [runs.censused(r) for r in REPOS]
-    path = Path(tempfile.mkdtemp(prefix="speccat-classes-")) / "catalogue.duckdb"
+    path = tmp_path_factory.mktemp("classes") / "catalogue.duckdb"
     publish(path, runs.make_run("classes-1", items, day=1, torch=OLD_TORCH))
     publish(path, runs.make_run("classes-2", items, day=2))
     with contextlib.closing(open_readonly(path)) as con:
