@@ -80,3 +80,26 @@ def test_fits_on_is_answered_a_batch_of_specs_at_a_time_with_the_same_rows(tmp_p
         specs = len({r[0] for r in tables[size]})
         assert len(asked) == (specs if size == 1 else 1)
     assert specs >= 5 and tables[1] == tables[100]
+
+
+def test_a_batch_that_runs_out_of_memory_is_answered_in_halves_with_the_same_rows(tmp_path, monkeypatch):
+    """A batch whose search runs out of `fits_on_memory_mib` is answered in two halves, down to
+    one spec (catalogue/store/fits_on_batches.py answer_batch): the rows are those of a batch per
+    spec. All the first run's specs in one batch ran out of 256 MiB on this 2-core machine; one
+    spec at a time did not."""
+    from speccat.catalogue.store import file
+
+    night = store_runs.first_run(fits_on=True)
+    monkeypatch.setitem(file.LIMITS, "fits_on_batch_specs", 1)
+    publish(tmp_path / "one.duckdb", night)
+    monkeypatch.setitem(file.LIMITS, "fits_on_batch_specs", 100)
+    monkeypatch.setitem(file.LIMITS, "fits_on_memory_mib", 256)
+    asked = []
+    real = file.sql.load
+    monkeypatch.setattr(file.sql, "load", lambda name: asked.append(name) or real(name))
+    publish(tmp_path / "halved.duckdb", night)
+    monkeypatch.setattr(file.sql, "load", real)
+    one = rows(tmp_path / "one.duckdb", "SELECT * FROM fits_on ORDER BY ALL")
+    specs = len({r[0] for r in one})
+    assert 1 < asked.count("steps/fits_on_batch") <= 2 * specs - 1  # halved at least once; a binary split of n has at most 2n - 1 parts
+    assert rows(tmp_path / "halved.duckdb", "SELECT * FROM fits_on ORDER BY ALL") == one
