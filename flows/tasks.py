@@ -263,7 +263,7 @@ def analysis_cache_key(context, parameters: dict) -> str:
     cache_key_fn=analysis_cache_key,
     persist_result=True,
     # Prefect keeps the last 1,000 results it wrote or read in memory by default: a first night
-    # of thousands of configs held some 12 MB of each in the flow's process (6.5 GB after 480).
+    # of thousands of configs held some 12 MB of each in the flow's process (6.1 GB after 480).
     # The flow takes each result from its future and spools its prices (flows/refresh.py).
     cache_result_in_memory=False,
     task_run_name="census {job.name}",
