@@ -36,6 +36,7 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -305,14 +306,19 @@ def analyse_stage(
     repos_of = defaultdict(list)
     for fetched in night.fetched.values():
         repos_of[fetched.config_hash].append(fetched.listing.repo_id)
-    waiting, in_flight = list(reversed(jobs)), {}
+    # Each finished future is put here by its own callback. prefect.futures.as_completed, called
+    # anew for each result, left a callback on every pending future that kept each result
+    # finished after it, and so every result, until the stage ended.
+    waiting, in_flight, finished = list(reversed(jobs)), {}, queue.SimpleQueue()
     with _api_for(runner), runner:
         for done in range(1, len(jobs) + 1):
             while waiting and len(in_flight) < IN_FLIGHT:
                 job = waiting.pop()
                 params = {"job": job, "versions": versions, "time_limit": time_limit, "memory_limit": memory_limit}
-                in_flight[runner.submit(task, params)] = job
-            future = next(as_completed(list(in_flight)))
+                future = runner.submit(task, params)
+                in_flight[future] = job
+                future.add_done_callback(finished.put)
+            future = finished.get()
             job = in_flight.pop(future)  # its result is let go of once handled: a night holds no one's prices
             result = future.result(raise_on_failure=False)
             if isinstance(result, Analysis):

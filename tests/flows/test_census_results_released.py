@@ -22,7 +22,9 @@ from speccat.flows.tasks import Job
 
 pytestmark = pytest.mark.slow
 
-REPOS = ("Qwen/Qwen3-0.6B", "HuggingFaceTB/SmolLM2-135M-Instruct")
+REPOS = ("Qwen/Qwen3-0.6B", "HuggingFaceTB/SmolLM2-135M-Instruct", "meta-llama/Llama-3.2-1B-Instruct", "google/gemma-3-1b-it",
+         "openai-community/gpt2", "ArthurZ/mamba-130m")  # fmt: skip
+WORKERS = 2  # the task runner's threads: the jobs beyond them wait their turn, pending
 SEQ_LENGTH = 1024
 
 
@@ -32,21 +34,34 @@ def price_tables_alive() -> int:
 
 
 @flow
-def census_night(spool: str) -> tuple[dict, int, int]:
-    """The census stage over REPOS; the PriceTables alive before it and after it, counted inside
-    the flow run, where Prefect's result store lives."""
+def census_night(spool: str) -> tuple[dict, int, list[int], int]:
+    """The census stage over REPOS; the PriceTables alive before it, as each config is handled,
+    and after it, counted inside the flow run, where Prefect's result store lives."""
     from pathlib import Path
+
+    from speccat.flows import refresh
 
     night = Night(spool=Path(spool))
     jobs = [Job(config_hash(load_shipped(r)), load_shipped(r), r, SEQ_LENGTH) for r in REPOS]
-    before = price_tables_alive()
-    analyse_stage(night, jobs, ThreadPoolTaskRunner(max_workers=2), "released-test", time_limit=600, rebuild=True)
-    after = price_tables_alive()
-    return {h: type(a.prices) for h, a in night.analyses.items()}, before, after
+    before, during = price_tables_alive(), []
+    step = refresh.progress.step
+    refresh.progress.step = lambda *args, **kwargs: during.append(price_tables_alive())
+    try:
+        analyse_stage(night, jobs, ThreadPoolTaskRunner(max_workers=WORKERS), "released-test", time_limit=600, rebuild=True)
+    finally:
+        refresh.progress.step = step
+    return {h: type(a.prices) for h, a in night.analyses.items()}, before, during, price_tables_alive()
 
 
-def test_the_night_holds_its_prices_on_disk_and_no_census_result_in_memory(prefect_api, tmp_path):
-    held, before, after = census_night(str(tmp_path / "spool"))
+def test_the_night_holds_its_prices_on_disk_and_no_census_result_in_memory(prefect_api, tmp_path, monkeypatch):
+    from speccat.flows import refresh
+
+    monkeypatch.setattr(refresh, "IN_FLIGHT", len(REPOS))  # every job handed over at once
+    held, before, during, after = census_night(str(tmp_path / "spool"))
     assert held == {config_hash(load_shipped(r)): SpooledPrices for r in REPOS}
     assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == sorted(held)
+    # While the stage runs: at most a result per worker and the one just handled. A new
+    # prefect.futures.as_completed per result left a callback on each pending future that held
+    # every result finished after it, until the stage ended.
+    assert len(during) == len(REPOS) and max(during) - before <= WORKERS + 1
     assert after == before  # each result's PriceTables let go of once spooled
