@@ -1,8 +1,11 @@
 """The census stage lets go of each config's result once the night has it (flows/refresh.py
 analyse_stage): the night keeps its prices as files in the spool, and nothing in the flow's
-process keeps the price tables a census child sent back. Prefect keeps the last 1,000 results a
-task wrote in memory unless the task says not to (cache_result_in_memory); a first night of 480
-configs on the Hub stand-in held 6.1 GB of them in the flow's process before the publish began.
+process keeps the price tables a census child sent back, while the stage runs or after it.
+Prefect keeps the last 1,000 results a task wrote in memory unless the task says not to
+(cache_result_in_memory); a first night of 480 configs on the Hub stand-in held 6.1 GB of them
+in the flow's process before the publish began. And a new prefect.futures.as_completed per
+result left a callback on each pending future that held every result finished after it, until
+the stage ended.
 """
 
 from __future__ import annotations
@@ -34,34 +37,27 @@ def price_tables_alive() -> int:
 
 
 @flow
-def census_night(spool: str) -> tuple[dict, int, list[int], int]:
-    """The census stage over REPOS; the PriceTables alive before it, as each config is handled,
-    and after it, counted inside the flow run, where Prefect's result store lives."""
+def census_night(spool: str) -> tuple[dict, int, int]:
+    """The census stage over REPOS; the PriceTables alive before it and after it, counted inside
+    the flow run, where Prefect's result store lives."""
     from pathlib import Path
-
-    from speccat.flows import refresh
 
     night = Night(spool=Path(spool))
     jobs = [Job(config_hash(load_shipped(r)), load_shipped(r), r, SEQ_LENGTH) for r in REPOS]
-    before, during = price_tables_alive(), []
-    step = refresh.progress.step
-    refresh.progress.step = lambda *args, **kwargs: during.append(price_tables_alive())
-    try:
-        analyse_stage(night, jobs, ThreadPoolTaskRunner(max_workers=WORKERS), "released-test", time_limit=600, rebuild=True)
-    finally:
-        refresh.progress.step = step
-    return {h: type(a.prices) for h, a in night.analyses.items()}, before, during, price_tables_alive()
+    before = price_tables_alive()
+    analyse_stage(night, jobs, ThreadPoolTaskRunner(max_workers=WORKERS), "released-test", time_limit=600, rebuild=True)
+    return {h: type(a.prices) for h, a in night.analyses.items()}, before, price_tables_alive()
 
 
 def test_the_night_holds_its_prices_on_disk_and_no_census_result_in_memory(prefect_api, tmp_path, monkeypatch):
     from speccat.flows import refresh
 
     monkeypatch.setattr(refresh, "IN_FLIGHT", len(REPOS))  # every job handed over at once
-    held, before, during, after = census_night(str(tmp_path / "spool"))
+    during = []  # counted as each config is handled, inside the flow run
+    monkeypatch.setattr(refresh.progress, "step", lambda *args, **kwargs: during.append(price_tables_alive()))
+    held, before, after = census_night(str(tmp_path / "spool"))
     assert held == {config_hash(load_shipped(r)): SpooledPrices for r in REPOS}
     assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == sorted(held)
-    # While the stage runs: at most a result per worker and the one just handled. A new
-    # prefect.futures.as_completed per result left a callback on each pending future that held
-    # every result finished after it, until the stage ended.
+    # While the stage runs: at most a result per worker and the one just handled.
     assert len(during) == len(REPOS) and max(during) - before <= WORKERS + 1
     assert after == before  # each result's PriceTables let go of once spooled
