@@ -24,6 +24,8 @@ partitioned by batch in a directory of the publish's, and a batch reads its own 
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from pathlib import Path
 
 import duckdb
@@ -34,6 +36,8 @@ import pyarrow.parquet as pq
 from speccat import sql
 from speccat.catalogue.store.bounds import LIMITS, bound, spill_directory
 from speccat.catalogue.store.schema import create_schema, create_views, database_name, ingest, table_columns
+
+log = logging.getLogger(__name__)
 
 ANSWERED = "fits_on"
 BATCHES, BATCH_COLUMN = "fits_on_batches", "fits_on_batch"  # the relation of (config_hash, batch number), and its column
@@ -63,8 +67,10 @@ def answer_fits_on(con: duckdb.DuckDBPyConnection) -> None:
             ingest(planning, table, con.execute(sql.render("steps/table_rows", table=table)).to_arrow_table())
         write_by_batch(con, per_spec, batches, rows)
         for number, batch in enumerate(batches):
+            started = time.perf_counter()
             held = {table: pq.read_table(part) for table in per_spec if (part := rows / table / f"{BATCH_COLUMN}={number}").is_dir()}
             answer_batch(con, planning, batch, held)
+            log.info("fits_on: batch %d of %d (%d specs) in %.1f s", number + 1, len(batches), len(batch), time.perf_counter() - started)
 
 
 def answer_batch(con: duckdb.DuckDBPyConnection, planning: duckdb.DuckDBPyConnection, batch: list[str], held: dict[str, pa.Table]) -> None:
@@ -87,6 +93,7 @@ def answer_batch(con: duckdb.DuckDBPyConnection, planning: duckdb.DuckDBPyConnec
         for table in [*held, ANSWERED]:
             planning.execute(sql.render("steps/clear_table", table=table))
     if answer is None:
+        log.warning("fits_on: %d specs ran out of %s MiB; answering them in two halves", len(batch), LIMITS["fits_on_memory_mib"])
         half = len(batch) // 2
         answer_batch(con, planning, batch[:half], held)
         answer_batch(con, planning, batch[half:], held)
