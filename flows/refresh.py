@@ -65,6 +65,7 @@ from speccat.flows.tasks import (
     AnalysisError,
     Failure,
     Fetched,
+    ROW_TABLES,
     Job,
     analyse_config,
     crawl_repos,
@@ -394,12 +395,8 @@ def night_data(
             configs.setdefault(fetched.config_hash, fetched.config)
     specs = {h: json.loads(a.spec) for h, a in night.analyses.items() if a.spec is not None and h in night.new_hashes}
     prices = {h: a.prices for h, a in night.analyses.items() if a.prices is not None}
-    infeasible = {h: list(a.infeasible) for h, a in night.analyses.items() if a.prices is not None and a.infeasible}
-    point_prices = {h: list(a.point_prices) for h, a in night.analyses.items() if a.prices is not None and a.point_prices}
-    end_prices = {h: list(a.end_prices) for h, a in night.analyses.items() if a.prices is not None and a.end_prices}
-    loss_prices = {h: list(a.loss_prices) for h, a in night.analyses.items() if a.prices is not None and a.loss_prices}
-    op_costs = {h: list(a.op_costs) for h, a in night.analyses.items() if a.prices is not None and a.op_costs}
-    op_prices = {h: list(a.op_prices) for h, a in night.analyses.items() if a.prices is not None and a.op_prices}
+    rows = {name: {h: getattr(a, name) for h, a in night.analyses.items() if a.prices is not None and len(getattr(a, name))}
+            for name in ROW_TABLES}  # fmt: skip
     return NightData(
         run_id=run_id,
         started=started,
@@ -414,12 +411,7 @@ def night_data(
         configs=configs,
         specs=specs,
         prices=prices,
-        infeasible=infeasible,
-        point_prices=point_prices,
-        end_prices=end_prices,
-        loss_prices=loss_prices,
-        op_costs=op_costs,
-        op_prices=op_prices,
+        **rows,
         **reference_rows(records, grid, questions=True),
         param_rules=rule_rows(),
         failures=[vars(f) for f in sorted(night.failures.values(), key=lambda f: f.repo_id)],

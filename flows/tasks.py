@@ -21,11 +21,13 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed, State
 
 from speccat.catalogue.errors import ReasonError
+from speccat.catalogue.store.night import Rows
 from speccat.flows import isolate
 from speccat.flows.hub import FETCH_FAILED, FetchError, Listing, Source
 from speccat.flows.hub_budget import BudgetSpent
@@ -79,6 +81,10 @@ class Job:
     spec: str | None = None
 
 
+# The Analysis fields, and the keys of a census child's answer (flows/analysis.py), that hold rows.
+ROW_TABLES = ("infeasible", "point_prices", "end_prices", "loss_prices", "op_costs", "op_prices")
+
+
 @dataclass(frozen=True)
 class Analysis:
     """What the census and pricing of one config gave.
@@ -86,19 +92,21 @@ class Analysis:
     `spec` is the ModelSpec as JSON (None when the census refused); `prices` the price
     tables (None when there is no spec or pricing refused), without the settings at which the
     model cannot be laid out; `infeasible` says why for each of those (catalogue/records/layouts.py
-    rows); `failure` is (stage, reason, message) when either refused.
+    rows); `failure` is (stage, reason, message) when either refused. The rows are held as Arrow
+    tables (an analysis cached by an older speccat holds tuples of mappings): a night holds
+    every config's until it publishes, and one config's op_costs are thousands of rows.
     """
 
     config_hash: str
     spec: str | None = None
     prices: Any = None
     failure: tuple[str, str, str] | None = None
-    infeasible: tuple = ()
-    point_prices: tuple = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
-    end_prices: tuple = ()  # the model's ends priced at each setting priced (catalogue/records/ends.py rows)
-    loss_prices: tuple = ()  # the logits end under each loss kernel at each setting priced (ends.py rows)
-    op_costs: tuple = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
-    op_prices: tuple = ()  # each op's share of the bytes at the memory curve's settings (catalogue/records/opsplit.py rows)
+    infeasible: Rows = ()
+    point_prices: Rows = ()  # the price at each setting the census measured (catalogue/records/points.py rows)
+    end_prices: Rows = ()  # the model's ends priced at each setting priced (catalogue/records/ends.py rows)
+    loss_prices: Rows = ()  # the logits end under each loss kernel at each setting priced (ends.py rows)
+    op_costs: Rows = ()  # each op's recompute cost at each setting priced (catalogue/records/cost.py rows)
+    op_prices: Rows = ()  # each op's share of the bytes at the memory curve's settings (catalogue/records/opsplit.py rows)
 
     def named(self, name: str) -> Analysis:
         """This analysis with its spec named `name`. A cached analysis is served to every
@@ -285,5 +293,5 @@ def analyse_config(job: Job, versions: str, time_limit: float, memory_limit: flo
     if "price_error" in value:
         reason, message = value["price_error"]
         return Analysis(job.config_hash, spec=value["spec"], failure=("price", reason, message))
-    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], infeasible=tuple(value["infeasible"]), point_prices=tuple(value["point_prices"]),
-                    end_prices=tuple(value["end_prices"]), loss_prices=tuple(value["loss_prices"]), op_costs=tuple(value["op_costs"]), op_prices=tuple(value["op_prices"]))
+    rows = {name: pa.Table.from_pylist(list(value[name])) for name in ROW_TABLES}
+    return Analysis(job.config_hash, spec=value["spec"], prices=value["prices"], **rows)

@@ -103,6 +103,8 @@ STAGED_PRICES: dict[str, pa.Schema] = {
         + [("representative", pa.int16()), ("on_frontier", pa.bool_())]
     ),
 }
+# One config's rows of a table the night states per config: mappings, or an Arrow table of them.
+Rows = Sequence[Mapping[str, Any]] | pa.Table
 _PRICE_PARTS = (("layer_prices", LAYER_PRICE_COLUMNS), ("full_prices", FULL_PRICE_COLUMNS), ("switch_costs", SWITCH_COST_COLUMNS))
 
 
@@ -136,6 +138,9 @@ class NightData:
         set (its mask), plus mask -1 for full recompute), at versions["records"]; or the
         same tables spooled to disk (catalogue/store/spool.py SpooledPrices).
         A setting where the model cannot be laid out has no prices ...
+    Each config's rows of infeasible, point_prices, end_prices, loss_prices, op_costs and op_prices
+    below are a sequence of mappings or a pyarrow Table with those columns: a first night of
+    thousands of configs holds millions of op_costs rows, which as Python mappings took gigabytes.
     infeasible: config_hash -> rows with INFEASIBLE_FIELDS, one per kind that cannot be laid
         out at such a setting (catalogue/records/layouts.py), with the rule and why.
     point_prices: config_hash -> rows with POINT_PRICE_FIELDS: the records' price at each
@@ -178,12 +183,12 @@ class NightData:
     specs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     prices: Mapping[str, Any] = field(default_factory=dict)
     failures: Sequence[Mapping[str, Any]] = ()
-    infeasible: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
-    point_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
-    end_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
-    loss_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
-    op_costs: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
-    op_prices: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    infeasible: Mapping[str, Rows] = field(default_factory=dict)
+    point_prices: Mapping[str, Rows] = field(default_factory=dict)
+    end_prices: Mapping[str, Rows] = field(default_factory=dict)
+    loss_prices: Mapping[str, Rows] = field(default_factory=dict)
+    op_costs: Mapping[str, Rows] = field(default_factory=dict)
+    op_prices: Mapping[str, Rows] = field(default_factory=dict)
     state_sharding: Sequence[Mapping[str, Any]] = ()
     switch_ops: Sequence[Mapping[str, Any]] = ()
     switch_kept: Sequence[Mapping[str, Any]] = ()
@@ -266,10 +271,10 @@ class NightData:
                 if config_hash not in self.prices:
                     _bad(f"{name}[{config_hash!r}]", "names a config without prices tonight")
                 required = tuple(f for f in fields if f not in OPTIONAL_ROW_FIELDS)
-                for i, row in enumerate(rows):
+                for i, row in enumerate(_listed(rows)):
                     _check_row(f"{name}[{config_hash!r}][{i}]", row, fields, required=required)
 
-    def _per_config_rows(self) -> tuple[tuple[str, Mapping[str, Sequence[Mapping[str, Any]]], tuple[str, ...]], ...]:
+    def _per_config_rows(self) -> tuple[tuple[str, Mapping[str, Rows], tuple[str, ...]], ...]:
         """(table, config_hash -> rows, fields) of the tables whose rows the night states per config."""
         return (
             ("infeasible_settings", self.infeasible, INFEASIBLE_FIELDS), ("point_prices", self.point_prices, POINT_PRICE_FIELDS),
@@ -333,20 +338,16 @@ class NightData:
         }
         prices, priced = self._price_tables()
         tables.update(prices)
+        keys = {**self.spec_key, "records_version": self.records_version}
         for name, per_config, fields in self._per_config_rows():  # keyed by the config and tonight's versions
-            tables[name] = _table(
-                [
-                    {"config_hash": h, **self.spec_key, "records_version": self.records_version, **row}
-                    for h, rows in sorted(per_config.items())
-                    for row in rows
-                ],
-                ("config_hash", *self.spec_key, "records_version") + fields,
-            )
+            keyed = [_keyed(_arrow(rows), {"config_hash": h, **keys}) for h, rows in sorted(per_config.items()) if len(rows)]
+            # a column may be all nulls in one config's rows, or a whole number in one and not in another
+            tables[name] = pa.concat_tables(keyed, promote_options="permissive") if keyed else _table([], ("config_hash", *keys) + fields)
         for name in DATA_FILE_TABLES:
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
-        both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in rows} & priced)
+        both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in _listed(rows)} & priced)
         if both:
             _bad("infeasible", f"config {both[0][0]} is both priced and infeasible at setting {both[0][1]}")
         return tables
@@ -373,18 +374,18 @@ class NightData:
                 parts[part] = table
             _check_prices(f"prices[{config_hash!r}]", parts["layer_prices"], parts["full_prices"], setting_ids, n_masks)
             _check_costs(f"prices[{config_hash!r}].switch_costs", parts["switch_costs"], parts["full_prices"], n_masks)
-            ends = [row["setting_id"] for row in self.end_prices.get(config_hash, ())]
+            ends = [row["setting_id"] for row in _listed(self.end_prices.get(config_hash, ()))]
             settings_priced = sorted(set(parts["full_prices"]["setting_id"].to_pylist()))
             if ends and sorted(ends) != settings_priced:
                 _bad(f"end_prices[{config_hash!r}]", "must price the ends once at each setting the config is priced at")
-            _check_loss_prices(f"loss_prices[{config_hash!r}]", self.loss_prices.get(config_hash, ()), settings_priced,
+            _check_loss_prices(f"loss_prices[{config_hash!r}]", _listed(self.loss_prices.get(config_hash, ())), settings_priced,
                                {row["loss"] for row in self.losses})
-            costs = [(row["kind"], row["setting_id"], row["op"]) for row in self.op_costs.get(config_hash, ())]
+            costs = [(row["kind"], row["setting_id"], row["op"]) for row in _listed(self.op_costs.get(config_hash, ()))]
             priced_at = set(zip(parts["full_prices"]["kind"].to_pylist(), parts["full_prices"]["setting_id"].to_pylist()))
             priced |= {(config_hash, setting_id) for setting_id in settings_priced}
             if costs and (len(set(costs)) != len(costs) or {c[:2] for c in costs} != priced_at):
                 _bad(f"op_costs[{config_hash!r}]", "must cost each op once for each kind and setting the config is priced at")
-            _check_op_prices(f"op_prices[{config_hash!r}]", self.op_prices.get(config_hash, ()), {k for k, _ in priced_at}, setting_ids)
+            _check_op_prices(f"op_prices[{config_hash!r}]", _listed(self.op_prices.get(config_hash, ())), {k for k, _ in priced_at}, setting_ids)
             for part, _ in _PRICE_PARTS:
                 table, n = parts[part], parts[part].num_rows
                 keys = {
@@ -476,6 +477,21 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def _listed(rows: Rows) -> Sequence[Mapping[str, Any]]:
+    """One config's rows as mappings, for the checks (an Arrow table's only while it is checked)."""
+    return rows.to_pylist() if isinstance(rows, pa.Table) else rows
+
+
+def _arrow(rows: Rows) -> pa.Table:
+    return rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+
+
+def _keyed(rows: pa.Table, keys: Mapping[str, str]) -> pa.Table:
+    """`rows` after a column per key, each its one value dictionary-encoded."""
+    columns = {k: _constant(v, rows.num_rows) for k, v in keys.items()}
+    return pa.table({**columns, **{c: rows.column(c) for c in rows.column_names}})
 
 
 def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> pa.Table:
