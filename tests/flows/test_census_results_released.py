@@ -11,6 +11,7 @@ the stage ended.
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 from conftest import load_shipped
@@ -18,7 +19,7 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from speccat.catalogue.records.priced import PriceTables
-from speccat.catalogue.store.spool import SpooledPrices
+from speccat.catalogue.store.spool import SpooledPrices, spool
 from speccat.census import config_hash
 from speccat.flows.refresh import Night, analyse_stage
 from speccat.flows.tasks import Job
@@ -53,11 +54,19 @@ def test_the_night_holds_its_prices_on_disk_and_no_census_result_in_memory(prefe
     from speccat.flows import refresh
 
     monkeypatch.setattr(refresh, "IN_FLIGHT", len(REPOS))  # every job handed over at once
-    during = []  # counted as each config is handled, inside the flow run
-    monkeypatch.setattr(refresh.progress, "step", lambda *args, **kwargs: during.append(price_tables_alive()))
+    spooled = []  # a weak reference to each result's price tables, in the order the night spooled them
+    monkeypatch.setattr(refresh, "spool", lambda prices, folder: spooled.append(weakref.ref(prices)) or spool(prices, folder))
+    during = []  # as each config is handled, inside the flow run: how many of those handled before it are alive
+
+    def step(*args, **kwargs):
+        gc.collect()
+        during.append(sum(ref() is not None for ref in spooled[:-1]))
+
+    monkeypatch.setattr(refresh.progress, "step", step)
     held, before, after = census_night(str(tmp_path / "spool"))
     assert held == {config_hash(load_shipped(r)): SpooledPrices for r in REPOS}
     assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == sorted(held)
-    # While the stage runs: at most a result per worker and the one just handled.
-    assert len(during) == len(REPOS) and max(during) - before <= WORKERS + 1
+    # While the stage runs, every result handled before the current one is gone: the
+    # as_completed loop kept some of them ([0, 0, 1, 2, 0, 0] here).
+    assert during == [0] * len(REPOS)
     assert after == before  # each result's PriceTables let go of once spooled
