@@ -270,9 +270,7 @@ class NightData:
             for config_hash, rows in per_config.items():
                 if config_hash not in self.prices:
                     _bad(f"{name}[{config_hash!r}]", "names a config without prices tonight")
-                required = tuple(f for f in fields if f not in OPTIONAL_ROW_FIELDS)
-                for i, row in enumerate(_listed(rows)):
-                    _check_row(f"{name}[{config_hash!r}][{i}]", row, fields, required=required)
+                _check_rows(f"{name}[{config_hash!r}]", rows, fields, tuple(f for f in fields if f not in OPTIONAL_ROW_FIELDS))
 
     def _per_config_rows(self) -> tuple[tuple[str, Mapping[str, Rows], tuple[str, ...]], ...]:
         """(table, config_hash -> rows, fields) of the tables whose rows the night states per config."""
@@ -347,7 +345,7 @@ class NightData:
             rows = getattr(self, name)
             if rows:  # a run that states none (a failed night) leaves the stored rows as they are
                 tables[name] = pa.Table.from_pylist([dict(row) for row in rows])
-        both = sorted({(h, r["setting_id"]) for h, rows in self.infeasible.items() for r in _listed(rows)} & priced)
+        both = sorted({(h, s) for h, rows in self.infeasible.items() for s in _column(rows, "setting_id")} & priced)
         if both:
             _bad("infeasible", f"config {both[0][0]} is both priced and infeasible at setting {both[0][1]}")
         return tables
@@ -374,18 +372,19 @@ class NightData:
                 parts[part] = table
             _check_prices(f"prices[{config_hash!r}]", parts["layer_prices"], parts["full_prices"], setting_ids, n_masks)
             _check_costs(f"prices[{config_hash!r}].switch_costs", parts["switch_costs"], parts["full_prices"], n_masks)
-            ends = [row["setting_id"] for row in _listed(self.end_prices.get(config_hash, ()))]
+            ends = sorted(_column(self.end_prices.get(config_hash, ()), "setting_id"))
             settings_priced = sorted(set(parts["full_prices"]["setting_id"].to_pylist()))
-            if ends and sorted(ends) != settings_priced:
+            if ends and ends != settings_priced:
                 _bad(f"end_prices[{config_hash!r}]", "must price the ends once at each setting the config is priced at")
-            _check_loss_prices(f"loss_prices[{config_hash!r}]", _listed(self.loss_prices.get(config_hash, ())), settings_priced,
+            _check_loss_prices(f"loss_prices[{config_hash!r}]", _arrow(self.loss_prices.get(config_hash, ())), settings_priced,
                                {row["loss"] for row in self.losses})
-            costs = [(row["kind"], row["setting_id"], row["op"]) for row in _listed(self.op_costs.get(config_hash, ()))]
-            priced_at = set(zip(parts["full_prices"]["kind"].to_pylist(), parts["full_prices"]["setting_id"].to_pylist()))
+            priced_at = _distinct(parts["full_prices"], ("kind", "setting_id"))
             priced |= {(config_hash, setting_id) for setting_id in settings_priced}
-            if costs and (len(set(costs)) != len(costs) or {c[:2] for c in costs} != priced_at):
+            costs = _arrow(self.op_costs.get(config_hash, ()))
+            if costs.num_rows and (_count_distinct(costs, ("kind", "setting_id", "op")) != costs.num_rows
+                                   or _distinct(costs, ("kind", "setting_id")) != priced_at):  # fmt: skip
                 _bad(f"op_costs[{config_hash!r}]", "must cost each op once for each kind and setting the config is priced at")
-            _check_op_prices(f"op_prices[{config_hash!r}]", _listed(self.op_prices.get(config_hash, ())), {k for k, _ in priced_at}, setting_ids)
+            _check_op_prices(f"op_prices[{config_hash!r}]", _arrow(self.op_prices.get(config_hash, ())), {k for k, _ in priced_at}, setting_ids)
             for part, _ in _PRICE_PARTS:
                 table, n = parts[part], parts[part].num_rows
                 keys = {
@@ -404,36 +403,35 @@ class NightData:
         return out.tables(), priced
 
 
-def _check_op_prices(where: str, rows: Sequence[Mapping[str, Any]], kinds: set[str], setting_ids: set[str]) -> None:
+def _check_op_prices(where: str, rows: pa.Table, kinds: set[str], setting_ids: set[str]) -> None:
     """Each op's share once per kind priced and setting of the run, every kind at every setting
     where any is, the bytes finite and not negative."""
-    keys = [(r["kind"], r["setting_id"], r["part"], r["op"]) for r in rows]
-    if not keys:
+    if not rows.num_rows:
         return
-    if len(set(keys)) != len(keys):
+    if _count_distinct(rows, ("kind", "setting_id", "part", "op")) != rows.num_rows:
         _bad(where, "must state each (kind, setting, part, op) once")
-    if {k[0] for k in keys} != kinds:
+    if set(_column(rows, "kind")) != kinds:
         _bad(where, f"must state the kinds priced, {sorted(kinds)}")
-    unknown = sorted({k[1] for k in keys} - setting_ids)
+    settings = set(_column(rows, "setting_id"))
+    unknown = sorted(settings - setting_ids)
     if unknown:
         _bad(where, f"setting_id(s) {unknown[:3]} are not among the run's settings")
-    settings, shares = {k[1] for k in keys}, {k[2:] for k in keys}
-    if len(keys) != len(kinds) * len(settings) * len(shares):
+    if rows.num_rows != len(kinds) * len(settings) * _count_distinct(rows, ("part", "op")):
         _bad(where, "must state every kind at every setting and (part, op) it states any at")
-    if not all(math.isfinite(r[f]) and r[f] >= 0 for r in rows for f in ("kept_bytes", "full_bytes")):
+    if not _finite_not_negative(rows, ("kept_bytes", "full_bytes")):
         _bad(where, "bytes must be finite and not negative")
 
 
-def _check_loss_prices(where: str, rows: Sequence[Mapping[str, Any]], setting_ids: list[str], losses: set[str]) -> None:
+def _check_loss_prices(where: str, rows: pa.Table, setting_ids: list[str], losses: set[str]) -> None:
     """The logits end once per setting priced and loss kernel (those of the night's `losses`
     where it states them), the bytes finite and not negative."""
-    keys = [(r["setting_id"], r["loss"]) for r in rows]
-    if not keys:
+    if not rows.num_rows:
         return
-    stated = losses or {k[1] for k in keys}
-    if len(set(keys)) != len(keys) or set(keys) != {(s, loss) for s in setting_ids for loss in stated}:
+    stated = losses or set(_column(rows, "loss"))
+    keys = _distinct(rows, ("setting_id", "loss"))
+    if len(keys) != rows.num_rows or keys != {(s, loss) for s in setting_ids for loss in stated}:
         _bad(where, f"must price each loss kernel {sorted(stated)} once at each setting the config is priced at")
-    if not all(math.isfinite(r[f]) and r[f] >= 0 for r in rows for f in ("kept_bytes", "working_bytes")):
+    if not _finite_not_negative(rows, ("kept_bytes", "working_bytes")):
         _bad(where, "bytes must be finite and not negative")
 
 
@@ -479,13 +477,29 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _listed(rows: Rows) -> Sequence[Mapping[str, Any]]:
-    """One config's rows as mappings, for the checks (an Arrow table's only while it is checked)."""
-    return rows.to_pylist() if isinstance(rows, pa.Table) else rows
-
-
 def _arrow(rows: Rows) -> pa.Table:
+    """One config's rows as an Arrow table, which the checks read column by column: a first night
+    holds millions of op_costs rows, and turning each into a Python mapping took seconds."""
     return rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows))
+
+
+def _column(rows: Rows, name: str) -> list[Any]:
+    """The values of one field of one config's rows (a short table's: a setting per row)."""
+    return _arrow(rows).column(name).to_pylist() if len(rows) else []
+
+
+def _distinct(rows: pa.Table, columns: Sequence[str]) -> set[tuple[Any, ...]]:
+    """The distinct values of `columns` together, as tuples (for key sets that are small)."""
+    keys = rows.group_by(list(columns)).aggregate([])
+    return set(zip(*(keys.column(c).to_pylist() for c in columns)))
+
+
+def _count_distinct(rows: pa.Table, columns: Sequence[str]) -> int:
+    return rows.group_by(list(columns)).aggregate([]).num_rows
+
+
+def _finite_not_negative(rows: pa.Table, columns: Sequence[str]) -> bool:
+    return all(pc.all(pc.and_(pc.is_finite(rows[c]), pc.greater_equal(rows[c], 0))).as_py() is not False for c in columns)
 
 
 def _keyed(rows: pa.Table, keys: Mapping[str, str]) -> pa.Table:
@@ -572,6 +586,30 @@ def _with_column(table: pa.Table, column: str, values: list[Any], type_: pa.Data
     if column in table.column_names:
         return table.set_column(table.column_names.index(column), field, array)
     return table.append_column(field, array)
+
+
+def _check_rows(where: str, rows: Rows, allowed: Sequence[str], required: Sequence[str]) -> None:
+    """`_check_row` for each of one config's rows; an Arrow table's checked by column, naming the
+    first row that leaves a required field null or empty."""
+    if not isinstance(rows, pa.Table):
+        for i, row in enumerate(rows):
+            _check_row(f"{where}[{i}]", row, allowed, required)
+        return
+    if not rows.num_rows:
+        return
+    unknown = sorted(set(rows.column_names) - set(allowed))
+    if unknown:
+        _bad(f"{where}[0]", f"unknown field(s) {unknown}; allowed: {list(allowed)}")
+    for key in required:
+        if key not in rows.column_names:
+            _bad(f"{where}[0].{key}", "is required")
+        column = rows[key]
+        blank = pc.is_null(column)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            blank = pc.or_kleene(blank, pc.equal(column, ""))  # null or empty
+        first = pc.index(blank, True).as_py()
+        if first >= 0:
+            _bad(f"{where}[{first}].{key}", "is required")
 
 
 def _check_row(where: str, row: Any, allowed: Sequence[str], required: Sequence[str]) -> None:

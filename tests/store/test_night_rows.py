@@ -56,3 +56,38 @@ def test_rows_held_as_arrow_are_checked_as_mappings_are():
     with pytest.raises(StoreError) as err:
         dataclasses.replace(night, loss_prices={**night.loss_prices, config_hash: lacking}).validate()
     assert err.value.reason == "bad_run" and "working_bytes" in str(err.value)
+
+
+def _blank_setting(rows, i):
+    return [{**r, "setting_id": None} if j == i else r for j, r in enumerate(rows)]
+
+
+def _with_field(rows, field, value, i=0):
+    return [{**r, field: value} if j == i else r for j, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize(
+    ("table", "spoil", "words"),
+    [
+        ("op_prices", lambda rows: _blank_setting(rows, 3), "[3].setting_id: is required"),
+        ("op_costs", lambda rows: _with_field(rows, "flavour", "x"), "[0]: unknown field(s) ['flavour']"),
+        ("op_prices", lambda rows: _with_field(rows, "kept_bytes", -1.0, 2), "bytes must be finite and not negative"),
+        ("op_prices", lambda rows: rows[:-1], "must state every kind at every setting"),
+        ("loss_prices", lambda rows: _with_field(rows, "working_bytes", float("inf")), "bytes must be finite and not negative"),
+        ("end_prices", lambda rows: rows[1:], "must price the ends once at each setting"),
+        ("op_costs", lambda rows: [r for r in rows if r["setting_id"] != rows[0]["setting_id"]], "must cost each op once"),
+    ],
+)
+def test_a_spoilt_table_is_refused_alike_as_mappings_and_as_arrow(table, spoil, words):
+    """Each refusal names the same table, config, row and field whichever way the rows are held."""
+    night = runs.first_run()
+    config_hash = sorted(getattr(night, table))[0]
+    spoilt = dataclasses.replace(night, **{table: {**getattr(night, table), config_hash: spoil(list(getattr(night, table)[config_hash]))}})
+    messages = []
+    for held in (spoilt, as_arrow(spoilt)):
+        with pytest.raises(StoreError) as err:
+            held.validate()
+            held.arrow_tables()
+        messages.append(str(err.value))
+    assert err.value.reason == "bad_run"
+    assert messages[0] == messages[1] and f"{table}[{config_hash!r}]" in messages[0] and words in messages[0], messages
