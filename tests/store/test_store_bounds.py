@@ -1,9 +1,14 @@
 """catalogue/store/bounds.py: a publish's DuckDB connection is held to limits.yaml's memory bound
-and spills into a directory of its own, which is gone after, and after a publish that died."""
+and spills into a directory of its own, which is gone after, and after a publish that died or a
+process that was killed."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -11,7 +16,7 @@ from support import store_runs as runs
 
 from speccat.catalogue.store import file as store
 from speccat.catalogue.store import lake as lakes
-from speccat.catalogue.store.bounds import LIMITS
+from speccat.catalogue.store.bounds import LIMITS, spill_directory
 from speccat.catalogue.store.lake import Lake
 
 
@@ -63,3 +68,31 @@ def test_the_spill_of_a_publish_that_died_is_removed_by_the_next(tmp_path, spill
         (left / "duckdb_temp_storage-0.tmp").write_bytes(b"\0" * 4096)
     store.publish(path, runs.first_run())
     assert not left.exists()
+
+
+def test_a_spill_directory_left_by_a_killed_process_is_removed_by_the_next(tmp_path):
+    """A night killed with SIGKILL cannot remove its spill directory; the next spill directory of
+    its prefix, in the same place, does. One of a process still running, and one whose name holds
+    no process id, are left alone."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from speccat.catalogue.store.bounds import spill_directory\n"
+         "with spill_directory(Path(sys.argv[1]), 'speccat-night-') as d:\n"
+         "    (d / 'spilled.bin').write_bytes(bytes(1 << 20)); print(d, flush=True); time.sleep(600)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    killed = Path(child.stdout.readline().strip())
+    running = tmp_path / f"speccat-night-{os.getpid()}-abc.tmp"
+    unnamed = tmp_path / "speccat-night-abc.tmp"
+    other = tmp_path / f"speccat-spill-{child.pid}-abc.tmp"  # another prefix: not this one's to sweep
+    for path in (running, unnamed, other):
+        path.mkdir()
+    assert (killed / "spilled.bin").stat().st_size == 1 << 20
+    child.kill()
+    child.wait()
+    assert killed.exists()  # SIGKILL: nothing in the child removed it
+
+    with spill_directory(tmp_path, "speccat-night-") as new:
+        assert new.name.startswith(f"speccat-night-{os.getpid()}-")
+        assert not killed.exists()
+        assert running.exists() and unnamed.exists() and other.exists()
+    assert not new.exists()
