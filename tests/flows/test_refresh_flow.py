@@ -188,6 +188,30 @@ def test_a_new_catalogue_is_filled_from_the_cache_without_censusing(snapshot_run
         assert from_cache and from_cache == rows(snapshot_runs.after_cold, query, hashes), table
 
 
+def test_census_results_are_stored_compressed_and_load_back(snapshot_runs, prefect_api):
+    """Each census result Prefect stored names flows/compact_pickle.py as its pickle library, holds
+    zlib's stream (base64 in the record, as Prefect writes every pickle), and loads back to the
+    config's analysis; stored as a plain pickle, the largest was several times the size."""
+    import base64
+    import zlib
+
+    import cloudpickle
+    from prefect.results import ResultRecord
+
+    records = {p.name: p for p in prefect_api.iterdir() if p.name.startswith("speccat-analysis-")}
+    cold = {config_hash(load_shipped(r)) for r in CENSUSED}
+    assert cold <= {name.split("-")[2] for name in records}
+    largest = max(records.values(), key=lambda p: p.stat().st_size)
+    record = ResultRecord.deserialize(largest.read_bytes())
+    assert record.metadata.serializer.type == "pickle" and record.metadata.serializer.picklelib == "speccat.flows.compact_pickle"
+    stored = base64.decodebytes(json.loads(largest.read_bytes())["result"].encode())
+    plain = zlib.decompress(stored)  # zlib's stream, not a pickle
+    assert len(plain) > 5 * len(stored)
+    analysis = record.result
+    assert analysis.config_hash == largest.name.split("-")[2] and analysis.config_hash in cold
+    assert cloudpickle.loads(plain).config_hash == analysis.config_hash
+
+
 def test_a_spec_served_from_the_cache_is_named_after_this_catalogues_repo(snapshot_runs, tmp_path):
     """The cache is keyed by the config's hash, not by the repo: a config published under
     another name (a fine-tune's copy) gets the cold run's census from the cache, and this
