@@ -33,7 +33,7 @@ def layouts() -> dict:
 
 @cache
 def pages() -> dict:
-    """report/pages.yaml: how many models the report draws."""
+    """report/pages.yaml: how many models the report draws, and what its reads may hold."""
     return read_yaml(resources.files(__package__).joinpath("pages.yaml"))
 
 

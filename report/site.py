@@ -18,6 +18,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from speccat.catalogue.store.bounds import bound, spill_directory
 from speccat.report import data as report_data
 from speccat.report import figures, readable
 
@@ -246,9 +247,12 @@ def write(cat: report_data.Catalogue, out_dir: str | os.PathLike) -> dict[str, A
 
 
 def build(con, out_dir: str | os.PathLike) -> dict[str, Any]:
-    """Read the catalogue on `con` (read-only) and write its report into `out_dir`."""
+    """Read the catalogue on `con` (read-only), within pages.yaml's `read_memory_mib` (spilling
+    past it), and write its report into `out_dir`."""
     started = time.perf_counter()
-    cat = report_data.load(con)
+    with spill_directory(prefix="speccat-report-") as spill:
+        bound(con, spill, report_data.pages()["read_memory_mib"])
+        cat = report_data.load(con)
     read_s = time.perf_counter() - started
     manifest = write(cat, out_dir)
     manifest["read_s"] = round(read_s, 3)
