@@ -85,6 +85,25 @@ def bare_seconds(configs: list[dict], seq_length: int) -> float:
     return (time.perf_counter() - started) / len(configs)
 
 
+def change_one_percent(hub, n_configs: int) -> tuple[int, int]:
+    """A new commit of CHANGED of the Hub's repos, spread over it; as many of them as CHANGED of
+    its `n_configs` configs get a config no night has seen (synthetic_hub.py's config k for k past
+    every config it serves: a vocabulary larger than any). Returns (repos changed, new configs)."""
+    from support.synthetic_hub import change, shipped_configs, variant
+
+    ids = sorted(hub.repos)
+    n_changed = max(1, round(CHANGED * len(ids)))
+    n_new = max(1, round(CHANGED * n_configs))
+    changed = ids[:: len(ids) // n_changed][:n_changed]
+    at = len(ids) + 1  # minutes after the newest repo's lastModified
+    change(hub, changed[n_new:], at)
+    shipped = shipped_configs()
+    for i, repo_id in enumerate(changed[:n_new]):
+        k = n_configs + i
+        change(hub, [repo_id], at, config=variant(shipped[k % len(shipped)][1], k, len(shipped)))
+    return n_changed, n_new
+
+
 def censused_configs(db: Path, configs: list[dict]) -> list[dict]:
     """Of `configs`, those the catalogue `db` holds a spec of: what the first night censused."""
     import duckdb
@@ -111,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "tests"))
     from support.hubstandin import StandinHub
     from support.prefect_server import prefect_server
-    from support.synthetic_hub import change, synthetic_repos, variant
+    from support.synthetic_hub import synthetic_repos
 
     with tempfile.TemporaryDirectory(prefix="bench-hub-") as tmp:
         scratch = Path(tmp)
@@ -133,15 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             show("first night, file", first_file)
             censused = censused_configs(scratch / "catalogue.duckdb", configs)  # before a later night adds one
 
-            ids = sorted(hub.repos)
-            n_changed = max(1, round(CHANGED * len(ids)))
-            n_new = max(1, round(CHANGED * len(configs)))
-            step = len(ids) // n_changed
-            changed = ids[::step][:n_changed]
-            at = len(repos) + 1
-            change(hub, changed[n_new:], at)
-            for i, repo_id in enumerate(changed[:n_new]):  # a config no night has seen: a larger vocabulary
-                change(hub, [repo_id], at, config=variant(configs[i % len(configs)], len(configs) + i, len(configs)))
+            n_changed, n_new = change_one_percent(hub, len(configs))
             print(f"   changed: {n_changed:,} repos ({n_new:,} with a new config)")
             later = night(scratch, env, lake, lake_files, "later-lake")
             show("later night, lake", later)
