@@ -242,7 +242,7 @@ points AS MATERIALIZED (  -- one layer of each kind at each setting and point: t
                          -- it keeps (kept), and what it keeps with nothing recomputed (kept_none): its backward remakes
                          -- the saves of the ops it recomputes (remade: kept_none less kept; under full recompute, all of
                          -- kept_none) before it forms a gradient, and then holds its working set on top (working:
-                         -- full_prices.backward_peak, 0 where unpriced)
+                         -- full_prices.backward_peak, 0 where unpriced); at the settings priced only
     SELECT * EXCLUDE (backward_peak), CASE WHEN mask = -1 THEN kept_none ELSE kept_none - kept END AS remade
     FROM (SELECT *, max(kept) FILTER (WHERE mask = 0) OVER (PARTITION BY config_hash, kind, setting_id) AS kept_none,
                  coalesce(max(backward_peak) OVER (PARTITION BY config_hash, kind, setting_id), 0) AS working
@@ -250,7 +250,8 @@ points AS MATERIALIZED (  -- one layer of each kind at each setting and point: t
                 FROM layer_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)
                 UNION ALL
                 SELECT config_hash, kind, setting_id, -1, kept, backward_peak
-                FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version)))
+                FROM full_prices JOIN latest USING (config_hash, census_version, transformers_version, torch_version, records_version))
+          WHERE (config_hash, setting_id) IN (SELECT (config_hash, setting_id) FROM priced))
 ),
 op_seconds AS NOT MATERIALIZED (  -- one layer's op at each setting: its recompute cost, and its time on each accelerator asked for
     SELECT a.accelerator, o.config_hash, o.kind, o.setting_id, o.op, o.recompute_flops, o.recompute_bytes,
