@@ -44,16 +44,13 @@ def spill_directory(near: Path | None = None, prefix: str = "speccat-spill-") ->
         yield Path(path)
 
 
-def sweep_dead(root: Path, prefix: str) -> list[Path]:
+def sweep_dead(root: Path, prefix: str) -> None:
     """Remove the spill directories `prefix`PID-*.tmp in `root` whose process PID is not running
-    (a name without a process id, or a process of another user, is left alone). Returns them."""
-    swept = []
+    (a name without a process id, or a process of another user, is left alone)."""
     for path in root.glob(f"{prefix}*-*.tmp"):
         pid = path.name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-            swept.append(path)
-    return swept
 
 
 def _running(pid: int) -> bool:

@@ -537,7 +537,7 @@ def _check_prices(where: str, layer: pa.Table, full: pa.Table, setting_ids: set[
             f"{layer.num_rows} rows, {np.unique(key).size} distinct (kind, setting, mask); a complete table "
             f"has {len(kinds)} kinds x {len(settings)} settings x {n_masks} masks = {expected}",
         )
-    pairs = set(zip(full["kind"].to_pylist(), full["setting_id"].to_pylist()))
+    pairs = _distinct(full, ("kind", "setting_id"))
     if full.num_rows != len(pairs) or pairs != {(k, t) for k in kinds.to_pylist() for t in settings.to_pylist()}:
         _bad(f"{where}.full_prices", "must price each (kind, setting) of layer_prices exactly once")
 
