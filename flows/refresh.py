@@ -353,7 +353,7 @@ def _collected_each():
 
     Prefect's task runs hold what a task returned in reference cycles, which only the cyclic
     collector frees; in a flow holding that many objects it seldom runs in full, and each config's
-    result (some 35 MB of price tables) stayed: 12 MiB a config censused, 7.3 GiB after 480 on
+    result (up to some 35 MB of price tables) stayed: 12 MiB a config censused, 7.3 GiB after 480 on
     the 200,000-repo stand-in (docs/refresh.md)."""
     gc.freeze()
     try:
